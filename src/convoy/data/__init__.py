@@ -1,0 +1,29 @@
+"""Local input pipelines with tf.data's semantics: ``Dataset``, its sources and readers.
+
+``convoy.data.service`` runs the same pipelines on a fleet of worker processes.
+"""
+
+from convoy.data._dataset import (
+    Dataset,
+    DatasetIterator,
+    Options,
+    TextLineDataset,
+    TFRecordDataset,
+)
+from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, SHARD_HINT, UNKNOWN_CARDINALITY
+from convoy.data.tfrecord import TFRecordWriter
+from convoy.nest import TensorSpec
+
+__all__ = [
+    "AUTOTUNE",
+    "INFINITE_CARDINALITY",
+    "SHARD_HINT",
+    "UNKNOWN_CARDINALITY",
+    "Dataset",
+    "DatasetIterator",
+    "Options",
+    "TFRecordDataset",
+    "TFRecordWriter",
+    "TensorSpec",
+    "TextLineDataset",
+]

@@ -1,0 +1,211 @@
+"""batch, padded_batch and unbatch: stacking elements into arrays and back."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from convoy import nest
+from convoy.data._op import Node, Op, PassNode
+from convoy.errors import InvalidArgumentError
+
+_SCALARS = (int, float, bool, np.generic)
+
+
+def _stack_leaves(values: list[Any], component: int) -> np.ndarray:
+    first = values[0]
+    if isinstance(first, (bytes, str)):
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+    if isinstance(first, _SCALARS):
+        return np.array(values)
+    try:
+        return np.stack(values)
+    except ValueError:
+        shape = np.shape(first)
+        for i, value in enumerate(values):
+            if np.shape(value) != shape:
+                raise InvalidArgumentError(
+                    f"Cannot batch tensors with different shapes in component {component}. "
+                    f"First element had shape {list(shape)} and element {i} had shape "
+                    f"{list(np.shape(value))}."
+                ) from None
+        raise
+
+
+def stack(elements: list[Any]) -> Any:
+    """Stack a list of same-structured elements into one element with a leading batch axis."""
+    first = elements[0]
+    if not isinstance(first, (tuple, list, dict)):
+        return _stack_leaves(elements, 0)
+    columns = zip(*map(nest.flatten, elements), strict=True)
+    return nest.pack_sequence_as(first, [_stack_leaves(list(c), i)
+                                         for i, c in enumerate(columns)])
+
+
+def _batches(upstream: Iterator[Any], size: int, drop_remainder: bool) -> Iterator[Any]:
+    while True:
+        chunk = list(islice(upstream, size))
+        if len(chunk) < size and (drop_remainder or not chunk):
+            return
+        yield stack(chunk)
+
+
+def _batched_spec(spec: Any, size: int | None) -> Any:
+    if spec is None:
+        return None
+    return nest.map_structure(
+        lambda s: nest.TensorSpec(None if s.shape is None else (size, *s.shape), s.dtype), spec
+    )
+
+
+class BatchOp(Op):
+    def __init__(self, input: Op, batch_size: int, drop_remainder: bool) -> None:
+        self.inputs = (input,)
+        self.batch_size = batch_size
+        self.drop_remainder = drop_remainder
+
+    def cardinality(self) -> int:
+        n = self.input.cardinality()
+        if n < 0:
+            return n
+        return n // self.batch_size if self.drop_remainder else -(-n // self.batch_size)
+
+    def iterator(self, state: Any, key: int) -> Node:
+        input = self.input.iterator(state, key)
+        return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder))
+
+    def static_spec(self) -> Any:
+        size = self.batch_size if self.drop_remainder else None
+        return _batched_spec(self.input.static_spec(), size)
+
+
+def _pad_to(value: Any, shape: tuple[int, ...], fill: Any, component: int) -> np.ndarray:
+    array = np.asarray(value)
+    if array.ndim != len(shape) or any(a > b for a, b in zip(array.shape, shape)):
+        raise InvalidArgumentError(
+            f"padded_batch: component {component} has shape {list(array.shape)}, which does "
+            f"not fit padded shape {list(shape)}"
+        )
+    out = np.full(shape, fill, dtype=array.dtype)
+    out[tuple(slice(0, n) for n in array.shape)] = array
+    return out
+
+
+def _default_padding(value: Any) -> Any:
+    array = np.asarray(value)
+    return b"" if array.dtype == object else array.dtype.type(0)
+
+
+class PaddedBatchOp(BatchOp):
+    def __init__(self, input: Op, batch_size: int, drop_remainder: bool,
+                 padded_shapes: Any, padding_values: Any) -> None:
+        super().__init__(input, batch_size, drop_remainder)
+        self.padded_shapes = padded_shapes
+        self.padding_values = padding_values
+
+    def iterator(self, state: Any, key: int) -> Node:
+        input = self.input.iterator(state, key)
+        return PassNode(input, _padded_batches(self, input.gen))
+
+    def static_spec(self) -> Any:
+        return None
+
+
+def _padded_batches(op: PaddedBatchOp, upstream: Iterator[Any]) -> Iterator[Any]:
+    while True:
+        chunk = list(islice(upstream, op.batch_size))
+        if len(chunk) < op.batch_size and (op.drop_remainder or not chunk):
+            return
+        yield pad_and_stack(chunk, op.padded_shapes, op.padding_values)
+
+
+def pad_and_stack(elements: list[Any], padded_shapes: Any, padding_values: Any) -> Any:
+    """Pad every component to a common shape (the batch maximum where unspecified), then stack."""
+    first = elements[0]
+    columns = list(zip(*map(nest.flatten, elements), strict=True))
+    n = len(columns)
+    shapes = nest.flatten(padded_shapes) if padded_shapes is not None else [None] * n
+    if padded_shapes is not None and nest.is_nested(first) and not nest.is_nested(padded_shapes):
+        shapes = [padded_shapes]
+    fills = nest.flatten(padding_values) if padding_values is not None else [None] * n
+    out = []
+    for i, column in enumerate(columns):
+        rank = np.ndim(column[0])
+        biggest = [max(np.shape(v)[d] if np.ndim(v) == rank else 0 for v in column)
+                   for d in range(rank)]
+        wanted = shapes[i] if i < len(shapes) else None
+        target = tuple(b if w is None or w == -1 else int(w)
+                       for b, w in zip(biggest, wanted or [None] * rank, strict=False))
+        fill = fills[i] if i < len(fills) and fills[i] is not None else _default_padding(
+            column[0])
+        out.append(np.stack([_pad_to(v, target, fill, i) for v in column]))
+    return out[0] if not nest.is_nested(first) else nest.pack_sequence_as(first, out)
+
+
+class UnbatchOp(Op):
+    def __init__(self, input: Op) -> None:
+        self.inputs = (input,)
+
+    def iterator(self, state: Any, key: int) -> Node:
+        state = state or {"input": None, "rows": []}
+        return _UnbatchNode(self.input.iterator(state["input"], key), state["rows"])
+
+    def static_spec(self) -> Any:
+        spec = self.input.static_spec()
+        if spec is None:
+            return None
+        return nest.map_structure(
+            lambda s: nest.TensorSpec(None if s.shape is None else s.shape[1:], s.dtype), spec
+        )
+
+
+def unstack(batch: Any) -> list[Any]:
+    """The rows of a batched element (the inverse of :func:`stack`)."""
+    if not isinstance(batch, (tuple, list, dict)):
+        return list(_rows(batch, 0))
+    columns = [_rows(leaf, i) for i, leaf in enumerate(nest.flatten(batch))]
+    sizes = {len(c) for c in columns}
+    if len(sizes) > 1:
+        raise InvalidArgumentError(
+            f"unbatch: components have different batch sizes {sorted(sizes)}"
+        )
+    return [nest.pack_sequence_as(batch, list(row)) for row in zip(*columns)]
+
+
+def _rows(value: Any, component: int) -> Any:
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.ndim == 0:
+        raise InvalidArgumentError(
+            f"unbatch: component {component} is a scalar; every component needs a batch axis"
+        )
+    return array
+
+
+class _UnbatchNode(Node):
+    __slots__ = ("input", "rows")
+
+    def __init__(self, input: Node, rows: list[Any]) -> None:
+        self.input = input
+        self.rows: deque[Any] = deque(rows)
+        self.gen = self._run()
+
+    def _run(self) -> Iterator[Any]:
+        rows = self.rows
+        while rows:
+            yield rows.popleft()
+        for batch in self.input.gen:
+            rows.extend(unstack(batch))
+            while rows:
+                yield rows.popleft()
+
+    def state_dict(self) -> Any:
+        return {"input": self.input.state_dict(), "rows": list(self.rows)}
+
+    def close(self) -> None:
+        self.input.close()

@@ -1,0 +1,138 @@
+"""cache: the first complete pass is recorded (in memory or in a file) and replayed after."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator
+from typing import IO, Any
+
+from convoy.data._op import Node, Op
+from convoy.data._sources import RangeIterNode
+
+
+class CacheOp(Op):
+    """Replays its input from memory (``filename == ""``) or from ``filename``'s cache file.
+
+    A pass that stops early records nothing; the memory cache is not pickled with the graph.
+    """
+
+    def __init__(self, input: Op, filename: str) -> None:
+        self.inputs = (input,)
+        self.filename = filename
+        self._memory: list[Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_memory": None}
+
+    @property
+    def path(self) -> str:
+        return f"{self.filename}.convoy-cache"
+
+    def cardinality(self) -> int:
+        return self.input.cardinality()
+
+    def static_spec(self) -> Any:
+        return self.input.static_spec()
+
+    def _complete(self) -> bool:
+        return self._memory is not None if not self.filename else os.path.exists(self.path)
+
+    def iterator(self, state: Any, key: int) -> Node:
+        if state is None:
+            state = {"mode": "read" if self._complete() else "fill", "input": None,
+                     "position": 0, "elements": []}
+        if state["mode"] == "read":
+            if not self.filename:
+                return _MemoryReadNode(self._memory or [], state["position"])
+            return _FileReadNode(self.path, state["position"])
+        input = self.input.iterator(state["input"], key)
+        if not self.filename:
+            return _MemoryFillNode(self, input, state["elements"])
+        return _FileFillNode(self, input, state["position"])
+
+
+class _MemoryReadNode(Node):
+    __slots__ = ("_indices",)
+
+    def __init__(self, elements: list[Any], position: int) -> None:
+        self._indices = RangeIterNode(range(len(elements)), position)
+        self.gen = map(elements.__getitem__, self._indices.gen)
+
+    def state_dict(self) -> Any:
+        return {"mode": "read", "position": self._indices.state_dict()}
+
+
+class _MemoryFillNode(Node):
+    __slots__ = ("input", "elements")
+
+    def __init__(self, op: CacheOp, input: Node, elements: list[Any]) -> None:
+        self.input = input
+        self.elements = list(elements)
+        self.gen = self._run(op)
+
+    def _run(self, op: CacheOp) -> Iterator[Any]:
+        record = self.elements.append
+        for element in self.input.gen:
+            record(element)
+            yield element
+        op._memory = self.elements
+
+    def state_dict(self) -> Any:
+        return {"mode": "fill", "input": self.input.state_dict(), "elements": list(self.elements)}
+
+    def close(self) -> None:
+        self.input.close()
+
+
+class _FileReadNode(Node):
+    __slots__ = ("file",)
+
+    def __init__(self, path: str, position: int) -> None:
+        self.file: IO[bytes] = open(path, "rb")  # noqa: SIM115 (closed by close())
+        self.file.seek(position)
+        self.gen = self._run()
+
+    def _run(self) -> Iterator[Any]:
+        load = pickle.load
+        file = self.file
+        while True:
+            try:
+                element = load(file)
+            except EOFError:
+                return
+            yield element
+
+    def state_dict(self) -> Any:
+        return {"mode": "read", "position": self.file.tell()}
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class _FileFillNode(Node):
+    __slots__ = ("input", "file")
+
+    def __init__(self, op: CacheOp, input: Node, position: int) -> None:
+        self.input = input
+        partial = op.path + ".partial"
+        self.file: IO[bytes] = open(partial, "r+b" if position else "wb")  # noqa: SIM115
+        self.file.truncate(position)
+        self.file.seek(position)
+        self.gen = self._run(op, partial)
+
+    def _run(self, op: CacheOp, partial: str) -> Iterator[Any]:
+        dump, file = pickle.dump, self.file
+        for element in self.input.gen:
+            dump(element, file, protocol=pickle.HIGHEST_PROTOCOL)
+            yield element
+        file.close()
+        os.replace(partial, op.path)
+
+    def state_dict(self) -> Any:
+        self.file.flush()
+        return {"mode": "fill", "input": self.input.state_dict(), "position": self.file.tell()}
+
+    def close(self) -> None:
+        self.file.close()
+        self.input.close()

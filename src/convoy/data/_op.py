@@ -1,0 +1,103 @@
+"""The dataset graph: ops (what to compute) and the iterator nodes they build (how to walk it).
+
+An :class:`Op` is an immutable, picklable description of one dataset transformation with its
+input ops. ``op.iterator(state, key)`` builds a :class:`Node`: a live iterator whose ``gen``
+attribute is a plain Python iterator (often a C builtin such as ``map``), so a chain of
+stateless ops costs no Python frame per element. Every node can describe its position with
+``state_dict()``; an op rebuilds an equal node from that state, which is how iterators are
+checkpointed. State is only read between two ``next`` calls of the outermost iterator, when
+every generator is suspended at a ``yield``.
+
+``key`` names one iteration of the dataset; ops that draw randomness (shuffle, list_files)
+derive their seed from it, so ``repeat()`` reshuffles each epoch and a restored iterator draws
+the same numbers as the original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+INFINITE_CARDINALITY = -1
+UNKNOWN_CARDINALITY = -2
+AUTOTUNE = -1
+SHARD_HINT = -1
+
+_KEY_MOD = (1 << 61) - 1
+
+
+def derive_key(key: int, index: int) -> int:
+    """A key for the ``index``-th sub-iteration of the iteration named ``key``."""
+    return (key * 1_000_003 + index + 1) % _KEY_MOD
+
+
+class Node:
+    """A live iterator over an op: ``gen`` yields the elements, ``state_dict`` the position."""
+
+    __slots__ = ("gen",)
+
+    gen: Iterator[Any]
+
+    def state_dict(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement state_dict()")
+
+    def close(self) -> None:
+        """Release threads or files; the default has none."""
+
+
+class PassNode(Node):
+    """A node that buffers nothing between yields: its state is its input's state."""
+
+    __slots__ = ("input",)
+
+    def __init__(self, input: Node, gen: Iterator[Any]) -> None:
+        self.input = input
+        self.gen = gen
+
+    def state_dict(self) -> Any:
+        return self.input.state_dict()
+
+    def close(self) -> None:
+        self.input.close()
+
+
+class Op:
+    """One node of the dataset graph. Subclasses set ``inputs`` and implement ``iterator``."""
+
+    inputs: tuple[Op, ...] = ()
+
+    def iterator(self, state: Any, key: int) -> Node:
+        raise NotImplementedError(f"{type(self).__name__} must implement iterator()")
+
+    def cardinality(self) -> int:
+        return UNKNOWN_CARDINALITY
+
+    def static_spec(self) -> Any:
+        """The element spec when it is known without running the pipeline, else None."""
+        return None
+
+    def with_inputs(self, inputs: tuple[Op, ...]) -> Op:
+        """A copy of this op reading from other inputs (used to swap a pipeline's source)."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.inputs = inputs
+        return clone
+
+    @property
+    def input(self) -> Op:
+        return self.inputs[0]
+
+
+def call_with_element(fn: Callable[..., Any], element: Any) -> Any:
+    """Call a user function as tf.data does: a plain tuple element is unpacked into arguments."""
+    return fn(*element) if type(element) is tuple else fn(element)
+
+
+def element_caller(fn: Callable[..., Any]) -> Callable[[Any], Any]:
+    """``fn`` as a one-argument function with tf.data's tuple unpacking."""
+    return lambda element: fn(*element) if type(element) is tuple else fn(element)
+
+
+def stack_cardinality(n: int, per: Callable[[int], int]) -> int:
+    """Apply ``per`` to a finite cardinality, passing infinite and unknown through."""
+    return n if n < 0 else per(n)

@@ -1,0 +1,74 @@
+"""File readers: TextLineDataset and TFRecordDataset over a list of files.
+
+Each reader's position is (file index, byte offset in the uncompressed stream), so it resumes
+without re-reading, and a list of files is a splittable source (one split per file).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from convoy import nest
+from convoy.data._op import Node, Op
+from convoy.data.tfrecord import open_stream, read_records
+
+
+class FileReaderOp(Op):
+    """Reads every file of ``files`` in order; subclasses say how to read one file."""
+
+    def __init__(self, files: list[bytes | str], compression_type: str | None) -> None:
+        self.files = [os.fsdecode(f) for f in files]
+        self.compression_type = compression_type or None
+
+    def read(self, path: str, offset: int) -> Iterator[tuple[Any, int]]:
+        """Yield ``(element, offset after it)`` from ``offset`` on."""
+        raise NotImplementedError
+
+    def iterator(self, state: Any, key: int) -> Node:
+        file, offset = state if state is not None else (0, 0)
+        return _FileReaderNode(self, file, offset)
+
+    def static_spec(self) -> Any:
+        return nest.TensorSpec((), bytes)
+
+
+class _FileReaderNode(Node):
+    __slots__ = ("file", "offset")
+
+    def __init__(self, op: FileReaderOp, file: int, offset: int) -> None:
+        self.file = file
+        self.offset = offset
+        self.gen = self._run(op)
+
+    def _run(self, op: FileReaderOp) -> Iterator[Any]:
+        files = op.files
+        while self.file < len(files):
+            for element, offset in op.read(files[self.file], self.offset):
+                self.offset = offset
+                yield element
+            self.file += 1
+            self.offset = 0
+
+    def state_dict(self) -> Any:
+        return (self.file, self.offset)
+
+
+class TextLineOp(FileReaderOp):
+    def read(self, path: str, offset: int) -> Iterator[tuple[bytes, int]]:
+        with open_stream(path, self.compression_type, offset) as stream:
+            for line in stream:
+                offset += len(line)
+                yield _strip_newline(line), offset
+
+
+def _strip_newline(line: bytes) -> bytes:
+    if line.endswith(b"\r\n"):
+        return line[:-2]
+    return line[:-1] if line.endswith(b"\n") else line
+
+
+class TFRecordOp(FileReaderOp):
+    def read(self, path: str, offset: int) -> Iterator[tuple[bytes, int]]:
+        return read_records(path, self.compression_type, offset)

@@ -1,0 +1,252 @@
+"""Sources: ops with no input (range, tensor slices, tensors, generators, file lists).
+
+The index-based sources (range, tensor slices, file lists) are *splittable*: their elements
+are numbered, so the data service can hand ranges of numbers to different workers
+(see :class:`IndexSource`).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from convoy import nest
+from convoy.data._op import Node, Op
+from convoy.errors import InvalidArgumentError, NotFoundError
+
+
+class RangeIterNode(Node):
+    """Walks a Python ``range`` with the C iterator, reading its position back on demand."""
+
+    __slots__ = ("_range",)
+
+    def __init__(self, indices: range, position: int = 0) -> None:
+        self._range = indices
+        self.gen = iter(indices)
+        if position:
+            self.gen.__setstate__(position)
+
+    def state_dict(self) -> int:
+        return self.gen.__reduce__()[2]
+
+
+class IndexSource(Op):
+    """A source whose elements are ``element_at(i)`` for ``i`` in ``range(num_elements())``."""
+
+    def num_elements(self) -> int:
+        raise NotImplementedError
+
+    def element_at(self, index: int) -> Any:
+        raise NotImplementedError
+
+    def cardinality(self) -> int:
+        return self.num_elements()
+
+    def iterator(self, state: Any, key: int) -> Node:
+        indices = RangeIterNode(range(self.num_elements()), state or 0)
+        return _IndexedNode(indices, map(self.element_at, indices.gen))
+
+
+class _IndexedNode(Node):
+    __slots__ = ("_indices",)
+
+    def __init__(self, indices: RangeIterNode, gen: Iterator[Any]) -> None:
+        self._indices = indices
+        self.gen = gen
+
+    def state_dict(self) -> int:
+        return self._indices.state_dict()
+
+
+class RangeOp(IndexSource):
+    def __init__(self, start: int, stop: int, step: int) -> None:
+        self.range = range(start, stop, step)
+
+    def num_elements(self) -> int:
+        return len(self.range)
+
+    def element_at(self, index: int) -> int:
+        return self.range[index]
+
+    def iterator(self, state: Any, key: int) -> Node:
+        return RangeIterNode(self.range, state or 0)
+
+    def static_spec(self) -> Any:
+        return nest.TensorSpec((), np.int64)
+
+
+def to_tensor_structure(value: Any, argument: str) -> Any:
+    """Turn lists into arrays (as tf.data does) everywhere in a structure of tensors."""
+    if isinstance(value, list):
+        try:
+            return np.asarray(value)
+        except ValueError as error:
+            raise InvalidArgumentError(
+                f"{argument}: could not convert a list to one array ({error}); "
+                f"use a tuple for a structure of several components"
+            ) from None
+    if isinstance(value, (tuple, dict)):
+        return nest.pack_sequence_as(value, [to_tensor_structure(v, argument)
+                                             for v in nest.flatten(value)])
+    if value is None:
+        raise InvalidArgumentError(f"{argument} must not contain None")
+    return value
+
+
+class TensorSlicesOp(IndexSource):
+    def __init__(self, tensors: Any) -> None:
+        tensors = to_tensor_structure(tensors, "tensors")
+        leaves = [np.asarray(x) if not isinstance(x, np.ndarray) else x
+                  for x in nest.flatten(tensors)]
+        for i, leaf in enumerate(leaves):
+            if leaf.ndim == 0:
+                raise InvalidArgumentError(
+                    f"from_tensor_slices: component {i} is a scalar; every component needs "
+                    f"at least one dimension to slice along"
+                )
+        sizes = {leaf.shape[0] for leaf in leaves}
+        if len(sizes) > 1:
+            shapes = [list(leaf.shape) for leaf in leaves]
+            raise InvalidArgumentError(
+                f"from_tensor_slices: all components must have the same size in their first "
+                f"dimension, got shapes {shapes}"
+            )
+        self.structure = tensors
+        self.leaves = leaves
+        self.single = not nest.is_nested(tensors)
+
+    def num_elements(self) -> int:
+        return self.leaves[0].shape[0]
+
+    def element_at(self, index: int) -> Any:
+        if self.single:
+            return self.leaves[0][index]
+        return nest.pack_sequence_as(self.structure, [leaf[index] for leaf in self.leaves])
+
+    def iterator(self, state: Any, key: int) -> Node:
+        indices = RangeIterNode(range(self.num_elements()), state or 0)
+        if self.single:  # a numpy array indexed straight from C
+            return _IndexedNode(indices, map(self.leaves[0].__getitem__, indices.gen))
+        return _IndexedNode(indices, map(self.element_at, indices.gen))
+
+    def static_spec(self) -> Any:
+        specs = [nest.TensorSpec(leaf.shape[1:], leaf.dtype) for leaf in self.leaves]
+        return nest.pack_sequence_as(self.structure, specs)
+
+
+class TensorsOp(IndexSource):
+    def __init__(self, tensors: Any) -> None:
+        self.tensors = to_tensor_structure(tensors, "tensors")
+
+    def num_elements(self) -> int:
+        return 1
+
+    def element_at(self, index: int) -> Any:
+        return self.tensors
+
+    def static_spec(self) -> Any:
+        return nest.spec_from_value(self.tensors)
+
+
+class ListFilesOp(IndexSource):
+    """File names matching glob patterns, sorted, optionally shuffled per iteration."""
+
+    def __init__(self, patterns: list[str], shuffle: bool, seed: int | None) -> None:
+        names = sorted({name for pattern in patterns for name in glob.glob(pattern)})
+        if not names:
+            raise NotFoundError(f"list_files: no files matched pattern(s) {patterns}")
+        self.files = [os.fsencode(name) for name in names]
+        self.shuffle = shuffle
+        self.seed = seed if seed is not None else random.SystemRandom().getrandbits(63)
+
+    def num_elements(self) -> int:
+        return len(self.files)
+
+    def iterator(self, state: Any, key: int) -> Node:
+        files = self.files
+        if self.shuffle:
+            files = list(files)
+            random.Random(self.seed ^ key).shuffle(files)
+        indices = RangeIterNode(range(len(files)), state or 0)
+        return _IndexedNode(indices, map(files.__getitem__, indices.gen))
+
+    def element_at(self, index: int) -> bytes:
+        return self.files[index]
+
+    def static_spec(self) -> Any:
+        return nest.TensorSpec((), bytes)
+
+
+class GeneratorOp(Op):
+    """Elements from a Python generator, checked against (and cast to) ``output_signature``.
+
+    A generator cannot report its position, so a restored iterator calls it again and skips
+    the elements already produced.
+    """
+
+    def __init__(self, generator: Callable[..., Any], signature: Any, args: tuple) -> None:
+        self.generator = generator
+        self.signature = signature
+        self.args = args
+        self.flat_specs = nest.flatten(signature)
+
+    def iterator(self, state: Any, key: int) -> Node:
+        return _GeneratorNode(self, state or 0)
+
+    def static_spec(self) -> Any:
+        return self.signature
+
+    def conform(self, value: Any, index: int) -> Any:
+        try:
+            nest.assert_same_structure(self.signature, value, check_types=False)
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(
+                f"from_generator: element {index} does not match output_signature "
+                f"{self.signature}: {error}"
+            ) from None
+        leaves = [self._cast(spec, leaf, index)
+                  for spec, leaf in zip(self.flat_specs, nest.flatten(value), strict=True)]
+        if not nest.is_nested(self.signature):
+            return leaves[0]
+        return nest.pack_sequence_as(self.signature, leaves)
+
+    def _cast(self, spec: nest.TensorSpec, leaf: Any, index: int) -> Any:
+        try:
+            array = np.asarray(leaf, dtype=spec.dtype)
+        except (TypeError, ValueError) as error:
+            raise InvalidArgumentError(
+                f"from_generator: element {index} value {leaf!r} cannot be converted to "
+                f"{spec}: {error}"
+            ) from None
+        if not spec.is_compatible_with(nest.TensorSpec(array.shape, array.dtype)):
+            raise InvalidArgumentError(
+                f"from_generator: element {index} has shape {list(array.shape)}, which does "
+                f"not match {spec} from output_signature"
+            )
+        return array[()] if array.ndim == 0 and spec.dtype != np.dtype(object) else array
+
+
+class _GeneratorNode(Node):
+    __slots__ = ("count",)
+
+    def __init__(self, op: GeneratorOp, skip: int) -> None:
+        self.count = skip
+        self.gen = self._run(op, skip)
+
+    def _run(self, op: GeneratorOp, skip: int) -> Iterator[Any]:
+        source = iter(op.generator(*op.args))
+        for _ in range(skip):
+            next(source, None)
+        conform = op.conform
+        for value in source:
+            index = self.count
+            self.count = index + 1
+            yield conform(value, index)
+
+    def state_dict(self) -> int:
+        return self.count

@@ -1,0 +1,349 @@
+"""TensorFlow's TFRecord file format: write and read files of length-delimited, checksummed records.
+
+A file is a sequence of records, each laid out as::
+
+    uint64 length          (little-endian)
+    uint32 masked CRC32C   of the 8 length bytes
+    bytes  data[length]
+    uint32 masked CRC32C   of the data
+
+optionally compressed as a whole with gzip (``"GZIP"``) or zlib (``"ZLIB"``). Files are
+byte-compatible with ``tf.io.TFRecordWriter`` and ``tf.data.TFRecordDataset``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from types import TracebackType
+from typing import IO, Any
+
+import google_crc32c
+
+from convoy.errors import (
+    DataLossError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+
+__all__ = ["TFRecordWriter", "masked_crc32c", "open_stream", "read_records"]
+
+_MASK_DELTA = 0xA282EAD8
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_HEADER = struct.Struct("<QI")  # length, masked CRC32C of the length bytes
+_HEADER_SIZE = _HEADER.size  # 12
+_FOOTER_SIZE = _U32.size  # 4
+
+_BUFFER_SIZE = 256 * 1024
+# Reads larger than this are done in pieces, so a corrupt (but CRC-valid) huge length cannot
+# make us allocate its full size before finding out the file is shorter.
+_MAX_SINGLE_READ = 16 * 1024 * 1024
+
+# compression type -> zlib wbits (None: uncompressed); the same window TensorFlow uses.
+_WBITS: dict[str, int | None] = {"": None, "ZLIB": zlib.MAX_WBITS, "GZIP": zlib.MAX_WBITS | 16}
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The masked CRC32C of ``data``, as stored in TFRecord files."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _wbits_for(compression_type: Any, argument: str) -> int | None:
+    if compression_type is None:
+        return None
+    if isinstance(compression_type, str) and compression_type in _WBITS:
+        return _WBITS[compression_type]
+    raise InvalidArgumentError(
+        f"{argument}: expected a compression type, one of '', 'GZIP', 'ZLIB' or None; "
+        f"got {compression_type!r}"
+    )
+
+
+def _check_path(path: Any) -> str:
+    """``path`` as a str for messages; raises if it is not a path at all."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"path: expected a str or os.PathLike, got {type(path).__name__}"
+        )
+    return os.fsdecode(os.fspath(path))
+
+
+def _open(path: str | os.PathLike[Any], mode: str, shown: str) -> IO[bytes]:
+    try:
+        return open(path, mode, buffering=_BUFFER_SIZE)  # noqa: SIM115 - closed by the caller
+    except FileNotFoundError as e:
+        raise NotFoundError(f"no such file or directory: {shown}") from e
+    except PermissionError as e:
+        raise PermissionDeniedError(f"permission denied: {shown}") from e
+
+
+class _DeflateSink:
+    """Writes bytes through a zlib/gzip compressor into a file."""
+
+    def __init__(self, file: IO[bytes], wbits: int) -> None:
+        self._file = file
+        self._compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, wbits)
+
+    def write(self, data: bytes) -> None:
+        out = self._compressor.compress(data)
+        if out:
+            self._file.write(out)
+
+    def flush(self) -> None:
+        self._file.write(self._compressor.flush(zlib.Z_SYNC_FLUSH))
+        self._file.flush()
+
+    def close(self) -> None:
+        try:
+            self._file.write(self._compressor.flush(zlib.Z_FINISH))
+        finally:
+            self._file.close()
+
+
+class TFRecordWriter:
+    """Writes records to a TFRecord file, like ``tf.io.TFRecordWriter``.
+
+    ``options`` is the compression type: ``""`` or ``None`` (none), ``"GZIP"`` or ``"ZLIB"``.
+    An existing file is overwritten. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, path: str | os.PathLike[Any], options: str | None = None) -> None:
+        wbits = _wbits_for(options, "options")
+        self._path = _check_path(path)
+        file = _open(path, "wb", self._path)
+        self._sink: IO[bytes] | _DeflateSink | None = (
+            file if wbits is None else _DeflateSink(file, wbits)
+        )
+
+    @property
+    def path(self) -> str:
+        """The path of the file being written."""
+        return self._path
+
+    def _open_sink(self, operation: str) -> IO[bytes] | _DeflateSink:
+        if self._sink is None:
+            raise FailedPreconditionError(
+                f"TFRecordWriter.{operation}: the writer for {self._path} is closed"
+            )
+        return self._sink
+
+    def write(self, record: bytes | bytearray | memoryview) -> None:
+        """Appends one record (any bytes-like object)."""
+        sink = self._open_sink("write")
+        if type(record) is not bytes:
+            if isinstance(record, str):
+                got = "str"
+            else:
+                try:
+                    record = memoryview(record).tobytes()
+                    got = ""
+                except TypeError:
+                    got = type(record).__name__
+            if got:
+                raise InvalidArgumentError(
+                    "record: expected a bytes-like object (bytes, bytearray, memoryview), "
+                    f"got {got}"
+                )
+        length = _U64.pack(len(record))
+        sink.write(length + _U32.pack(masked_crc32c(length)))
+        sink.write(record)
+        sink.write(_U32.pack(masked_crc32c(record)))
+
+    def flush(self) -> None:
+        """Pushes buffered records to the file (compressed files: up to a sync point)."""
+        self._open_sink("flush").flush()
+
+    def close(self) -> None:
+        """Finishes the file; closing twice is harmless, writing afterwards is an error."""
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink.close()
+
+    def __enter__(self) -> TFRecordWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _StreamError(Exception):
+    """The compressed stream itself is corrupt or cut short."""
+
+
+class _InflateReader(io.RawIOBase):
+    """Decompresses a zlib or (possibly multi-member) gzip stream from a file."""
+
+    def __init__(self, file: IO[bytes], wbits: int) -> None:
+        super().__init__()
+        self._file = file
+        self._wbits = wbits
+        self._decompressor = zlib.decompressobj(wbits)
+        self._input = b""
+        self._started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        size = len(buffer)
+        if size == 0:
+            return 0
+        while True:
+            d = self._decompressor
+            if d.eof:
+                rest = d.unused_data or self._file.read(_BUFFER_SIZE)
+                if not rest:
+                    return 0
+                if self._wbits != _WBITS["GZIP"]:
+                    raise _StreamError("unexpected data after the end of the zlib stream")
+                # Another gzip member follows, as in `cat a.gz b.gz`.
+                self._decompressor = zlib.decompressobj(self._wbits)
+                self._input = rest
+                continue
+            if not self._input:
+                self._input = self._file.read(_BUFFER_SIZE)
+                if not self._input:
+                    if not self._started:
+                        return 0  # an empty file is an empty stream
+                    raise _StreamError("the compressed stream ends early")
+                self._started = True
+            try:
+                out = d.decompress(self._input, size)
+            except zlib.error as e:
+                raise _StreamError(f"the compressed stream is corrupt ({e})") from e
+            self._input = d.unconsumed_tail
+            if out:
+                n = len(out)
+                buffer[:n] = out
+                return n
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            super().close()
+
+
+def _read_exact(stream: IO[bytes], size: int) -> bytes:
+    """Up to ``size`` bytes; fewer only at the end of the stream."""
+    if size <= _MAX_SINGLE_READ:
+        return stream.read(size)
+    pieces = []
+    remaining = size
+    while remaining:
+        piece = stream.read(min(remaining, _MAX_SINGLE_READ))
+        if not piece:
+            break
+        pieces.append(piece)
+        remaining -= len(piece)
+    return b"".join(pieces)
+
+
+def read_records(
+    path: str | os.PathLike[Any], compression_type: str | None = None, offset: int = 0
+) -> Iterator[tuple[bytes, int]]:
+    """Yields ``(record, offset_after_record)`` for each record of a TFRecord file.
+
+    Offsets count bytes of the uncompressed record stream; passing a yielded offset as
+    ``offset`` resumes reading with the record after it. Corrupt or truncated records raise
+    :class:`~convoy.errors.DataLossError`, a missing file :class:`~convoy.errors.NotFoundError`.
+    """
+    wbits = _wbits_for(compression_type, "compression_type")
+    shown = _check_path(path)
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise InvalidArgumentError(f"offset: expected an int, got {type(offset).__name__}")
+    if offset < 0:
+        raise InvalidArgumentError(f"offset: expected a non-negative int, got {offset}")
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError as e:
+        raise NotFoundError(f"no such file or directory: {shown}") from e
+    if wbits is None and offset > size:
+        raise InvalidArgumentError(
+            f"offset: expected at most the length of {shown} ({size} bytes), got {offset}"
+        )
+    return _iter_records(path, shown, wbits, offset)
+
+
+def open_stream(path: str | os.PathLike[Any], compression_type: str | None = None,
+                offset: int = 0) -> IO[bytes]:
+    """A binary stream of a file's uncompressed content, positioned at ``offset``."""
+    wbits = _wbits_for(compression_type, "compression_type")
+    return _open_at(path, _check_path(path), wbits, offset)
+
+
+def _open_at(path: str | os.PathLike[Any], shown: str, wbits: int | None,
+             offset: int) -> IO[bytes]:
+    file = _open(path, "rb", shown)
+    if wbits is None:
+        if offset:
+            file.seek(offset)
+        return file
+    stream = io.BufferedReader(_InflateReader(file, wbits), _BUFFER_SIZE)
+    skipped = 0
+    try:
+        while skipped < offset:
+            chunk = stream.read(min(offset - skipped, _MAX_SINGLE_READ))
+            if not chunk:
+                raise InvalidArgumentError(
+                    f"offset: expected at most the uncompressed length of {shown} "
+                    f"({skipped} bytes), got {offset}"
+                )
+            skipped += len(chunk)
+    except BaseException:
+        stream.close()
+        raise
+    return stream
+
+
+def _iter_records(
+    path: str | os.PathLike[Any], shown: str, wbits: int | None, offset: int
+) -> Iterator[tuple[bytes, int]]:
+    pos = offset
+
+    def lost(reason: str) -> DataLossError:
+        return DataLossError(f"corrupted record at offset {pos} in {shown}: {reason}")
+
+    try:
+        stream = _open_at(path, shown, wbits, offset)
+    except _StreamError as e:
+        raise lost(str(e)) from None
+    with stream:
+        try:
+            read = stream.read
+            unpack_header = _HEADER.unpack
+            unpack_u32 = _U32.unpack
+            crc = masked_crc32c
+            while True:
+                header = read(_HEADER_SIZE)
+                if len(header) != _HEADER_SIZE:
+                    if not header:
+                        return
+                    raise lost(f"truncated header ({len(header)} of {_HEADER_SIZE} bytes)")
+                length, length_crc = unpack_header(header)
+                if crc(header[:8]) != length_crc:
+                    raise lost("length CRC mismatch")
+                data = read(length) if length <= _MAX_SINGLE_READ else _read_exact(stream, length)
+                if len(data) != length:
+                    raise lost(f"truncated data ({len(data)} of {length} bytes)")
+                footer = read(_FOOTER_SIZE)
+                if len(footer) != _FOOTER_SIZE:
+                    raise lost(f"truncated data CRC ({len(footer)} of {_FOOTER_SIZE} bytes)")
+                if crc(data) != unpack_u32(footer)[0]:
+                    raise lost("data CRC mismatch")
+                pos += _HEADER_SIZE + length + _FOOTER_SIZE
+                yield data, pos
+        except _StreamError as e:
+            raise lost(str(e)) from None

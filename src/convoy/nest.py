@@ -1,0 +1,221 @@
+"""Nested structures of arrays: flatten, pack, map, compare, and describe them with specs.
+
+A structure is a tuple, list, dict or namedtuple whose leaves are numpy arrays, numpy or
+Python scalars, ``bytes`` or ``str``. Dicts flatten in sorted key order, as in TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from convoy.errors import InvalidArgumentError
+
+__all__ = [
+    "TensorSpec",
+    "assert_same_structure",
+    "flatten",
+    "is_nested",
+    "map_structure",
+    "pack_sequence_as",
+    "spec_from_value",
+]
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def is_nested(value: Any) -> bool:
+    """True for tuples, lists, dicts and namedtuples; leaves are everything else."""
+    return isinstance(value, (tuple, list, dict))
+
+
+def _children(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [value[k] for k in sorted(value)]
+    return list(value)
+
+
+def flatten(structure: Any) -> list[Any]:
+    """The leaves of ``structure`` in a fixed order (a leaf flattens to ``[leaf]``)."""
+    if not isinstance(structure, (tuple, list, dict)):
+        return [structure]
+    leaves: list[Any] = []
+    _flatten_into(structure, leaves)
+    return leaves
+
+
+def _flatten_into(structure: Any, leaves: list[Any]) -> None:
+    for child in _children(structure):
+        if isinstance(child, (tuple, list, dict)):
+            _flatten_into(child, leaves)
+        else:
+            leaves.append(child)
+
+
+def _rebuild(template: Any, children: list[Any]) -> Any:
+    if isinstance(template, dict):
+        keys = sorted(template)
+        return type(template)((k, v) for k, v in zip(keys, children, strict=True))
+    if _is_namedtuple(template):
+        return type(template)(*children)
+    return type(template)(children)
+
+
+def pack_sequence_as(structure: Any, flat: Sequence[Any]) -> Any:
+    """Rebuild ``structure``'s shape with the leaves taken in order from ``flat``."""
+    flat = list(flat)
+    packed, used = _pack(structure, flat, 0)
+    if used != len(flat):
+        raise InvalidArgumentError(
+            f"pack_sequence_as: structure has {used} leaves but flat has {len(flat)} values"
+        )
+    return packed
+
+
+def _pack(structure: Any, flat: list[Any], index: int) -> tuple[Any, int]:
+    if not is_nested(structure):
+        if index >= len(flat):
+            raise InvalidArgumentError(
+                f"pack_sequence_as: flat has {len(flat)} values, too few for the structure"
+            )
+        return flat[index], index + 1
+    children = []
+    for child in _children(structure):
+        packed, index = _pack(child, flat, index)
+        children.append(packed)
+    return _rebuild(structure, children), index
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"dict with keys {sorted(value)}"
+    if is_nested(value):
+        return f"{type(value).__name__} of length {len(value)}"
+    return "a leaf"
+
+
+def assert_same_structure(first: Any, second: Any, check_types: bool = True) -> None:
+    """Raise :class:`InvalidArgumentError` saying where ``first`` and ``second`` differ."""
+    _compare(first, second, check_types, path="")
+
+
+def _compare(a: Any, b: Any, check_types: bool, path: str) -> None:
+    where = path or "the top level"
+    if is_nested(a) != is_nested(b):
+        raise InvalidArgumentError(
+            f"structures differ at {where}: {_describe(a)} vs {_describe(b)}"
+        )
+    if not is_nested(a):
+        return
+    if check_types and type(a) is not type(b):
+        raise InvalidArgumentError(
+            f"structures differ at {where}: {type(a).__name__} vs {type(b).__name__}"
+        )
+    if isinstance(a, dict) and sorted(a) != sorted(b):
+        raise InvalidArgumentError(
+            f"structures differ at {where}: dict keys {sorted(a)} vs {sorted(b)}"
+        )
+    if len(a) != len(b):
+        raise InvalidArgumentError(
+            f"structures differ at {where}: {_describe(a)} vs {_describe(b)}"
+        )
+    keys = sorted(a) if isinstance(a, dict) else range(len(a))
+    for key in keys:
+        _compare(a[key], b[key], check_types, f"{path}[{key!r}]")
+
+
+def map_structure(fn: Callable[..., Any], *structures: Any) -> Any:
+    """Apply ``fn`` leaf-wise over structures of the same shape; return the same shape."""
+    if not structures:
+        raise InvalidArgumentError("map_structure needs at least one structure")
+    for other in structures[1:]:
+        assert_same_structure(structures[0], other)
+    flats = [flatten(s) for s in structures]
+    return pack_sequence_as(structures[0], [fn(*leaves) for leaves in zip(*flats)])
+
+
+_STRING = np.dtype(object)
+
+
+def _dtype_of(value: Any) -> np.dtype:
+    if isinstance(value, np.ndarray | np.generic):
+        return value.dtype
+    if isinstance(value, bool):
+        return np.dtype(np.bool_)
+    if isinstance(value, int):
+        return np.dtype(np.int64)
+    if isinstance(value, float):
+        return np.dtype(np.float32)
+    if isinstance(value, (bytes, str)):
+        return _STRING
+    return np.asarray(value).dtype
+
+
+class TensorSpec:
+    """The shape and dtype of one component of an element; ``None`` marks an unknown size."""
+
+    __slots__ = ("shape", "dtype", "name")
+
+    def __init__(self, shape: Sequence[int | None] | None, dtype: Any = np.float32,
+                 name: str | None = None) -> None:
+        if shape is not None:
+            shape = tuple(None if d is None else int(d) for d in shape)
+            if any(d is not None and d < 0 for d in shape):
+                raise InvalidArgumentError(
+                    f"TensorSpec shape must hold sizes >= 0 or None, got {shape}"
+                )
+        self.shape: tuple[int | None, ...] | None = shape
+        self.dtype = _STRING if dtype in (str, bytes, "string") else np.dtype(dtype)
+        self.name = name
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    def is_compatible_with(self, value: Any) -> bool:
+        """Whether ``value`` (a spec or a leaf) fits this spec."""
+        other = value if isinstance(value, TensorSpec) else spec_from_value(value)
+        if other.dtype != self.dtype:
+            return False
+        if self.shape is None or other.shape is None:
+            return True
+        if len(self.shape) != len(other.shape):
+            return False
+        return all(a is None or b is None or a == b for a, b in zip(self.shape, other.shape))
+
+    def most_specific_common(self, other: TensorSpec) -> TensorSpec:
+        """The tightest spec that both ``self`` and ``other`` fit (sizes that differ -> None)."""
+        if self.shape is None or other.shape is None or len(self.shape) != len(other.shape):
+            shape = None
+        else:
+            shape = tuple(a if a == b else None for a, b in zip(self.shape, other.shape))
+        return TensorSpec(shape, self.dtype if self.dtype == other.dtype else _STRING)
+
+    def _dtype_name(self) -> str:
+        return "string" if self.dtype == _STRING else self.dtype.name
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TensorSpec)
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self) -> str:
+        shape = "<unknown>" if self.shape is None else list(self.shape)
+        return f"TensorSpec(shape={shape}, dtype={self._dtype_name()})"
+
+
+def spec_from_value(value: Any) -> Any:
+    """The structure of :class:`TensorSpec` that describes ``value``."""
+    if is_nested(value):
+        return map_structure(spec_from_value, value)
+    shape = value.shape if isinstance(value, np.ndarray | np.generic) else ()
+    return TensorSpec(shape, _dtype_of(value))
