@@ -26,3 +26,6 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
+
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/convoy/data/service/service.proto

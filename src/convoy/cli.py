@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 import convoy
@@ -25,6 +27,58 @@ def command(name: str, help: str,
 def _version(args: argparse.Namespace) -> int:
     print(f"convoy {convoy.__version__}")
     return 0
+
+
+def _serve_until_signalled(server: object, role: str, address: str) -> int:
+    """Print where ``server`` listens, then serve until SIGTERM or SIGINT stops it."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    print(f"convoy {role} listening on {address}", flush=True)
+    while not stop.wait(0.5):
+        if getattr(server, "error", None) is not None:
+            print(f"convoy {role} stopped: {server.error}", file=sys.stderr, flush=True)
+            server.stop()  # type: ignore[attr-defined]
+            return 1
+    server.stop()  # type: ignore[attr-defined]
+    return 0
+
+
+def _dispatcher_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: any free port)")
+    parser.add_argument("--work-dir", default=None, help="directory for the dispatcher's state")
+    parser.add_argument("--fault-tolerant", action="store_true",
+                        help="journal state changes in --work-dir and replay them on restart")
+
+
+@command("dispatcher", "run a data service dispatcher", _dispatcher_arguments)
+def _dispatcher(args: argparse.Namespace) -> int:
+    from convoy.data.service import DispatcherConfig, DispatchServer
+
+    server = DispatchServer(DispatcherConfig(port=args.port, work_dir=args.work_dir,
+                                             fault_tolerant_mode=args.fault_tolerant))
+    return _serve_until_signalled(server, "dispatcher", server._address)
+
+
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dispatcher", required=True, help="the dispatcher's HOST:PORT")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: any free port)")
+    parser.add_argument("--address", default=None,
+                        help="address consumers use to reach this worker (default "
+                             "localhost:PORT)")
+    parser.add_argument("--heartbeat-ms", type=int, default=None)
+    parser.add_argument("--dispatcher-timeout-ms", type=int, default=None)
+
+
+@command("worker", "run a data service worker", _worker_arguments)
+def _worker(args: argparse.Namespace) -> int:
+    from convoy.data.service import WorkerConfig, WorkerServer
+
+    server = WorkerServer(WorkerConfig(dispatcher_address=args.dispatcher, port=args.port,
+                                       worker_address=args.address,
+                                       heartbeat_interval_ms=args.heartbeat_ms,
+                                       dispatcher_timeout_ms=args.dispatcher_timeout_ms))
+    return _serve_until_signalled(server, "worker", server._address)
 
 
 def build_parser() -> argparse.ArgumentParser:

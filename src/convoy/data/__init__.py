@@ -27,3 +27,7 @@ __all__ = [
     "TensorSpec",
     "TextLineDataset",
 ]
+
+from convoy.data import service  # noqa: E402  (after the names the service builds on)
+
+__all__ += ["service"]

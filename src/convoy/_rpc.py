@@ -1,0 +1,177 @@
+"""The one way convoy speaks gRPC: addresses, servers, clients, error mapping and retries.
+
+Services are declared as tables of :class:`Method` (name, request type, response type); the
+same table builds the server's handlers and the client's stubs, so no generated ``_pb2_grpc``
+code is needed. A response type of ``None`` means the handler returns raw ``bytes`` (the
+element data path, which must not be copied into a protobuf). Exceptions raised by handlers
+travel as gRPC statuses and come back to the caller as the same :mod:`convoy.errors` class.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from convoy import errors
+
+log = logging.getLogger(__name__)
+
+#: Options for every channel and server: no message size limit (elements can be large).
+OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.so_reuseport", 0),
+]
+
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:/\s]+):(?P<port>\d{1,5})$")
+
+
+def parse_target(target: Any, argument: str = "service") -> tuple[str, str]:
+    """Split ``"grpc://host:port"`` (or ``"host:port"``) into ``("grpc", "host:port")``."""
+    if not isinstance(target, str):
+        raise errors.InvalidArgumentError(
+            f"`{argument}` must be a string like 'grpc://host:port', but was of type "
+            f"{type(target).__name__}"
+        )
+    if not target:
+        raise errors.InvalidArgumentError(f"`{argument}` must not be empty")
+    if target.count("://") > 1:
+        raise errors.InvalidArgumentError(
+            f"Malformed `{argument}` string has multiple '://': {target}"
+        )
+    protocol, _, address = target.rpartition("://")
+    protocol = protocol or "grpc"
+    if protocol != "grpc":
+        raise errors.NotFoundError(
+            f"`{argument}` uses protocol {protocol!r}; the only protocol available is 'grpc'"
+        )
+    check_address(address, argument)
+    return protocol, address
+
+
+def check_address(address: str, argument: str) -> str:
+    match = _ADDRESS.match(address)
+    if not match or not 0 < int(match["port"]) < 65536:
+        raise errors.InvalidArgumentError(
+            f"`{argument}` must name a host and a port, like 'localhost:5050', got {address!r}"
+        )
+    return address
+
+
+@dataclass(frozen=True)
+class Method:
+    """One RPC: its name and message types (``response=None``: raw bytes)."""
+
+    name: str
+    request: Any
+    response: Any | None
+
+
+def _status_of(error: BaseException) -> grpc.StatusCode:
+    return grpc.StatusCode[errors.grpc_code_name(error)]
+
+
+def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return function(request)
+        except errors.ConvoyError as error:
+            context.abort(_status_of(error), str(error))
+        except Exception as error:
+            log.exception("%s failed", method.name)
+            context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
+
+    serialize = (lambda data: data) if method.response is None else \
+        method.response.SerializeToString
+    return grpc.unary_unary_rpc_method_handler(
+        handle, request_deserializer=method.request.FromString,
+        response_serializer=serialize,
+    )
+
+
+def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: int,
+          host: str = "[::]", max_workers: int = 16) -> tuple[grpc.Server, int]:
+    """Start a gRPC server for ``service``; returns it and the port it is bound to."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                    thread_name_prefix=f"convoy-{service}"),
+                         options=OPTIONS)
+    handlers = {m.name: _handler(m, fn) for m, fn in methods.items()}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise errors.UnavailableError(f"could not bind {service} server to port {port}")
+    server.start()
+    return server, bound
+
+
+def translate(error: grpc.RpcError, where: str) -> errors.ConvoyError:
+    """The convoy exception for a failed call to ``where``."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = error.details() if hasattr(error, "details") else str(error)
+    name = code.name if code is not None else "UNKNOWN"
+    if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") and not details.startswith(where):
+        details = f"{where}: {details}"
+    return errors.from_grpc_code(name, details)
+
+
+class Client:
+    """Stubs for one service at one address: ``client.call("Method", request)``."""
+
+    def __init__(self, address: str, service: str, methods: list[Method]) -> None:
+        self.address = address
+        self._channel = grpc.insecure_channel(address, options=OPTIONS)
+        self._stubs = {
+            m.name: self._channel.unary_unary(
+                f"/{service}/{m.name}",
+                request_serializer=m.request.SerializeToString,
+                response_deserializer=(lambda data: data) if m.response is None
+                else m.response.FromString,
+            )
+            for m in methods
+        }
+
+    def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
+        """Call ``method``; failures raise the matching :mod:`convoy.errors` exception."""
+        try:
+            return self._stubs[method](request, timeout=timeout)
+        except grpc.RpcError as error:
+            raise translate(error, f"{method} at {self.address}") from None
+
+    def future(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
+        """Start ``method`` without waiting; ``.result()`` raises grpc errors untranslated."""
+        return self._stubs[method].future(request, timeout=timeout)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+T = TypeVar("T")
+
+RETRYABLE = (errors.UnavailableError, errors.DeadlineExceededError)
+
+
+def retry(attempt: Callable[[], T], timeout_s: float, what: str,
+          should_stop: Callable[[], bool] = lambda: False) -> T:
+    """Call ``attempt`` until it succeeds, retrying unavailability with jittered exponential
+    backoff; after ``timeout_s`` raise :class:`UnavailableError` saying what failed."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.02
+    while True:
+        try:
+            return attempt()
+        except RETRYABLE as error:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or should_stop():
+                raise errors.UnavailableError(
+                    f"{what}: gave up after {timeout_s:.1f} s: {error}"
+                ) from None
+            time.sleep(min(delay * (0.5 + random.random()), remaining))
+            delay = min(delay * 2, 1.0)

@@ -1,0 +1,33 @@
+"""The data service: run a pipeline on a fleet of worker processes and stream its elements
+to trainers.
+
+A :class:`DispatchServer` keeps track of datasets, jobs and workers; :class:`WorkerServer`
+processes run the pipelines; trainers read with :func:`distribute` or
+:func:`register_dataset` + :func:`from_dataset_id`.
+"""
+
+from convoy.data.service._client import (
+    CrossTrainerCache,
+    distribute,
+    from_dataset_id,
+    register_dataset,
+)
+from convoy.data.service._config import (
+    DispatcherConfig,
+    ShardingPolicy,
+    WorkerConfig,
+)
+from convoy.data.service._dispatcher import DispatchServer
+from convoy.data.service._worker import WorkerServer
+
+__all__ = [
+    "CrossTrainerCache",
+    "DispatchServer",
+    "DispatcherConfig",
+    "ShardingPolicy",
+    "WorkerConfig",
+    "WorkerServer",
+    "distribute",
+    "from_dataset_id",
+    "register_dataset",
+]

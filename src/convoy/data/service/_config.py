@@ -1,0 +1,140 @@
+"""Configuration values of the data service: sharding policies and server configs."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from convoy import _rpc
+from convoy.data import _check as check
+from convoy.errors import InvalidArgumentError
+
+
+class ShardingPolicy(enum.IntEnum):
+    """How a job's input is divided among workers (the values are TensorFlow's)."""
+
+    OFF = 0  #: every worker produces the whole dataset
+    DYNAMIC = 1  #: the dispatcher hands out splits of the source; each element once in all
+    FILE = 2  #: static: worker i reads the i-th share of the files
+    DATA = 3  #: static: worker i keeps every element whose index is i modulo the workers
+    FILE_OR_DATA = 4  #: static: FILE when the source is a file list, else DATA
+    HINT = 5  #: static: shard(SHARD_HINT, SHARD_HINT) becomes shard(workers, worker index)
+
+
+_MODE_NAMES = {"parallel_epochs": ShardingPolicy.OFF,
+               "distributed_epoch": ShardingPolicy.DYNAMIC}
+
+#: Policies this version runs; the others are accepted, validated and refused at job creation.
+SUPPORTED_POLICIES = (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC)
+
+
+def sharding_policy(value: Any) -> ShardingPolicy:
+    """A ShardingPolicy from the enum, its name or TensorFlow's two processing-mode strings."""
+    if isinstance(value, ShardingPolicy):
+        return value
+    if isinstance(value, str):
+        if value in _MODE_NAMES:
+            return _MODE_NAMES[value]
+        if value.upper() in ShardingPolicy.__members__:
+            return ShardingPolicy[value.upper()]
+    raise InvalidArgumentError(
+        "processing_mode should be a convoy.data.service.ShardingPolicy, \"parallel_epochs\" "
+        f"or \"distributed_epoch\". Got {value!r}."
+    )
+
+
+def _milliseconds(name: str, value: Any, default: int) -> int:
+    if value is None:
+        return default
+    return check.integer(name, value, -1 if name == "job_gc_timeout_ms" else 1)
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    """How to run a dispatcher. Times are in milliseconds; None takes the default."""
+
+    port: int = 0
+    protocol: str | None = None
+    work_dir: str | None = None
+    fault_tolerant_mode: bool = False
+    worker_addresses: tuple[str, ...] | None = None
+    job_gc_check_interval_ms: int | None = None
+    job_gc_timeout_ms: int | None = None
+    client_timeout_ms: int | None = None
+    worker_timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        check.integer("port", self.port, 0)
+        if self.protocol not in (None, "grpc"):
+            raise InvalidArgumentError(f"protocol must be 'grpc', got {self.protocol!r}")
+        check.boolean("fault_tolerant_mode", self.fault_tolerant_mode)
+        if self.fault_tolerant_mode and not self.work_dir:
+            raise InvalidArgumentError(
+                "Cannot enable fault tolerant mode without configuring a work_dir: the "
+                "journal is written there"
+            )
+        if self.worker_addresses is not None:
+            object.__setattr__(self, "worker_addresses", tuple(self.worker_addresses))
+        for name in ("job_gc_check_interval_ms", "job_gc_timeout_ms", "client_timeout_ms",
+                     "worker_timeout_ms"):
+            _milliseconds(name, getattr(self, name), 0)
+
+    @property
+    def gc_check_interval_s(self) -> float:
+        return _milliseconds("job_gc_check_interval_ms", self.job_gc_check_interval_ms,
+                             10_000) / 1000
+
+    @property
+    def job_gc_timeout_s(self) -> float:
+        return _milliseconds("job_gc_timeout_ms", self.job_gc_timeout_ms, 300_000) / 1000
+
+    @property
+    def client_timeout_s(self) -> float:
+        return _milliseconds("client_timeout_ms", self.client_timeout_ms, 300_000) / 1000
+
+    @property
+    def worker_timeout_s(self) -> float:
+        return _milliseconds("worker_timeout_ms", self.worker_timeout_ms, 60_000) / 1000
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How to run a worker. Times are in milliseconds; None takes the default."""
+
+    dispatcher_address: str = ""
+    worker_address: str | None = None
+    port: int = 0
+    protocol: str | None = None
+    heartbeat_interval_ms: int | None = None
+    dispatcher_timeout_ms: int | None = None
+    data_transfer_protocol: str | None = None
+    shutdown_quiet_period_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.dispatcher_address:
+            raise InvalidArgumentError(
+                "Must specify a `dispatcher_address` in the `config` passed to WorkerServer"
+            )
+        address = self.dispatcher_address.split("://")[-1]
+        object.__setattr__(self, "dispatcher_address",
+                           _rpc.check_address(address, "dispatcher_address"))
+        check.integer("port", self.port, 0)
+        if self.protocol not in (None, "grpc"):
+            raise InvalidArgumentError(f"protocol must be 'grpc', got {self.protocol!r}")
+        if self.data_transfer_protocol not in (None, "grpc"):
+            raise InvalidArgumentError(
+                f"data_transfer_protocol must be 'grpc' or None, got "
+                f"{self.data_transfer_protocol!r}"
+            )
+        _milliseconds("heartbeat_interval_ms", self.heartbeat_interval_ms, 0)
+        _milliseconds("dispatcher_timeout_ms", self.dispatcher_timeout_ms, 0)
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        return _milliseconds("heartbeat_interval_ms", self.heartbeat_interval_ms, 1_000) / 1000
+
+    @property
+    def dispatcher_timeout_s(self) -> float:
+        return _milliseconds("dispatcher_timeout_ms", self.dispatcher_timeout_ms,
+                             3_600_000) / 1000

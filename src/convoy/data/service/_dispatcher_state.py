@@ -1,0 +1,409 @@
+"""The dispatcher's state machine: events in, results out; no sockets, threads or clocks.
+
+Every change to the dispatcher's state is one event (a frozen dataclass) passed to
+:meth:`DispatcherState.apply`, which returns the event's result. Given the same events in the
+same order, two states end up equal, so the event log is the journal and restart is replay.
+Time enters only as the ``now`` field of the events that need it.
+
+Objects and their ids: datasets (decimal strings), jobs, iterations (one per job and
+repetition), iteration clients (one per consumer iterator), tasks (one per iteration and
+worker), workers (by address; ``uid`` tells a restarted process apart).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from convoy.data.service._config import SUPPORTED_POLICIES, ShardingPolicy
+from convoy.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnimplementedError,
+)
+
+#: Split requests hand out this many source units per split at most ...
+MAX_SPLIT_SIZE = 4096
+#: ... aiming at about this many splits per pass, so work spreads evenly over workers.
+SPLITS_PER_PASS = 1024
+
+
+@dataclass
+class DatasetRecord:
+    dataset_id: str
+    fingerprint: str
+    payload: bytes
+    compression: str
+    element_spec: bytes
+    cardinality: int
+    num_split_units: int
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    processing_mode: str
+    num_consumers: int = 0
+    target_workers: str = "AUTO"
+    cross_trainer_cache: str = ""
+
+    def describe(self) -> str:
+        return (f"processing mode {self.processing_mode}, num_consumers {self.num_consumers}, "
+                f"target_workers {self.target_workers}, cross-trainer cache "
+                f"{'on' if self.cross_trainer_cache else 'off'}")
+
+
+@dataclass
+class JobRecord:
+    job_id: int
+    name: str
+    dataset_id: str
+    options: JobOptions
+
+
+@dataclass
+class IterationRecord:
+    iteration_id: int
+    job_id: int
+    repetition: int
+    tasks: dict[str, int] = field(default_factory=dict)  # worker address -> task id
+    split_repetition: int = 0
+    split_cursor: int = 0
+    split_size: int = 1
+
+
+@dataclass
+class TaskRecord:
+    task_id: int
+    iteration_id: int
+    worker_address: str
+    finished: bool = False
+
+
+@dataclass
+class WorkerRecord:
+    address: str
+    uid: str
+    last_seen: float
+
+
+@dataclass
+class ClientRecord:
+    client_id: int
+    iteration_id: int
+    last_seen: float
+
+
+# ----- events ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RegisterDataset:
+    fingerprint: str
+    payload: bytes
+    compression: str
+    element_spec: bytes
+    cardinality: int
+    num_split_units: int
+    requested_id: str = ""
+
+
+@dataclass(frozen=True)
+class GetOrCreateJob:
+    dataset_id: str
+    job_name: str
+    options: JobOptions
+
+
+@dataclass(frozen=True)
+class GetOrCreateIteration:
+    job_id: int
+    repetition: int
+    now: float
+
+
+@dataclass(frozen=True)
+class ClientHeartbeat:
+    client_id: int
+    now: float
+
+
+@dataclass(frozen=True)
+class ReleaseClient:
+    client_id: int
+
+
+@dataclass(frozen=True)
+class WorkerHeartbeat:
+    address: str
+    uid: str
+    current_tasks: tuple[int, ...]
+    now: float
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    address: str
+    task_id: int
+
+
+@dataclass(frozen=True)
+class GetSplits:
+    iteration_id: int
+    repetition: int
+    max_splits: int
+
+
+@dataclass(frozen=True)
+class CollectGarbage:
+    """Forget clients silent for ``client_timeout`` and iterations idle without clients."""
+
+    now: float
+    client_timeout: float
+    worker_timeout: float
+
+
+# ----- results -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskAssignment:
+    task_id: int
+    iteration_id: int
+    dataset: DatasetRecord
+    processing_mode: str
+    worker_index: int
+    num_workers: int
+
+
+@dataclass(frozen=True)
+class WorkerInstructions:
+    new_tasks: list[TaskAssignment]
+    tasks_to_delete: list[int]
+
+
+@dataclass(frozen=True)
+class ClientView:
+    tasks: list[tuple[int, str]]  # (task id, worker address)
+    iteration_finished: bool
+
+
+class DispatcherState:
+    """All the dispatcher knows. Mutate it only through :meth:`apply`."""
+
+    def __init__(self) -> None:
+        self.datasets: dict[str, DatasetRecord] = {}
+        self.jobs: dict[int, JobRecord] = {}
+        self.named_jobs: dict[str, int] = {}
+        self.iterations: dict[int, IterationRecord] = {}
+        self.iteration_keys: dict[tuple[int, int], int] = {}  # (job id, repetition) -> id
+        self.tasks: dict[int, TaskRecord] = {}
+        self.workers: dict[str, WorkerRecord] = {}
+        self.clients: dict[int, ClientRecord] = {}
+        self.next_dataset_id = 1000
+        self.next_id = 2000
+
+    def apply(self, event: Any) -> Any:
+        """Apply one event; returns its result. Raises a convoy error for a bad request,
+        leaving the state unchanged."""
+        handler = getattr(self, "_on_" + type(event).__name__, None)
+        if handler is None:
+            raise InvalidArgumentError(f"unknown dispatcher event {type(event).__name__}")
+        return handler(event)
+
+    def _new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    # ----- datasets ---------------------------------------------------------------------------
+    def _on_RegisterDataset(self, event: RegisterDataset) -> str:
+        if event.requested_id:
+            existing = self.datasets.get(event.requested_id)
+            if existing is not None:
+                if existing.fingerprint != event.fingerprint:
+                    raise InvalidArgumentError(
+                        f"Datasets with the same ID should have the same structure: dataset "
+                        f"id {event.requested_id!r} is already registered with another dataset"
+                    )
+                return existing.dataset_id
+            dataset_id = event.requested_id
+        else:
+            for record in self.datasets.values():
+                if record.fingerprint == event.fingerprint:
+                    return record.dataset_id
+            while str(self.next_dataset_id) in self.datasets:
+                self.next_dataset_id += 1
+            dataset_id = str(self.next_dataset_id)
+            self.next_dataset_id += 1
+        self.datasets[dataset_id] = DatasetRecord(
+            dataset_id, event.fingerprint, event.payload, event.compression,
+            event.element_spec, event.cardinality, event.num_split_units)
+        return dataset_id
+
+    def dataset(self, dataset_id: str) -> DatasetRecord:
+        record = self.datasets.get(dataset_id)
+        if record is None:
+            raise NotFoundError(f"Dataset id {dataset_id!r} not found")
+        return record
+
+    # ----- jobs and iterations ----------------------------------------------------------------
+    def _on_GetOrCreateJob(self, event: GetOrCreateJob) -> int:
+        dataset = self.dataset(event.dataset_id)
+        mode = ShardingPolicy[event.options.processing_mode]
+        if event.job_name and event.job_name in self.named_jobs:
+            job = self.jobs[self.named_jobs[event.job_name]]
+            if job.options != event.options:
+                raise InvalidArgumentError(
+                    f"Tried to create job with name {event.job_name!r}, but found an existing "
+                    f"job with different parameters: existing {job.options.describe()}; got "
+                    f"{event.options.describe()}"
+                )
+            return job.job_id
+        if mode not in SUPPORTED_POLICIES:
+            raise UnimplementedError(
+                f"sharding policy {mode.name} is not available yet; use OFF or DYNAMIC"
+            )
+        if mode is ShardingPolicy.DYNAMIC and dataset.num_split_units < 0:
+            raise UnimplementedError(
+                "DYNAMIC sharding needs a pipeline whose source can be split (range, "
+                "from_tensor_slices, list_files, or a file reader over a list of files)"
+            )
+        job = JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options)
+        self.jobs[job.job_id] = job
+        if event.job_name:
+            self.named_jobs[event.job_name] = job.job_id
+        return job.job_id
+
+    def _on_GetOrCreateIteration(self, event: GetOrCreateIteration) -> tuple[int, int]:
+        job = self.jobs.get(event.job_id)
+        if job is None:
+            raise NotFoundError(f"Job id {event.job_id} not found")
+        key = (event.job_id, event.repetition)
+        iteration_id = self.iteration_keys.get(key)
+        if iteration_id is None:
+            iteration_id = self._new_id()
+            units = self.datasets[job.dataset_id].num_split_units
+            split_size = max(1, min(MAX_SPLIT_SIZE, units // SPLITS_PER_PASS))
+            self.iterations[iteration_id] = IterationRecord(
+                iteration_id, job.job_id, event.repetition, split_size=split_size)
+            self.iteration_keys[key] = iteration_id
+            for address in sorted(self.workers):
+                self._create_task(self.iterations[iteration_id], address)
+        client = ClientRecord(self._new_id(), iteration_id, event.now)
+        self.clients[client.client_id] = client
+        return iteration_id, client.client_id
+
+    def _create_task(self, iteration: IterationRecord, address: str) -> TaskRecord:
+        task = TaskRecord(self._new_id(), iteration.iteration_id, address)
+        self.tasks[task.task_id] = task
+        iteration.tasks[address] = task.task_id
+        return task
+
+    def iteration_finished(self, iteration: IterationRecord) -> bool:
+        tasks = [self.tasks[t] for t in iteration.tasks.values()]
+        return bool(tasks) and all(t.finished for t in tasks)
+
+    def _on_ClientHeartbeat(self, event: ClientHeartbeat) -> ClientView:
+        client = self.clients.get(event.client_id)
+        if client is None:
+            raise NotFoundError(
+                f"Unknown iteration client id {event.client_id}: it was released, timed out, "
+                f"or the dispatcher restarted without fault tolerance"
+            )
+        client.last_seen = event.now
+        iteration = self.iterations[client.iteration_id]
+        tasks = sorted((t, a) for a, t in iteration.tasks.items())
+        return ClientView(tasks, self.iteration_finished(iteration))
+
+    def _on_ReleaseClient(self, event: ReleaseClient) -> None:
+        self.clients.pop(event.client_id, None)
+
+    # ----- workers ------------------------------------------------------------------------------
+    def _on_WorkerHeartbeat(self, event: WorkerHeartbeat) -> WorkerInstructions:
+        worker = self.workers.get(event.address)
+        restarted = worker is not None and worker.uid != event.uid
+        if worker is None or restarted:
+            self.workers[event.address] = WorkerRecord(event.address, event.uid, event.now)
+            self._assign_unfinished_iterations(event.address, restarted)
+        else:
+            worker.last_seen = event.now
+        assigned = {t.task_id: t for t in self.tasks.values()
+                    if t.worker_address == event.address}
+        current = set(event.current_tasks)
+        new_tasks = [self._assignment(t) for t in assigned.values()
+                     if t.task_id not in current and not t.finished]
+        to_delete = sorted(t for t in current if t not in assigned)
+        return WorkerInstructions(new_tasks, to_delete)
+
+    def _assign_unfinished_iterations(self, address: str, restarted: bool) -> None:
+        for iteration in self.iterations.values():
+            if self.iteration_finished(iteration):
+                continue
+            task_id = iteration.tasks.get(address)
+            if task_id is None:
+                self._create_task(iteration, address)
+            elif restarted:  # the old process's task is lost: the new process starts afresh
+                self.tasks[task_id].finished = False
+
+    def _assignment(self, task: TaskRecord) -> TaskAssignment:
+        iteration = self.iterations[task.iteration_id]
+        job = self.jobs[iteration.job_id]
+        addresses = sorted(iteration.tasks)
+        return TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
+                              job.options.processing_mode, addresses.index(task.worker_address),
+                              len(addresses))
+
+    def _on_TaskFinished(self, event: TaskFinished) -> None:
+        task = self.tasks.get(event.task_id)
+        if task is None:
+            raise NotFoundError(f"Task {event.task_id} not found")
+        if task.worker_address != event.address:
+            raise FailedPreconditionError(
+                f"Task {event.task_id} belongs to worker {task.worker_address}, not "
+                f"{event.address}"
+            )
+        task.finished = True
+
+    def task_definition(self, task_id: int) -> TaskAssignment:
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise NotFoundError(f"Task {task_id} not found")
+        return self._assignment(task)
+
+    # ----- splits -------------------------------------------------------------------------------
+    def _on_GetSplits(self, event: GetSplits) -> tuple[list[tuple[int, int]], bool]:
+        iteration = self.iterations.get(event.iteration_id)
+        if iteration is None:
+            raise NotFoundError(f"Iteration {event.iteration_id} not found")
+        job = self.jobs[iteration.job_id]
+        if job.options.processing_mode != ShardingPolicy.DYNAMIC.name:
+            raise FailedPreconditionError(
+                f"Cannot get splits for iteration {event.iteration_id}: its job uses "
+                f"{job.options.processing_mode}, not DYNAMIC sharding"
+            )
+        if event.repetition < iteration.split_repetition:
+            return [], True
+        if event.repetition > iteration.split_repetition:
+            iteration.split_repetition, iteration.split_cursor = event.repetition, 0
+        units = self.datasets[job.dataset_id].num_split_units
+        splits = []
+        while len(splits) < event.max_splits and iteration.split_cursor < units:
+            start = iteration.split_cursor
+            iteration.split_cursor = min(units, start + iteration.split_size)
+            splits.append((start, iteration.split_cursor))
+        return splits, iteration.split_cursor >= units
+
+    # ----- garbage collection -------------------------------------------------------------------
+    def _on_CollectGarbage(self, event: CollectGarbage) -> list[str]:
+        """Returns the addresses of workers declared lost."""
+        for client_id, client in list(self.clients.items()):
+            if event.now - client.last_seen > event.client_timeout:
+                del self.clients[client_id]
+        lost = [address for address, worker in self.workers.items()
+                if event.now - worker.last_seen > event.worker_timeout]
+        for address in lost:
+            del self.workers[address]
+        return lost
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as plain data (for tests and the journal's compaction)."""
+        return {name: {k: dataclasses.asdict(v) for k, v in value.items()}
+                if isinstance(value, dict) and name not in ("named_jobs", "iteration_keys")
+                else value for name, value in vars(self).items()}

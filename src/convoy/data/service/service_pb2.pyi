@@ -1,0 +1,207 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RegisterDatasetRequest(_message.Message):
+    __slots__ = ("dataset", "dataset_id", "fingerprint", "compression", "element_spec", "cardinality", "num_split_units")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    ELEMENT_SPEC_FIELD_NUMBER: _ClassVar[int]
+    CARDINALITY_FIELD_NUMBER: _ClassVar[int]
+    NUM_SPLIT_UNITS_FIELD_NUMBER: _ClassVar[int]
+    dataset: bytes
+    dataset_id: str
+    fingerprint: str
+    compression: str
+    element_spec: bytes
+    cardinality: int
+    num_split_units: int
+    def __init__(self, dataset: _Optional[bytes] = ..., dataset_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., compression: _Optional[str] = ..., element_spec: _Optional[bytes] = ..., cardinality: _Optional[int] = ..., num_split_units: _Optional[int] = ...) -> None: ...
+
+class RegisterDatasetResponse(_message.Message):
+    __slots__ = ("dataset_id",)
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    dataset_id: str
+    def __init__(self, dataset_id: _Optional[str] = ...) -> None: ...
+
+class GetDatasetInfoRequest(_message.Message):
+    __slots__ = ("dataset_id",)
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    dataset_id: str
+    def __init__(self, dataset_id: _Optional[str] = ...) -> None: ...
+
+class GetDatasetInfoResponse(_message.Message):
+    __slots__ = ("element_spec", "compression", "cardinality")
+    ELEMENT_SPEC_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CARDINALITY_FIELD_NUMBER: _ClassVar[int]
+    element_spec: bytes
+    compression: str
+    cardinality: int
+    def __init__(self, element_spec: _Optional[bytes] = ..., compression: _Optional[str] = ..., cardinality: _Optional[int] = ...) -> None: ...
+
+class JobOptions(_message.Message):
+    __slots__ = ("processing_mode", "num_consumers", "target_workers", "cross_trainer_cache")
+    PROCESSING_MODE_FIELD_NUMBER: _ClassVar[int]
+    NUM_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CROSS_TRAINER_CACHE_FIELD_NUMBER: _ClassVar[int]
+    processing_mode: str
+    num_consumers: int
+    target_workers: str
+    cross_trainer_cache: str
+    def __init__(self, processing_mode: _Optional[str] = ..., num_consumers: _Optional[int] = ..., target_workers: _Optional[str] = ..., cross_trainer_cache: _Optional[str] = ...) -> None: ...
+
+class GetOrCreateJobRequest(_message.Message):
+    __slots__ = ("dataset_id", "job_name", "options")
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    dataset_id: str
+    job_name: str
+    options: JobOptions
+    def __init__(self, dataset_id: _Optional[str] = ..., job_name: _Optional[str] = ..., options: _Optional[_Union[JobOptions, _Mapping]] = ...) -> None: ...
+
+class GetOrCreateJobResponse(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    def __init__(self, job_id: _Optional[int] = ...) -> None: ...
+
+class GetOrCreateIterationRequest(_message.Message):
+    __slots__ = ("job_id", "repetition")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    repetition: int
+    def __init__(self, job_id: _Optional[int] = ..., repetition: _Optional[int] = ...) -> None: ...
+
+class GetOrCreateIterationResponse(_message.Message):
+    __slots__ = ("iteration_id", "client_id")
+    ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    iteration_id: int
+    client_id: int
+    def __init__(self, iteration_id: _Optional[int] = ..., client_id: _Optional[int] = ...) -> None: ...
+
+class TaskInfo(_message.Message):
+    __slots__ = ("task_id", "worker_address")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    worker_address: str
+    def __init__(self, task_id: _Optional[int] = ..., worker_address: _Optional[str] = ...) -> None: ...
+
+class ClientHeartbeatRequest(_message.Message):
+    __slots__ = ("client_id",)
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    def __init__(self, client_id: _Optional[int] = ...) -> None: ...
+
+class ClientHeartbeatResponse(_message.Message):
+    __slots__ = ("tasks", "iteration_finished")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
+    iteration_finished: bool
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., iteration_finished: _Optional[bool] = ...) -> None: ...
+
+class ReleaseClientRequest(_message.Message):
+    __slots__ = ("client_id",)
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    def __init__(self, client_id: _Optional[int] = ...) -> None: ...
+
+class TaskDef(_message.Message):
+    __slots__ = ("task_id", "iteration_id", "dataset_id", "dataset", "processing_mode", "compression", "worker_index", "num_workers")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    PROCESSING_MODE_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    iteration_id: int
+    dataset_id: str
+    dataset: bytes
+    processing_mode: str
+    compression: str
+    worker_index: int
+    num_workers: int
+    def __init__(self, task_id: _Optional[int] = ..., iteration_id: _Optional[int] = ..., dataset_id: _Optional[str] = ..., dataset: _Optional[bytes] = ..., processing_mode: _Optional[str] = ..., compression: _Optional[str] = ..., worker_index: _Optional[int] = ..., num_workers: _Optional[int] = ...) -> None: ...
+
+class WorkerHeartbeatRequest(_message.Message):
+    __slots__ = ("worker_address", "worker_uid", "current_tasks")
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_UID_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TASKS_FIELD_NUMBER: _ClassVar[int]
+    worker_address: str
+    worker_uid: str
+    current_tasks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WorkerHeartbeatResponse(_message.Message):
+    __slots__ = ("new_tasks", "tasks_to_delete")
+    NEW_TASKS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_TO_DELETE_FIELD_NUMBER: _ClassVar[int]
+    new_tasks: _containers.RepeatedCompositeFieldContainer[TaskDef]
+    tasks_to_delete: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, new_tasks: _Optional[_Iterable[_Union[TaskDef, _Mapping]]] = ..., tasks_to_delete: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TaskFinishedRequest(_message.Message):
+    __slots__ = ("worker_address", "task_id")
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_address: str
+    task_id: int
+    def __init__(self, worker_address: _Optional[str] = ..., task_id: _Optional[int] = ...) -> None: ...
+
+class Split(_message.Message):
+    __slots__ = ("start", "stop")
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    stop: int
+    def __init__(self, start: _Optional[int] = ..., stop: _Optional[int] = ...) -> None: ...
+
+class GetSplitsRequest(_message.Message):
+    __slots__ = ("iteration_id", "repetition", "max_splits")
+    ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    MAX_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    iteration_id: int
+    repetition: int
+    max_splits: int
+    def __init__(self, iteration_id: _Optional[int] = ..., repetition: _Optional[int] = ..., max_splits: _Optional[int] = ...) -> None: ...
+
+class GetSplitsResponse(_message.Message):
+    __slots__ = ("splits", "end_of_splits")
+    SPLITS_FIELD_NUMBER: _ClassVar[int]
+    END_OF_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    splits: _containers.RepeatedCompositeFieldContainer[Split]
+    end_of_splits: bool
+    def __init__(self, splits: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., end_of_splits: _Optional[bool] = ...) -> None: ...
+
+class GetElementsRequest(_message.Message):
+    __slots__ = ("task_id", "consumer_index", "max_elements", "max_bytes")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MAX_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    consumer_index: int
+    max_elements: int
+    max_bytes: int
+    def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
