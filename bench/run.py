@@ -49,6 +49,7 @@ def main() -> int:
             theirs = _median(workload.tensorflow, args.repeats)
             line += f"{theirs:>14,.0f}{ours / theirs:>8.1f}x"
         print(line, flush=True)
+    workloads.stop_clusters()
     return 0
 
 
