@@ -2,6 +2,9 @@
 
 A structure is a tuple, list, dict or namedtuple whose leaves are numpy arrays, numpy or
 Python scalars, ``bytes`` or ``str``. Dicts flatten in sorted key order, as in TensorFlow.
+
+Specs describe values as numpy stores them: a Python ``int`` is int64 and a Python ``float``
+is float64 (TensorFlow would make it float32), so a spec matches what batching produces.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ __all__ = [
     "TensorSpec",
     "assert_same_structure",
     "flatten",
+    "flatten_up_to",
     "is_nested",
     "map_structure",
     "pack_sequence_as",
@@ -54,6 +58,36 @@ def _flatten_into(structure: Any, leaves: list[Any]) -> None:
             _flatten_into(child, leaves)
         else:
             leaves.append(child)
+
+
+def flatten_up_to(shallow: Any, structure: Any) -> list[Any]:
+    """The parts of ``structure`` at the leaves of ``shallow``, in ``flatten(shallow)`` order.
+
+    ``structure`` must have ``shallow``'s nesting down to ``shallow``'s leaves; below them it
+    may hold anything (e.g. a list that becomes one array, or a shape given as a tuple).
+    """
+    parts: list[Any] = []
+    _flatten_up_to(shallow, structure, "", parts)
+    return parts
+
+
+def _flatten_up_to(shallow: Any, value: Any, path: str, parts: list[Any]) -> None:
+    if not is_nested(shallow):
+        parts.append(value)
+        return
+    where = path or "the top level"
+    if (not is_nested(value) or isinstance(shallow, dict) != isinstance(value, dict)
+            or len(shallow) != len(value)):
+        raise InvalidArgumentError(
+            f"structures differ at {where}: {_describe(shallow)} vs {_describe(value)}"
+        )
+    if isinstance(shallow, dict) and sorted(shallow) != sorted(value):
+        raise InvalidArgumentError(
+            f"structures differ at {where}: dict keys {sorted(shallow)} vs {sorted(value)}"
+        )
+    keys = sorted(shallow) if isinstance(shallow, dict) else range(len(shallow))
+    for key in keys:
+        _flatten_up_to(shallow[key], value[key], f"{path}[{key!r}]", parts)
 
 
 def _rebuild(template: Any, children: list[Any]) -> Any:
@@ -149,7 +183,7 @@ def _dtype_of(value: Any) -> np.dtype:
     if isinstance(value, int):
         return np.dtype(np.int64)
     if isinstance(value, float):
-        return np.dtype(np.float32)
+        return np.dtype(np.float64)
     if isinstance(value, (bytes, str)):
         return _STRING
     return np.asarray(value).dtype
@@ -163,13 +197,24 @@ class TensorSpec:
     def __init__(self, shape: Sequence[int | None] | None, dtype: Any = np.float32,
                  name: str | None = None) -> None:
         if shape is not None:
-            shape = tuple(None if d is None else int(d) for d in shape)
+            try:
+                shape = tuple(None if d is None else int(d) for d in shape)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(
+                    f"TensorSpec shape must be a sequence of sizes (int or None) or None, "
+                    f"got {shape!r}"
+                ) from None
             if any(d is not None and d < 0 for d in shape):
                 raise InvalidArgumentError(
                     f"TensorSpec shape must hold sizes >= 0 or None, got {shape}"
                 )
         self.shape: tuple[int | None, ...] | None = shape
-        self.dtype = _STRING if dtype in (str, bytes, "string") else np.dtype(dtype)
+        try:
+            self.dtype = _STRING if dtype in (str, bytes, "string") else np.dtype(dtype)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"TensorSpec dtype must be a numpy dtype, str or bytes, got {dtype!r}"
+            ) from None
         self.name = name
 
     @property

@@ -114,7 +114,39 @@ class PaddedBatchOp(BatchOp):
         return PassNode(input, _padded_batches(self, input.gen))
 
     def static_spec(self) -> Any:
-        return None
+        spec = self.input.static_spec()
+        if spec is None:
+            return None
+        specs = nest.flatten(spec)
+        shapes = _per_component(spec, self.padded_shapes, "padded_shapes")
+        out = []
+        for s, wanted in zip(specs, shapes):
+            if s.shape is None or wanted is None or len(wanted) != len(s.shape):
+                dims = s.shape
+            else:  # a given size wins; an unspecified one stays what the input says
+                dims = tuple(d if w is None or w == -1 else int(w)
+                             for d, w in zip(s.shape, wanted))
+            out.append(s if dims is None else nest.TensorSpec(dims, s.dtype))
+        return _batched_spec(nest.pack_sequence_as(spec, out),
+                             self.batch_size if self.drop_remainder else None)
+
+
+def _per_component(structure: Any, value: Any, argument: str) -> list[Any]:
+    """``value`` given for each component of ``structure``: one for all when it is not
+    nested like ``structure`` (a shape is a list, so only ``structure``'s nesting counts)."""
+    n = len(nest.flatten(structure))
+    if value is None:
+        return [None] * n
+    if not nest.is_nested(structure):
+        return [value]
+    if argument == "padding_values" and not nest.is_nested(value):
+        return [value] * n
+    try:
+        return nest.flatten_up_to(structure, value)
+    except InvalidArgumentError as error:
+        raise InvalidArgumentError(
+            f"padded_batch: {argument} must have the structure of the elements: {error}"
+        ) from None
 
 
 def _padded_batches(op: PaddedBatchOp, upstream: Iterator[Any]) -> Iterator[Any]:
@@ -129,21 +161,21 @@ def pad_and_stack(elements: list[Any], padded_shapes: Any, padding_values: Any) 
     """Pad every component to a common shape (the batch maximum where unspecified), then stack."""
     first = elements[0]
     columns = list(zip(*map(nest.flatten, elements), strict=True))
-    n = len(columns)
-    shapes = nest.flatten(padded_shapes) if padded_shapes is not None else [None] * n
-    if padded_shapes is not None and nest.is_nested(first) and not nest.is_nested(padded_shapes):
-        shapes = [padded_shapes]
-    fills = nest.flatten(padding_values) if padding_values is not None else [None] * n
+    shapes = _per_component(first, padded_shapes, "padded_shapes")
+    fills = _per_component(first, padding_values, "padding_values")
     out = []
     for i, column in enumerate(columns):
         rank = np.ndim(column[0])
         biggest = [max(np.shape(v)[d] if np.ndim(v) == rank else 0 for v in column)
                    for d in range(rank)]
-        wanted = shapes[i] if i < len(shapes) else None
-        target = tuple(b if w is None or w == -1 else int(w)
-                       for b, w in zip(biggest, wanted or [None] * rank, strict=False))
-        fill = fills[i] if i < len(fills) and fills[i] is not None else _default_padding(
-            column[0])
+        wanted = [None] * rank if shapes[i] is None else list(shapes[i])
+        if len(wanted) != rank:
+            raise InvalidArgumentError(
+                f"padded_batch: padded shape {wanted} of component {i} has rank "
+                f"{len(wanted)}, but the component has rank {rank}"
+            )
+        target = tuple(b if w is None or w == -1 else int(w) for b, w in zip(biggest, wanted))
+        fill = fills[i] if fills[i] is not None else _default_padding(column[0])
         out.append(np.stack([_pad_to(v, target, fill, i) for v in column]))
     return out[0] if not nest.is_nested(first) else nest.pack_sequence_as(first, out)
 

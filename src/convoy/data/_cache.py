@@ -14,7 +14,8 @@ from convoy.data._sources import RangeIterNode
 class CacheOp(Op):
     """Replays its input from memory (``filename == ""``) or from ``filename``'s cache file.
 
-    A pass that stops early records nothing; the memory cache is not pickled with the graph.
+    A pass that stops early records nothing; the memory cache is not pickled with the graph,
+    but the state of an iterator replaying it holds its elements, so it restores anywhere.
     """
 
     def __init__(self, input: Op, filename: str) -> None:
@@ -42,9 +43,16 @@ class CacheOp(Op):
         if state is None:
             state = {"mode": "read" if self._complete() else "fill", "input": None,
                      "position": 0, "elements": []}
+        if state["mode"] == "fill" and self.filename and self._complete():
+            # The saved pass has since finished its file (and renamed it): what it had still
+            # to yield is in the cache file, at the same position as in its partial file.
+            return _FileReadNode(self.path, state["position"])
         if state["mode"] == "read":
             if not self.filename:
-                return _MemoryReadNode(self._memory or [], state["position"])
+                elements = state.get("elements") or self._memory or []
+                if self._memory is None:  # restored where the cache is empty (a new process)
+                    self._memory = elements
+                return _MemoryReadNode(elements, state["position"])
             return _FileReadNode(self.path, state["position"])
         input = self.input.iterator(state["input"], key)
         if not self.filename:
@@ -53,14 +61,16 @@ class CacheOp(Op):
 
 
 class _MemoryReadNode(Node):
-    __slots__ = ("_indices",)
+    __slots__ = ("_elements", "_indices")
 
     def __init__(self, elements: list[Any], position: int) -> None:
+        self._elements = elements
         self._indices = RangeIterNode(range(len(elements)), position)
         self.gen = map(elements.__getitem__, self._indices.gen)
 
     def state_dict(self) -> Any:
-        return {"mode": "read", "position": self._indices.state_dict()}
+        return {"mode": "read", "position": self._indices.state_dict(),
+                "elements": list(self._elements)}
 
 
 class _MemoryFillNode(Node):
@@ -111,28 +121,40 @@ class _FileReadNode(Node):
 
 
 class _FileFillNode(Node):
-    __slots__ = ("input", "file")
+    """Writes the partial cache file, opened on the first ``next``: building a node (as
+    ``iter(ds)`` does before ``load_state_dict``) must not truncate a file being resumed."""
+
+    __slots__ = ("input", "file", "position", "end")
 
     def __init__(self, op: CacheOp, input: Node, position: int) -> None:
         self.input = input
-        partial = op.path + ".partial"
-        self.file: IO[bytes] = open(partial, "r+b" if position else "wb")  # noqa: SIM115
-        self.file.truncate(position)
-        self.file.seek(position)
-        self.gen = self._run(op, partial)
+        self.file: IO[bytes] | None = None
+        self.position = position  # where writing starts
+        self.end: int | None = None  # the file's size once it is complete
+        self.gen = self._run(op)
 
-    def _run(self, op: CacheOp, partial: str) -> Iterator[Any]:
-        dump, file = pickle.dump, self.file
+    def _run(self, op: CacheOp) -> Iterator[Any]:
+        partial = op.path + ".partial"
+        file = self.file = open(partial, "r+b" if self.position else "wb")  # noqa: SIM115
+        file.truncate(self.position)
+        file.seek(self.position)
+        dump = pickle.dump
         for element in self.input.gen:
             dump(element, file, protocol=pickle.HIGHEST_PROTOCOL)
             yield element
+        self.end = file.tell()
         file.close()
         os.replace(partial, op.path)
 
     def state_dict(self) -> Any:
+        if self.end is not None:  # complete, and read by a consumer that buffers (shuffle)
+            return {"mode": "read", "position": self.end}
+        if self.file is None:
+            return {"mode": "fill", "input": self.input.state_dict(), "position": self.position}
         self.file.flush()
         return {"mode": "fill", "input": self.input.state_dict(), "position": self.file.tell()}
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         self.input.close()

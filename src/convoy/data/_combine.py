@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import copy
 import itertools
 import random
 from collections.abc import Iterator
@@ -25,7 +26,9 @@ class _MultiNode(Node):
         self.extra = extra
 
     def state_dict(self) -> Any:
-        return {"inputs": [n.state_dict() for n in self.inputs], "extra": self.extra}
+        # a copy: the node goes on mutating `extra` (sample_from_datasets' rng and live list)
+        return {"inputs": [n.state_dict() for n in self.inputs],
+                "extra": copy.deepcopy(self.extra)}
 
     def close(self) -> None:
         for node in self.inputs:
@@ -52,8 +55,8 @@ class ZipOp(Op):
     def iterator(self, state: Any, key: int) -> Node:
         node = _MultiNode(_open_all(self, state, key), None)
         rows = zip(*(n.gen for n in node.inputs))
-        if type(self.structure) is tuple:
-            node.gen = rows
+        if type(self.structure) is tuple and not any(map(nest.is_nested, self.structure)):
+            node.gen = rows  # a flat tuple of datasets: the rows are the elements already
         else:
             node.gen = (nest.pack_sequence_as(self.structure, row) for row in rows)
         return node
@@ -106,8 +109,8 @@ class SampleOp(Op):
         live = [w > 0 for w in self.weights]
         if state is not None:
             rng.setstate(state["extra"]["rng"])
-            live = state["extra"]["live"]
-        node = _MultiNode(_open_all(self, state, key), {"rng": None, "live": live})
+            live = list(state["extra"]["live"])
+        node = _MultiNode(_open_all(self, state, key), {"rng": rng.getstate(), "live": live})
         node.gen = self._run(node, rng)
         return node
 

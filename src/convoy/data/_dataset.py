@@ -121,12 +121,17 @@ class Dataset:
                     "from_generator needs output_signature (a structure of TensorSpec), "
                     "or output_types and optionally output_shapes"
                 )
-            shapes = output_shapes
-            if shapes is None:
-                shapes = nest.map_structure(lambda _: None, output_types)
-            output_signature = nest.map_structure(
-                lambda t, s: nest.TensorSpec(s, t), output_types, shapes
-            ) if nest.is_nested(output_types) else nest.TensorSpec(shapes, output_types)
+            types = nest.flatten(output_types)
+            shapes = [None] * len(types)
+            if output_shapes is not None:  # a shape is itself a list or tuple: flatten up to it
+                try:
+                    shapes = nest.flatten_up_to(output_types, output_shapes)
+                except InvalidArgumentError as error:
+                    raise InvalidArgumentError(
+                        f"output_shapes must have the structure of output_types: {error}"
+                    ) from None
+            output_signature = nest.pack_sequence_as(
+                output_types, [nest.TensorSpec(s, t) for t, s in zip(types, shapes)])
         for spec in nest.flatten(output_signature):
             if not isinstance(spec, nest.TensorSpec):
                 raise InvalidArgumentError(
@@ -138,7 +143,8 @@ class Dataset:
     def list_files(file_pattern: str | Sequence[str], shuffle: bool | None = None,
                    seed: int | None = None) -> Dataset:
         """File names (as bytes) matching glob pattern(s); shuffled unless ``shuffle=False``."""
-        patterns = [file_pattern] if isinstance(file_pattern, (str, os.PathLike)) \
+        single = isinstance(file_pattern, (str, os.PathLike))
+        patterns = [file_pattern] if single or not isinstance(file_pattern, (list, tuple)) \
             else list(file_pattern)
         for pattern in patterns:
             if not isinstance(pattern, (str, os.PathLike)):
@@ -306,7 +312,9 @@ class Dataset:
 
     def cache(self, filename: str = "", name: str | None = None) -> Dataset:
         """Elements recorded on the first complete pass (in memory, or in ``filename``)."""
-        filename = check.string("filename", os.fspath(filename), allow_empty=True)
+        if isinstance(filename, os.PathLike):
+            filename = os.fspath(filename)
+        filename = check.string("filename", filename, allow_empty=True)
         return self._then(CacheOp(self._op, filename))
 
     def apply(self, transformation_func: Callable[[Dataset], Dataset]) -> Dataset:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from convoy.data._op import Node, Op, derive_key
+from convoy.data._op import Node, Op, derive_key, first_element_spec
 from convoy.data._prefetch import PrefetchNode
 
 _END = object()
@@ -29,6 +29,9 @@ class InterleaveOp(Op):
 
     def iterator(self, state: Any, key: int) -> Node:
         return _InterleaveNode(self, state, key)
+
+    def static_spec(self) -> Any:
+        return first_element_spec(self)
 
 
 class _Slot:

@@ -10,7 +10,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import starmap
 from typing import Any
 
-from convoy.data._op import AUTOTUNE, Node, Op, PassNode, element_caller
+from convoy.data._op import (
+    AUTOTUNE,
+    Node,
+    Op,
+    PassNode,
+    element_caller,
+    first_element_spec,
+)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -54,6 +61,9 @@ class MapOp(Op):
 
     def cardinality(self) -> int:
         return self.input.cardinality()
+
+    def static_spec(self) -> Any:
+        return first_element_spec(self)
 
     def iterator(self, state: Any, key: int) -> Node:
         if self.parallelism <= 0:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from convoy.nest import spec_from_value
+
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
 AUTOTUNE = -1
@@ -73,7 +75,13 @@ class Op:
         return UNKNOWN_CARDINALITY
 
     def static_spec(self) -> Any:
-        """The element spec when it is known without running the pipeline, else None."""
+        """The element spec, or None when unknown.
+
+        Derived from the inputs' specs without running anything, except that ops whose
+        elements come from a Python function read it off their first element
+        (:func:`first_element_spec`), so the ops after them still derive theirs: a batch
+        after a map has a leading ``None``, not the size of its first batch.
+        """
         return None
 
     def with_inputs(self, inputs: tuple[Op, ...]) -> Op:
@@ -86,6 +94,17 @@ class Op:
     @property
     def input(self) -> Op:
         return self.inputs[0]
+
+
+def first_element_spec(op: Op) -> Any:
+    """The spec of ``op``'s first element (None if it has none), read by running it."""
+    node = op.iterator(None, derive_key(0, 0))
+    try:
+        for element in node.gen:
+            return spec_from_value(element)
+        return None
+    finally:
+        node.close()
 
 
 def call_with_element(fn: Callable[..., Any], element: Any) -> Any:

@@ -90,9 +90,12 @@ def to_tensor_structure(value: Any, argument: str) -> Any:
                 f"{argument}: could not convert a list to one array ({error}); "
                 f"use a tuple for a structure of several components"
             ) from None
-    if isinstance(value, (tuple, dict)):
-        return nest.pack_sequence_as(value, [to_tensor_structure(v, argument)
-                                             for v in nest.flatten(value)])
+    if isinstance(value, dict):
+        return type(value)((k, to_tensor_structure(v, argument)) for k, v in value.items())
+    if isinstance(value, tuple):  # each child converts on its own: lists inside become arrays
+        children = [to_tensor_structure(v, argument) for v in value]
+        return type(value)(*children) if hasattr(type(value), "_fields") \
+            else type(value)(children)
     if value is None:
         raise InvalidArgumentError(f"{argument} must not contain None")
     return value
@@ -103,18 +106,22 @@ class TensorSlicesOp(IndexSource):
         tensors = to_tensor_structure(tensors, "tensors")
         leaves = [np.asarray(x) if not isinstance(x, np.ndarray) else x
                   for x in nest.flatten(tensors)]
+        if not leaves:
+            raise InvalidArgumentError(
+                f"from_tensor_slices: tensors must hold at least one component, got {tensors!r}"
+            )
         for i, leaf in enumerate(leaves):
             if leaf.ndim == 0:
                 raise InvalidArgumentError(
-                    f"from_tensor_slices: component {i} is a scalar; every component needs "
-                    f"at least one dimension to slice along"
+                    f"from_tensor_slices: component {i} of tensors is a scalar; every "
+                    f"component needs at least one dimension to slice along"
                 )
         sizes = {leaf.shape[0] for leaf in leaves}
         if len(sizes) > 1:
             shapes = [list(leaf.shape) for leaf in leaves]
             raise InvalidArgumentError(
-                f"from_tensor_slices: all components must have the same size in their first "
-                f"dimension, got shapes {shapes}"
+                f"from_tensor_slices: all components of tensors must have the same size in "
+                f"their first dimension, got shapes {shapes}"
             )
         self.structure = tensors
         self.leaves = leaves
@@ -202,15 +209,15 @@ class GeneratorOp(Op):
         return self.signature
 
     def conform(self, value: Any, index: int) -> Any:
-        try:
-            nest.assert_same_structure(self.signature, value, check_types=False)
+        try:  # flattened only down to the signature's leaves: a list there is one value
+            values = nest.flatten_up_to(self.signature, value)
         except InvalidArgumentError as error:
             raise InvalidArgumentError(
                 f"from_generator: element {index} does not match output_signature "
                 f"{self.signature}: {error}"
             ) from None
         leaves = [self._cast(spec, leaf, index)
-                  for spec, leaf in zip(self.flat_specs, nest.flatten(value), strict=True)]
+                  for spec, leaf in zip(self.flat_specs, values, strict=True)]
         if not nest.is_nested(self.signature):
             return leaves[0]
         return nest.pack_sequence_as(self.signature, leaves)

@@ -111,13 +111,17 @@ class TFRecordWriter:
     """Writes records to a TFRecord file, like ``tf.io.TFRecordWriter``.
 
     ``options`` is the compression type: ``""`` or ``None`` (none), ``"GZIP"`` or ``"ZLIB"``.
-    An existing file is overwritten. Use as a context manager, or call :meth:`close`.
+    An existing file is overwritten, or with ``append=True`` (uncompressed only) extended.
+    Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, path: str | os.PathLike[Any], options: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[Any], options: str | None = None,
+                 append: bool = False) -> None:
         wbits = _wbits_for(options, "options")
         self._path = _check_path(path)
-        file = _open(path, "wb", self._path)
+        if append and wbits is not None:
+            raise InvalidArgumentError("append: only uncompressed files can be appended to")
+        file = _open(path, "ab" if append else "wb", self._path)
         self._sink: IO[bytes] | _DeflateSink | None = (
             file if wbits is None else _DeflateSink(file, wbits)
         )
@@ -159,6 +163,13 @@ class TFRecordWriter:
     def flush(self) -> None:
         """Pushes buffered records to the file (compressed files: up to a sync point)."""
         self._open_sink("flush").flush()
+
+    def sync(self) -> None:
+        """Flushes and makes the records written so far durable (``fsync``)."""
+        sink = self._open_sink("sync")
+        sink.flush()
+        if not isinstance(sink, _DeflateSink):
+            os.fsync(sink.fileno())
 
     def close(self) -> None:
         """Finishes the file; closing twice is harmless, writing afterwards is an error."""
