@@ -1,7 +1,36 @@
-"""convoy: TensorFlow's distributed input and parameter-server training stack, in plain Python."""
+"""convoy: TensorFlow's distributed input and parameter-server training stack, in plain Python.
 
-from convoy import data, errors, nest
+``convoy.data`` (pipelines and the data service), ``convoy.distribute`` (parameter-server
+training), ``convoy.train`` (optimizers and checkpoints); ``convoy.torch`` (PyTorch glue) is
+imported on first use.
+"""
+
+from typing import Any
+
+from convoy import data, distribute, errors, nest, nn, train
+from convoy._slices import IndexedSlices
+from convoy.distribute.variables import Variable
+from convoy.train import optimizers
 
 __version__ = "0.1.0"
 
-__all__ = ["data", "errors", "nest", "__version__"]
+__all__ = [
+    "IndexedSlices",
+    "Variable",
+    "__version__",
+    "data",
+    "distribute",
+    "errors",
+    "nest",
+    "nn",
+    "optimizers",
+    "train",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "torch":  # PyTorch is an optional dependency
+        import importlib
+
+        return importlib.import_module("convoy.torch")
+    raise AttributeError(f"module 'convoy' has no attribute {name!r}")

@@ -68,11 +68,23 @@ def check_address(address: str, argument: str) -> str:
 
 @dataclass(frozen=True)
 class Method:
-    """One RPC: its name and message types (``response=None``: raw bytes)."""
+    """One RPC: its name and message types (``None``: raw bytes, passed through as is)."""
 
     name: str
-    request: Any
+    request: Any | None
     response: Any | None
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def _parser(message_type: Any | None) -> Callable[[bytes], Any]:
+    return _identity if message_type is None else message_type.FromString
+
+
+def _serializer(message_type: Any | None) -> Callable[[Any], bytes]:
+    return _identity if message_type is None else message_type.SerializeToString
 
 
 def _status_of(error: BaseException) -> grpc.StatusCode:
@@ -89,11 +101,9 @@ def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHa
             log.exception("%s failed", method.name)
             context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
 
-    serialize = (lambda data: data) if method.response is None else \
-        method.response.SerializeToString
     return grpc.unary_unary_rpc_method_handler(
-        handle, request_deserializer=method.request.FromString,
-        response_serializer=serialize,
+        handle, request_deserializer=_parser(method.request),
+        response_serializer=_serializer(method.response),
     )
 
 
@@ -131,9 +141,8 @@ class Client:
         self._stubs = {
             m.name: self._channel.unary_unary(
                 f"/{service}/{m.name}",
-                request_serializer=m.request.SerializeToString,
-                response_deserializer=(lambda data: data) if m.response is None
-                else m.response.FromString,
+                request_serializer=_serializer(m.request),
+                response_deserializer=_parser(m.response),
             )
             for m in methods
         }

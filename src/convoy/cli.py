@@ -81,6 +81,34 @@ def _worker(args: argparse.Namespace) -> int:
     return _serve_until_signalled(server, "worker", server._address)
 
 
+def _server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--job", default=None, help="ps or worker (default: TF_CONFIG's task)")
+    parser.add_argument("--index", type=int, default=None,
+                        help="task index (default: TF_CONFIG's task)")
+    parser.add_argument("--cluster", default=None,
+                        help='cluster as JSON, e.g. \'{"ps": ["h:1"], "worker": ["h:2"]}\' '
+                             "(default: TF_CONFIG's cluster)")
+
+
+@command("server", "run one ps or worker task of a training cluster", _server_arguments)
+def _server(args: argparse.Namespace) -> int:
+    import json
+
+    from convoy.distribute import Server
+    from convoy.distribute.cluster_resolver import TFConfigClusterResolver
+
+    resolver = TFConfigClusterResolver()
+    cluster = json.loads(args.cluster) if args.cluster else resolver.cluster_spec()
+    job = args.job or resolver.task_type
+    index = args.index if args.index is not None else resolver.task_id
+    if job is None or index is None:
+        print("convoy server: give --job and --index, or set TF_CONFIG's task",
+              file=sys.stderr)
+        return 2
+    server = Server(cluster, job, index)
+    return _serve_until_signalled(server, f"{job} task {index}", server.address)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convoy", description="Distributed input pipelines and parameter-server training."

@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 
 from convoy import _rpc
+from convoy.codec import decode, validate_compression
 from convoy.data import _check as check
 from convoy.data._dataset import Dataset
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
@@ -37,7 +38,6 @@ from convoy.data.service._protocol import (
     WORKER,
     WORKER_METHODS,
 )
-from convoy.data.service.codec import decode, validate_compression
 from convoy.errors import (
     ConvoyError,
     InvalidArgumentError,
@@ -103,15 +103,30 @@ def _unpicklable(op: Op) -> str:
             cloudpickle.dumps(value)
         except Exception:
             where = f"{type(op).__name__[:-2]} transformation's {name!r}"
-            for cell_name, cell in zip(getattr(getattr(value, "__code__", None), "co_freevars",
-                                               ()), getattr(value, "__closure__", None) or ()):
+            for captured_name, captured in _captured(value):
                 try:
-                    cloudpickle.dumps(cell.cell_contents)
+                    cloudpickle.dumps(captured)
                 except Exception:
                     return (f"{where} ({getattr(value, '__qualname__', value)}) captures "
-                            f"{cell_name!r} = {cell.cell_contents!r:.80}, which cannot be pickled")
+                            f"{captured_name!r} = {captured!r:.80}, which cannot be pickled")
             return f"{where} ({value!r:.80}) cannot be pickled"
     return ""
+
+
+def _captured(function: Any) -> list[tuple[str, Any]]:
+    """The variables a function uses from its closure and from its module's globals."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return []
+    captured = []
+    for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
+        try:
+            captured.append((name, cell.cell_contents))
+        except ValueError:  # an empty cell
+            pass
+    module_globals = getattr(function, "__globals__", {})
+    return captured + [(name, module_globals[name]) for name in code.co_names
+                       if name in module_globals]
 
 
 @dataclass(frozen=True)
@@ -126,14 +141,16 @@ class _Registration:
     num_split_units: int
 
     @classmethod
-    def of(cls, dataset: Dataset, compression: Any) -> _Registration:
+    def of(cls, dataset: Dataset, compression: Any, with_spec: bool) -> _Registration:
+        """``with_spec``: also record the element spec, which may run the pipeline up to its
+        first element (after a Python function); from_dataset_id readers need it."""
         if not isinstance(dataset, Dataset):
             raise InvalidArgumentError(
                 f"dataset must be a convoy.data.Dataset, got {type(dataset).__name__}"
             )
         compression = validate_compression(compression)
         payload = _pickle_dataset(dataset)
-        spec = dataset._op.static_spec()
+        spec = dataset.element_spec if with_spec else None
         return cls(payload, hashlib.sha256(payload).hexdigest(), compression or "",
                    pickle.dumps(spec) if spec is not None else b"",
                    dataset.cardinality(), source_units(dataset._op))
@@ -162,7 +179,7 @@ def register_dataset(service: str, dataset: Dataset, compression: str | None = "
     """
     if dataset_id is not None:
         check.string("dataset_id", dataset_id)
-    registration = _Registration.of(dataset, compression)
+    registration = _Registration.of(dataset, compression, with_spec=True)
     dispatcher = _dispatcher(service)
     try:
         return registration.register(dispatcher, dataset_id or "",
@@ -278,9 +295,9 @@ def distribute(processing_mode: Any, service: str, job_name: str | None = None,
     options.refuse_unavailable()
 
     def apply(dataset: Dataset) -> Dataset:
-        registration = _Registration.of(dataset, compression)
-        return Dataset(DataServiceOp(options, registration, "", dataset._op.static_spec(),
-                                     dataset.cardinality()))
+        registration = _Registration.of(dataset, compression, with_spec=False)
+        return Dataset(DataServiceOp(options, registration, "", None, dataset.cardinality(),
+                                     input_op=dataset._op))
 
     return apply
 
@@ -324,15 +341,21 @@ def _scoped(options: _ReadOptions, job_name: str) -> _ReadOptions:
 
 
 class DataServiceOp(Op):
-    """A source op reading from the data service; each new iterator is the next repetition."""
+    """A source op reading from the data service; each new iterator is the next repetition.
+
+    After ``distribute`` the element spec is that of ``input_op`` (the distributed pipeline),
+    worked out only when asked for.
+    """
 
     def __init__(self, options: _ReadOptions, registration: _Registration | None,
-                 dataset_id: str, element_spec: Any, input_cardinality: int) -> None:
+                 dataset_id: str, element_spec: Any, input_cardinality: int,
+                 input_op: Op | None = None) -> None:
         self.options = options
         self.registration = registration
         self.dataset_id = dataset_id
         self.element_spec = element_spec
         self.input_cardinality = input_cardinality
+        self.input_op = input_op
         self.repetitions = 0
         self._lock = threading.Lock()
 
@@ -349,6 +372,8 @@ class DataServiceOp(Op):
         return UNKNOWN_CARDINALITY
 
     def static_spec(self) -> Any:
+        if self.element_spec is None and self.input_op is not None:
+            self.element_spec = self.input_op.static_spec()
         return self.element_spec
 
     def iterator(self, state: Any, key: int) -> Node:

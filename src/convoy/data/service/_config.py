@@ -44,6 +44,13 @@ def sharding_policy(value: Any) -> ShardingPolicy:
     )
 
 
+def _port(value: Any) -> int:
+    port = check.integer("port", value, 0)
+    if port > 65535:
+        raise InvalidArgumentError(f"port must be <= 65535, got {port}")
+    return port
+
+
 def _milliseconds(name: str, value: Any, default: int) -> int:
     if value is None:
         return default
@@ -65,7 +72,7 @@ class DispatcherConfig:
     worker_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
-        check.integer("port", self.port, 0)
+        _port(self.port)
         if self.protocol not in (None, "grpc"):
             raise InvalidArgumentError(f"protocol must be 'grpc', got {self.protocol!r}")
         check.boolean("fault_tolerant_mode", self.fault_tolerant_mode)
@@ -116,10 +123,11 @@ class WorkerConfig:
             raise InvalidArgumentError(
                 "Must specify a `dispatcher_address` in the `config` passed to WorkerServer"
             )
-        address = self.dispatcher_address.split("://")[-1]
-        object.__setattr__(self, "dispatcher_address",
-                           _rpc.check_address(address, "dispatcher_address"))
-        check.integer("port", self.port, 0)
+        _, address = _rpc.parse_target(self.dispatcher_address, "dispatcher_address")
+        object.__setattr__(self, "dispatcher_address", address)
+        if self.worker_address is not None:
+            check.string("worker_address", self.worker_address)
+        _port(self.port)
         if self.protocol not in (None, "grpc"):
             raise InvalidArgumentError(f"protocol must be 'grpc', got {self.protocol!r}")
         if self.data_transfer_protocol not in (None, "grpc"):

@@ -20,6 +20,10 @@ from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
+#: The values of the wire's string enums ("" for no compression; "" target_workers is AUTO).
+_COMPRESSIONS = ("", "AUTO", "LZ4")
+_TARGET_WORKERS = ("", "AUTO", "ANY", "LOCAL")
+
 
 def _methods(handler: Any) -> dict[_rpc.Method, Any]:
     return {m: getattr(handler, m.name) for m in DISPATCHER_METHODS}
@@ -39,6 +43,9 @@ class _Handlers:
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
         if not r.dataset or not r.fingerprint:
             raise InvalidArgumentError("RegisterDataset needs a dataset and its fingerprint")
+        if r.compression not in _COMPRESSIONS:
+            raise InvalidArgumentError(
+                f"compression must be one of {list(_COMPRESSIONS)}, got {r.compression!r}")
         dataset_id = self._apply(st.RegisterDataset(
             r.fingerprint, r.dataset, r.compression, r.element_spec, r.cardinality,
             r.num_split_units, r.dataset_id))
@@ -55,6 +62,12 @@ class _Handlers:
         o = r.options
         if o.processing_mode not in st.ShardingPolicy.__members__:
             raise InvalidArgumentError(f"unknown processing mode {o.processing_mode!r}")
+        if o.num_consumers < 0:
+            raise InvalidArgumentError(f"num_consumers must be >= 0, got {o.num_consumers}")
+        if o.target_workers not in _TARGET_WORKERS:
+            raise InvalidArgumentError(
+                f"target_workers must be one of {list(_TARGET_WORKERS[1:])}, got "
+                f"{o.target_workers!r}")
         options = st.JobOptions(o.processing_mode, o.num_consumers, o.target_workers or "AUTO",
                                 o.cross_trainer_cache)
         job_id = self._apply(st.GetOrCreateJob(r.dataset_id, r.job_name, options))

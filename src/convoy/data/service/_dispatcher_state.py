@@ -246,6 +246,11 @@ class DispatcherState:
     # ----- jobs and iterations ----------------------------------------------------------------
     def _on_GetOrCreateJob(self, event: GetOrCreateJob) -> int:
         dataset = self.dataset(event.dataset_id)
+        if event.options.processing_mode not in ShardingPolicy.__members__:
+            raise InvalidArgumentError(
+                f"unknown processing mode {event.options.processing_mode!r}; expected one of "
+                f"{list(ShardingPolicy.__members__)}"
+            )
         mode = ShardingPolicy[event.options.processing_mode]
         if event.job_name and event.job_name in self.named_jobs:
             job = self.jobs[self.named_jobs[event.job_name]]
@@ -404,6 +409,6 @@ class DispatcherState:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain data (for tests and the journal's compaction)."""
-        return {name: {k: dataclasses.asdict(v) for k, v in value.items()}
-                if isinstance(value, dict) and name not in ("named_jobs", "iteration_keys")
-                else value for name, value in vars(self).items()}
+        return {name: ({k: dataclasses.asdict(v) for k, v in value.items()}
+                       if name not in ("named_jobs", "iteration_keys") else dict(value))
+                if isinstance(value, dict) else value for name, value in vars(self).items()}

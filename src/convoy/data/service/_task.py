@@ -15,9 +15,9 @@ import cloudpickle
 import numpy as np
 
 from convoy import nest
+from convoy.codec import Encoder
 from convoy.data._op import Op
 from convoy.data._split import SplitSupplier, read_splits
-from convoy.data.service.codec import Encoder
 
 #: A task stops producing while its buffer holds this many elements ...
 MAX_BUFFERED_ELEMENTS = 16_384

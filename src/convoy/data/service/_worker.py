@@ -168,12 +168,15 @@ class WorkerServer:
         with self._lock:
             if task.task_id in self._finished:
                 return
-            self._finished.add(task.task_id)
-            self._tasks.pop(task.task_id, None)
+        # Tell the dispatcher before forgetting the task: a heartbeat that no longer lists a
+        # task the dispatcher still thinks unfinished would get it back and run it again.
         request = pb.TaskFinishedRequest(worker_address=self._address, task_id=task.task_id)
         _rpc.retry(lambda: self._dispatcher.call("TaskFinished", request),
                    self._config.dispatcher_timeout_s, f"worker {self._address} reporting "
                    f"task {task.task_id} finished")
+        with self._lock:
+            self._finished.add(task.task_id)
+            self._tasks.pop(task.task_id, None)
 
     # ----- lifecycle ---------------------------------------------------------------------------
     def join(self) -> None:

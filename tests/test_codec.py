@@ -1,4 +1,4 @@
-"""Tests for convoy.data.service.codec: round trips, zero-copy decoding, compression, corruption."""
+"""Tests for convoy.codec: round trips, zero-copy decoding, compression, corruption."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from convoy.data.service.codec import Encoder, decode, validate_compression
+from convoy.codec import Encoder, decode, validate_compression
 from convoy.errors import DataLossError, InvalidArgumentError
 
 COMPRESSIONS = [None, "AUTO", "LZ4"]

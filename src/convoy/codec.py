@@ -1,4 +1,4 @@
-"""The element codec of the data service: many dataset elements in one ``bytes`` message.
+"""The one codec: many elements (nested structures of arrays) in one ``bytes`` message.
 
 Workers encode a batch of elements (nested tuples, dicts, namedtuples, lists of numpy arrays,
 numpy scalars and Python ints, floats, bytes, str) with :meth:`Encoder.encode`; trainers turn

@@ -1,0 +1,162 @@
+"""The variable store: named numpy arrays, their optimizer slots, and the operations on them.
+
+A parameter server hosts one store behind gRPC; a variable created outside a strategy's
+scope lives in an in-process store. Either way every access is a list of operations run by
+:meth:`VariableStore.execute` atomically (under one lock), so one RPC per store carries all of
+a training step's reads, or all of its updates.
+
+An operation is a tuple ``(kind, name, *arguments)``; see ``_OPERATIONS`` for the kinds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from convoy.distribute._updates import apply_update
+from convoy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+
+
+class VariableStore:
+    """Named arrays and slots, changed only through :meth:`execute`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.values: dict[str, np.ndarray] = {}
+        self.slots: dict[tuple[str, str], np.ndarray] = {}
+
+    def execute(self, operations: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Run ``operations`` in order, atomically; returns one result per operation.
+
+        If one fails, the ones before it have been applied and its error is raised.
+        """
+        with self._lock:
+            return [self._run(operation) for operation in operations]
+
+    def _run(self, operation: tuple[Any, ...]) -> Any:
+        if not isinstance(operation, tuple) or not operation:
+            raise InvalidArgumentError(f"an operation must be a non-empty tuple, got "
+                                       f"{type(operation).__name__}")
+        handler = _OPERATIONS.get(operation[0])
+        if handler is None:
+            raise InvalidArgumentError(
+                f"unknown variable operation {operation[0]!r}; known: {sorted(_OPERATIONS)}"
+            )
+        return handler(self, *operation[1:])
+
+    def value(self, name: str) -> np.ndarray:
+        array = self.values.get(name)
+        if array is None:
+            raise NotFoundError(f"variable {name!r} does not exist on this store")
+        return array
+
+    def _create(self, name: str, value: np.ndarray, exist_ok: bool = False) -> None:
+        if name in self.values:
+            existing = self.values[name]
+            if exist_ok and existing.shape == value.shape and existing.dtype == value.dtype:
+                return  # a coordinator re-creating its variables after a restart
+            raise AlreadyExistsError(f"variable {name!r} exists already")
+        self.values[name] = np.array(value, copy=True)
+
+    def _read(self, name: str) -> np.ndarray:
+        return self.value(name).copy()
+
+    def _assign(self, name: str, value: Any) -> None:
+        target = self.value(name)
+        value = np.asarray(value, dtype=target.dtype)
+        if value.shape != target.shape:
+            raise InvalidArgumentError(
+                f"assign to {name!r}: shape {list(value.shape)} does not match the variable's "
+                f"{list(target.shape)}"
+            )
+        target[...] = value
+
+    def _assign_add(self, name: str, delta: Any) -> None:
+        target = self.value(name)
+        target += np.asarray(delta, dtype=target.dtype)
+
+    def _assign_sub(self, name: str, delta: Any) -> None:
+        target = self.value(name)
+        target -= np.asarray(delta, dtype=target.dtype)
+
+    def _rows(self, name: str, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        target = self.value(name)
+        indices = np.asarray(indices)
+        if indices.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"indices for {name!r} must be integers, got "
+                                       f"{indices.dtype}")
+        if indices.size and (indices.min() < 0 or indices.max() >= target.shape[0]):
+            raise InvalidArgumentError(
+                f"indices for {name!r} must be in [0, {target.shape[0]}), got values from "
+                f"{indices.min()} to {indices.max()}"
+            )
+        return target, indices
+
+    def _gather(self, name: str, indices: Any) -> np.ndarray:
+        target, indices = self._rows(name, indices)
+        return target[indices]
+
+    def _scatter(self, name: str, indices: Any, values: Any,
+                 combine: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> None:
+        target, indices = self._rows(name, indices)
+        values = np.asarray(values, dtype=target.dtype)
+        expected = indices.shape + target.shape[1:]
+        if values.shape != expected:
+            raise InvalidArgumentError(
+                f"scatter into {name!r}: values of shape {list(values.shape)} do not match "
+                f"indices of shape {list(indices.shape)} (expected {list(expected)})"
+            )
+        combine(target, indices, values)
+
+    def _scatter_add(self, name: str, indices: Any, values: Any) -> None:
+        self._scatter(name, indices, values, np.add.at)
+
+    def _scatter_sub(self, name: str, indices: Any, values: Any) -> None:
+        self._scatter(name, indices, values, np.subtract.at)
+
+    def _scatter_update(self, name: str, indices: Any, values: Any) -> None:
+        self._scatter(name, indices, values, _put_rows)
+
+    def _apply(self, optimizer: dict[str, Any], updates: list[tuple[str, Any]]) -> None:
+        for name, gradient in updates:
+            apply_update(optimizer, self.value(name), gradient,
+                         lambda slot, like, initial, _n=name: self._slot(_n, slot, like,
+                                                                         initial))
+
+    def _slot(self, name: str, slot: str, like: np.ndarray, initial: float) -> np.ndarray:
+        key = (name, slot)
+        if key not in self.slots:
+            self.slots[key] = np.full_like(like, initial)
+        return self.slots[key]
+
+    def _slots_of(self, name: str) -> dict[str, np.ndarray]:
+        """The optimizer slots of variable ``name``, by slot name."""
+        self.value(name)
+        return {slot: value.copy() for (v, slot), value in self.slots.items() if v == name}
+
+    def _set_slot(self, name: str, slot: str, value: Any) -> None:
+        self.value(name)
+        self.slots[(name, slot)] = np.array(value, copy=True)
+
+
+def _put_rows(target: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+    target[indices] = values
+
+
+_OPERATIONS: dict[str, Callable[..., Any]] = {
+    "create": VariableStore._create,
+    "read": VariableStore._read,
+    "assign": VariableStore._assign,
+    "assign_add": VariableStore._assign_add,
+    "assign_sub": VariableStore._assign_sub,
+    "gather": VariableStore._gather,
+    "scatter_add": VariableStore._scatter_add,
+    "scatter_sub": VariableStore._scatter_sub,
+    "scatter_update": VariableStore._scatter_update,
+    "apply": VariableStore._apply,
+    "slots": VariableStore._slots_of,
+    "set_slot": VariableStore._set_slot,
+}

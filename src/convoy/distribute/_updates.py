@@ -1,0 +1,119 @@
+"""Optimizer arithmetic on numpy arrays, run where the variables live (the parameter servers).
+
+``apply_update(config, variable, gradient, slot)`` changes ``variable`` in place. ``config``
+is an optimizer's plain-data description (``Optimizer.config``); ``gradient`` is a dense
+array or an :class:`IndexedSlices` of rows; ``slot(name, like, initial)`` returns the
+optimizer's state array ``name`` for this variable, creating it filled with ``initial``.
+Sparse updates touch only the rows they name (for Adam, "lazy" Adam).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from convoy._slices import IndexedSlices
+from convoy.errors import InvalidArgumentError
+
+Slot = Callable[[str, np.ndarray, float], np.ndarray]
+
+
+def _dense_gradient(variable: np.ndarray, gradient: Any) -> np.ndarray:
+    gradient = np.asarray(gradient, dtype=variable.dtype)
+    if gradient.shape != variable.shape:
+        raise InvalidArgumentError(
+            f"gradient of shape {list(gradient.shape)} does not match its variable's "
+            f"{list(variable.shape)}"
+        )
+    return gradient
+
+
+def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices without repeats and the summed gradient rows for each."""
+    indices = np.asarray(gradient.indices).reshape(-1)
+    values = np.asarray(gradient.values, dtype=variable.dtype).reshape(
+        (indices.size, *variable.shape[1:]))
+    if indices.size and (indices.min() < 0 or indices.max() >= variable.shape[0]):
+        raise InvalidArgumentError(
+            f"gradient rows must be in [0, {variable.shape[0]}), got {indices.min()} to "
+            f"{indices.max()}"
+        )
+    unique, inverse = np.unique(indices, return_inverse=True)
+    summed = np.zeros((unique.size, *variable.shape[1:]), variable.dtype)
+    np.add.at(summed, inverse, values)
+    return unique, summed
+
+
+def _sgd(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:
+    lr, momentum = config["learning_rate"], config.get("momentum", 0.0)
+    if isinstance(gradient, IndexedSlices):
+        rows, g = _unique_rows(variable, gradient)
+        if momentum:
+            velocity = slot("momentum", variable, 0.0)
+            velocity[rows] = momentum * velocity[rows] - lr * g
+            variable[rows] += (momentum * velocity[rows] - lr * g if config.get("nesterov")
+                               else velocity[rows])
+        else:
+            variable[rows] -= lr * g
+        return
+    g = _dense_gradient(variable, gradient)
+    if momentum:
+        velocity = slot("momentum", variable, 0.0)
+        velocity *= momentum
+        velocity -= lr * g
+        variable += momentum * velocity - lr * g if config.get("nesterov") else velocity
+    else:
+        variable -= lr * g
+
+
+def _adagrad(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:
+    lr, eps = config["learning_rate"], config["epsilon"]
+    accumulator = slot("accumulator", variable, config["initial_accumulator_value"])
+    if isinstance(gradient, IndexedSlices):
+        rows, g = _unique_rows(variable, gradient)
+        accumulator[rows] += g * g
+        variable[rows] -= lr * g / (np.sqrt(accumulator[rows]) + eps)
+        return
+    g = _dense_gradient(variable, gradient)
+    accumulator += g * g
+    variable -= lr * g / (np.sqrt(accumulator) + eps)
+
+
+def _adam(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:
+    lr, beta_1, beta_2, eps = (config[k] for k in ("learning_rate", "beta_1", "beta_2",
+                                                   "epsilon"))
+    m, v = slot("m", variable, 0.0), slot("v", variable, 0.0)
+    step = slot("iterations", np.zeros((), np.int64), 0)
+    step += 1
+    t = float(step)
+    lr_t = lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t)
+    if isinstance(gradient, IndexedSlices):
+        rows, g = _unique_rows(variable, gradient)
+        m[rows] = beta_1 * m[rows] + (1 - beta_1) * g
+        v[rows] = beta_2 * v[rows] + (1 - beta_2) * g * g
+        variable[rows] -= lr_t * m[rows] / (np.sqrt(v[rows]) + eps)
+        return
+    g = _dense_gradient(variable, gradient)
+    m *= beta_1
+    m += (1 - beta_1) * g
+    v *= beta_2
+    v += (1 - beta_2) * g * g
+    variable -= (lr_t * m / (np.sqrt(v) + eps)).astype(variable.dtype)
+
+
+_RULES: dict[str, Callable[[dict[str, Any], np.ndarray, Any, Slot], None]] = {
+    "SGD": _sgd, "Adagrad": _adagrad, "Adam": _adam,
+}
+
+
+def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
+                 slot: Slot) -> None:
+    """Apply one gradient to ``variable`` in place with the optimizer ``config`` names."""
+    rule = _RULES.get(config.get("name", ""))
+    if rule is None:
+        raise InvalidArgumentError(
+            f"unknown optimizer {config.get('name')!r}; known: {sorted(_RULES)}"
+        )
+    rule(config, variable, gradient, slot)

@@ -1,0 +1,339 @@
+"""ClusterCoordinator: schedules Python functions on the workers of a ParameterServerStrategy.
+
+``schedule`` queues a function and returns a :class:`RemoteValue` at once. Each worker has a
+few threads (``pipelining``) that take functions from the shared queue and run them on that
+worker, so many small steps flow without waiting for each other. A worker that cannot be
+reached has its function put back at the head of the queue for another worker (so a function
+runs at least once); the worker is probed until it answers again, its per-worker resources
+(datasets, iterators) are rebuilt if it is a new process, and it takes work again.
+
+The first error a function raises is raised by the next ``schedule``, ``join`` or ``done``
+(then cleared); the functions queued behind it are cancelled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from convoy import _rpc, nest
+from convoy.distribute._protocol import WORKER_METHODS, WORKER_SERVICE, decode_one, encode
+from convoy.distribute.server import ResourceRef, worker_context
+from convoy.errors import (
+    CancelledError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    UnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+#: Functions in flight per worker.
+DEFAULT_PIPELINING = 4
+#: How often a lost worker is probed.
+PROBE_INTERVAL_S = 0.5
+
+
+class RemoteValue:
+    """The future result of a scheduled function."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def _set(self, value: Any = None, error: BaseException | None = None) -> None:
+        self._value, self._error = value, error
+        self._done.set()
+
+    def fetch(self) -> Any:
+        """Wait for the function and return its result; raise its error if it failed (or a
+        CancelledError if an earlier failure cancelled it)."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def get(self) -> Any:
+        return self.fetch()
+
+
+class PerWorkerValues:
+    """One value per worker; passed to ``schedule``, the function sees its worker's value."""
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        self._values = values
+
+
+class PerWorkerIterator(PerWorkerValues):
+    """Per-worker iterators: pass to ``schedule``; the function calls ``next`` on its own."""
+
+    def __iter__(self) -> PerWorkerIterator:
+        return self
+
+    def __next__(self) -> Any:
+        raise InvalidArgumentError(
+            "a per-worker iterator is read inside scheduled functions: pass it to "
+            "coordinator.schedule(fn, args=(iterator,)) and call next() in fn"
+        )
+
+
+class _Closure:
+    __slots__ = ("function", "args", "kwargs", "result")
+
+    def __init__(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        self.function, self.args, self.kwargs = function, args, kwargs
+        self.result = RemoteValue()
+
+    def payload(self, worker_index: int) -> bytes:
+        """The call as the worker ``worker_index`` runs it (per-worker values resolved)."""
+        def resolve(value: Any) -> Any:
+            return value._values[worker_index] if isinstance(value, PerWorkerValues) else value
+        args = nest.map_structure(resolve, self.args) if self.args else ()
+        kwargs = nest.map_structure(resolve, self.kwargs) if self.kwargs else {}
+        return encode(cloudpickle.dumps((self.function, tuple(args), kwargs)))
+
+
+class _Worker:
+    """The coordinator's view of one worker task."""
+
+    def __init__(self, index: int, address: str) -> None:
+        self.index = index
+        self.client = _rpc.Client(address, WORKER_SERVICE, WORKER_METHODS)
+        self.incarnation: str | None = None
+        self.up = threading.Event()
+        self.up.set()
+        self.recovering = threading.Lock()
+
+    def run(self, payload: bytes) -> Any:
+        """Run a call; raises UnavailableError if the worker cannot be reached."""
+        status, value = cloudpickle.loads(decode_one(
+            self.client.call("Run", payload, timeout=None)))
+        if status == "error":
+            raise _FunctionError(value)
+        return value
+
+    def ping(self) -> str:
+        return decode_one(self.client.call("Ping", encode(None), timeout=5))
+
+
+class _FunctionError(Exception):
+    """Carries an exception raised by a scheduled function (not by the transport)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _create_resource(resource_id: int, make: Callable[[], Any], for_dataset: bool) -> None:
+    context = worker_context()
+    if context is None:
+        raise FailedPreconditionError("per-worker resources can only be created on workers")
+    context.creating_dataset = for_dataset
+    try:
+        context.resources[resource_id] = make()
+    finally:
+        context.creating_dataset = False
+
+
+class ClusterCoordinator:
+    """Runs functions on the workers of ``strategy``'s cluster, asynchronously."""
+
+    def __init__(self, strategy: Any, pipelining: int = DEFAULT_PIPELINING) -> None:
+        self.strategy = strategy
+        spec = strategy.cluster_spec
+        self._workers = [_Worker(i, spec.task_address("worker", i))
+                         for i in range(spec.num_tasks("worker"))]
+        self._cond = threading.Condition()  # guards everything below
+        self._queue: deque[_Closure] = deque()
+        self._in_flight = 0
+        self._error: BaseException | None = None
+        self._resources: list[tuple[int, Callable[[], Any], bool]] = []
+        self._resource_ids = itertools.count(1)
+        self._closed = False
+        for worker in self._workers:
+            worker.incarnation = self._probe(worker, wait=False)
+            for _ in range(pipelining):
+                threading.Thread(target=self._serve, args=(worker,), daemon=True,
+                                 name=f"convoy-coordinator-w{worker.index}").start()
+
+    # ----- the public API -------------------------------------------------------------------------
+    def schedule(self, fn: Callable[..., Any], args: tuple = (),
+                 kwargs: dict | None = None) -> RemoteValue:
+        """Queue ``fn(*args, **kwargs)`` to run on some worker; returns at once."""
+        if not callable(fn):
+            raise InvalidArgumentError(f"fn must be callable, got {type(fn).__name__}")
+        closure = _Closure(fn, tuple(args), dict(kwargs or {}))
+        with self._cond:
+            self._raise_error()
+            self._queue.append(closure)
+            self._cond.notify()
+        return closure.result
+
+    def join(self) -> None:
+        """Wait until every scheduled function has finished; raise the first error."""
+        with self._cond:
+            while (self._queue or self._in_flight) and self._error is None:
+                self._cond.wait()
+            self._raise_error()
+
+    def done(self) -> bool:
+        """Whether every scheduled function has finished; raises the first error."""
+        with self._cond:
+            self._raise_error()
+            return not self._queue and not self._in_flight
+
+    def fetch(self, val: Any) -> Any:
+        """The results of a structure of RemoteValues (other leaves pass through)."""
+        return nest.map_structure(
+            lambda v: v.fetch() if isinstance(v, RemoteValue) else v, val)
+
+    def create_per_worker_dataset(self, dataset_fn: Callable[[], Any]) -> PerWorkerDataset:
+        """A dataset built on every worker by ``dataset_fn`` (rebuilt if a worker restarts)."""
+        return PerWorkerDataset(self, self._create_resource(dataset_fn, for_dataset=True))
+
+    # ----- resources ----------------------------------------------------------------------------
+    def _create_resource(self, make: Callable[[], Any], for_dataset: bool = False,
+                         kind: type[PerWorkerValues] = PerWorkerValues) -> PerWorkerValues:
+        resource_id = next(self._resource_ids)
+        with self._cond:
+            self._resources.append((resource_id, make, for_dataset))
+        payload = encode(cloudpickle.dumps((_create_resource, (resource_id, make, for_dataset),
+                                            {})))
+        errors = []
+        for worker in self._workers:
+            try:
+                worker.run(payload)
+            except _FunctionError as error:
+                errors.append(error.error)
+            except UnavailableError:
+                pass  # rebuilt when the worker comes back
+        if errors:
+            raise errors[0]
+        return kind(tuple(ResourceRef(resource_id) for _ in self._workers))
+
+    def _rebuild_resources(self, worker: _Worker) -> None:
+        with self._cond:
+            resources = list(self._resources)
+        for resource_id, make, for_dataset in resources:
+            worker.run(encode(cloudpickle.dumps((_create_resource,
+                                                 (resource_id, make, for_dataset), {}))))
+
+    # ----- the worker threads --------------------------------------------------------------------
+    def _take(self, worker: _Worker) -> _Closure | None:
+        with self._cond:
+            while not self._queue or not worker.up.is_set():
+                if self._closed:
+                    return None
+                self._cond.wait(0.5)
+            self._in_flight += 1
+            return self._queue.popleft()
+
+    def _serve(self, worker: _Worker) -> None:
+        while True:
+            closure = self._take(worker)
+            if closure is None:
+                return
+            try:
+                value = worker.run(closure.payload(worker.index))
+            except UnavailableError:
+                with self._cond:
+                    self._in_flight -= 1
+                    self._queue.appendleft(closure)  # at least once: another worker runs it
+                    self._cond.notify_all()
+                self._recover(worker)
+                continue
+            except _FunctionError as failure:
+                self._fail(closure, failure.error)
+                continue
+            except Exception as error:
+                self._fail(closure, error)
+                continue
+            closure.result._set(value)
+            with self._cond:
+                self._in_flight -= 1
+                self._cond.notify_all()
+
+    def _fail(self, closure: _Closure, error: BaseException) -> None:
+        closure.result._set(error=error)
+        with self._cond:
+            self._in_flight -= 1
+            if self._error is None:
+                self._error = error
+                for pending in self._queue:
+                    pending.result._set(error=CancelledError(
+                        f"cancelled because an earlier function failed: {error!r:.200}"))
+                self._queue.clear()
+            self._cond.notify_all()
+
+    def _raise_error(self) -> None:
+        """Raise (once) the first error of a scheduled function. Call with ``_cond`` held."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _probe(self, worker: _Worker, wait: bool = True) -> str | None:
+        while not self._closed:
+            try:
+                return worker.ping()
+            except UnavailableError:
+                if not wait:
+                    return None
+                time.sleep(PROBE_INTERVAL_S)
+        return None
+
+    def _recover(self, worker: _Worker) -> None:
+        """Keep ``worker`` out of rotation until it answers; rebuild its resources if it is a
+        new process."""
+        with worker.recovering:
+            if not worker.up.is_set():
+                return
+            worker.up.clear()
+        log.warning("worker %d (%s) is unreachable; its functions go to the others",
+                    worker.index, worker.client.address)
+        threading.Thread(target=self._bring_back, args=(worker,), daemon=True).start()
+
+    def _bring_back(self, worker: _Worker) -> None:
+        while not self._closed:
+            incarnation = self._probe(worker)
+            if incarnation is None:
+                return
+            try:
+                if incarnation != worker.incarnation:
+                    self._rebuild_resources(worker)
+                    worker.incarnation = incarnation
+            except UnavailableError:
+                continue
+            log.warning("worker %d is back", worker.index)
+            worker.up.set()
+            with self._cond:
+                self._cond.notify_all()
+            return
+
+    def shutdown(self) -> None:
+        """Stop the coordinator's threads (queued functions are abandoned)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class PerWorkerDataset:
+    """A dataset created on every worker; ``iter()`` gives per-worker iterators."""
+
+    def __init__(self, coordinator: ClusterCoordinator, datasets: PerWorkerValues) -> None:
+        self._coordinator = coordinator
+        self._datasets = datasets
+
+    def __iter__(self) -> PerWorkerValues:
+        # Every worker has its dataset under the same id; unpickled there, the reference
+        # becomes that worker's dataset.
+        dataset = self._datasets._values[0]
+        return self._coordinator._create_resource(lambda: iter(dataset),
+                                                  kind=PerWorkerIterator)

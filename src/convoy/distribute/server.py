@@ -1,0 +1,135 @@
+"""Server: one task of a training cluster. A ``ps`` task hosts a variable store; a ``worker``
+task runs the functions a coordinator schedules and keeps per-worker resources (datasets,
+iterators) between them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+import cloudpickle
+
+from convoy import _rpc
+from convoy.distribute._protocol import (
+    PS_METHODS,
+    PS_SERVICE,
+    WORKER_METHODS,
+    WORKER_SERVICE,
+    decode_one,
+    encode,
+)
+from convoy.distribute._store import VariableStore
+from convoy.distribute.cluster import ClusterSpec
+from convoy.errors import InvalidArgumentError, UnknownError
+
+log = logging.getLogger(__name__)
+
+
+class WorkerContext:
+    """What a function running on a worker can know about where it runs."""
+
+    def __init__(self, task_index: int, num_workers: int) -> None:
+        self.task_index = task_index
+        self.num_workers = num_workers
+        self.resources: dict[int, Any] = {}
+        self.creating_dataset = False
+
+
+_context: WorkerContext | None = None
+
+
+def worker_context() -> WorkerContext | None:
+    """The context of this worker process, or None outside worker tasks."""
+    return _context
+
+
+def resolve_resource(resource_id: int) -> Any:
+    """The worker-local object a :class:`ResourceRef` names (called when one is unpickled)."""
+    if _context is None or resource_id not in _context.resources:
+        raise InvalidArgumentError(
+            f"resource {resource_id} does not exist on this worker (was it created with "
+            f"ClusterCoordinator.create_per_worker_dataset?)"
+        )
+    return _context.resources[resource_id]
+
+
+class ResourceRef:
+    """Names a per-worker resource; unpickled on the worker, it becomes the resource."""
+
+    def __init__(self, resource_id: int) -> None:
+        self.resource_id = resource_id
+
+    def __reduce__(self) -> Any:
+        return (resolve_resource, (self.resource_id,))
+
+
+def _run(request: bytes) -> bytes:
+    function, args, kwargs = cloudpickle.loads(decode_one(request))
+    try:
+        result: tuple[str, Any] = ("ok", function(*args, **kwargs))
+    except Exception as error:
+        result = ("error", error)
+    try:
+        return encode(cloudpickle.dumps(result))
+    except Exception as error:  # the result or exception does not pickle
+        failure = UnknownError(f"{type(result[1]).__name__} from a scheduled function "
+                               f"could not be sent back: {error}; it was: {result[1]!r:.200}")
+        return encode(cloudpickle.dumps(("error", failure)))
+
+
+class Server:
+    """Serves one task (``job_name``, ``task_index``) of ``cluster_spec`` at its address."""
+
+    def __init__(self, cluster_spec: Any, job_name: str, task_index: int,
+                 protocol: str = "grpc", start: bool = True) -> None:
+        if protocol != "grpc":
+            raise InvalidArgumentError(f"protocol must be 'grpc', got {protocol!r}")
+        self.cluster_spec = ClusterSpec(cluster_spec)
+        if job_name not in ("ps", "worker"):
+            raise InvalidArgumentError(
+                f"job_name must be 'ps' or 'worker' (the chief runs the coordinator and "
+                f"needs no server), got {job_name!r}"
+            )
+        self.job_name = job_name
+        self.task_index = task_index
+        self.address = self.cluster_spec.task_address(job_name, task_index)
+        self.incarnation = uuid.uuid4().hex
+        self._server: Any = None
+        self._stopped = threading.Event()
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Bind the task's port and serve (no-op if already started)."""
+        if self._server is not None:
+            return
+        port = int(self.address.rsplit(":", 1)[1])
+        if self.job_name == "ps":
+            store = VariableStore()
+            methods = {PS_METHODS[0]: lambda r: encode(store.execute(decode_one(r)))}
+        else:
+            global _context
+            _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
+            methods = {WORKER_METHODS[0]: _run,
+                       WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
+        service = PS_SERVICE if self.job_name == "ps" else WORKER_SERVICE
+        self._server, _ = _rpc.serve(service, methods, port, max_workers=32)
+        log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
+
+    def join(self) -> None:
+        """Block until the server stops."""
+        if self._server is not None:
+            self._server.wait_for_termination()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._server is not None:
+            self._server.stop(grace=None).wait()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,6 @@
+"""Training on parameter servers: optimizers applied next to the variables, checkpoints."""
+
+from convoy.train import optimizers
+from convoy.train.checkpoint import Checkpoint, CheckpointManager
+
+__all__ = ["Checkpoint", "CheckpointManager", "optimizers"]

@@ -1,0 +1,105 @@
+"""Optimizers whose updates run on the parameter servers, next to variables and slots.
+
+``apply_gradients(grads_and_vars)`` sends, per store (parameter server), one call holding all
+of that store's updates; dense gradients are arrays, sparse ones :class:`IndexedSlices`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from convoy._slices import IndexedSlices
+from convoy.data import _check as check
+from convoy.distribute.variables import ShardedVariable, Variable
+from convoy.errors import InvalidArgumentError
+
+
+def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, Variable]]:
+    """A gradient for a sharded variable as gradients for its shards."""
+    shards = variable.variables
+    if isinstance(gradient, IndexedSlices):
+        delta = gradient.checked("gradient")
+        flat = delta.indices.reshape(-1)
+        values = delta.values.reshape((flat.size, *variable.shape[1:]))
+        return [(IndexedSlices(values[positions], rows), shards[s])
+                for s, positions, rows in variable.route(flat)]
+    parts = variable._split(gradient)
+    return list(zip(parts, shards))
+
+
+class Optimizer:
+    """Base: subclasses set ``config``, the plain-data description the servers apply."""
+
+    config: dict[str, Any]
+
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> None:
+        """Apply each gradient to its variable; one call per parameter server touched."""
+        by_store: dict[Any, list[tuple[str, Any]]] = defaultdict(list)
+        stores: dict[int, Any] = {}
+        for gradient, variable in grads_and_vars:
+            if gradient is None:
+                continue
+            pairs = (_split_sharded(gradient, variable) if isinstance(variable, ShardedVariable)
+                     else [(gradient, variable)])
+            for grad, var in pairs:
+                if not isinstance(var, Variable):
+                    raise InvalidArgumentError(
+                        f"apply_gradients takes (gradient, variable) pairs, got a "
+                        f"{type(var).__name__} as a variable"
+                    )
+                if not isinstance(grad, IndexedSlices):
+                    grad = np.asarray(grad, dtype=var.dtype)
+                stores[id(var._store)] = var._store
+                by_store[id(var._store)].append((var._key, grad))
+        futures = [stores[k].execute_async([("apply", self.config, updates)])
+                   for k, updates in by_store.items()]
+        for future in futures:
+            future.result()
+
+
+def _rate(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidArgumentError(f"learning_rate must be a positive number, got {value!r}")
+    return float(value)
+
+
+class SGD(Optimizer):
+    """Gradient descent, with optional (Nesterov) momentum."""
+
+    def __init__(self, learning_rate: float = 0.01, momentum: float = 0.0,
+                 nesterov: bool = False) -> None:
+        if not 0 <= momentum < 1:
+            raise InvalidArgumentError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.config = {"name": "SGD", "learning_rate": _rate(learning_rate),
+                       "momentum": float(momentum),
+                       "nesterov": check.boolean("nesterov", nesterov)}
+
+
+class Adagrad(Optimizer):
+    """Adagrad: per-coordinate rates from the sum of squared gradients."""
+
+    def __init__(self, learning_rate: float = 0.001, initial_accumulator_value: float = 0.1,
+                 epsilon: float = 1e-7) -> None:
+        if initial_accumulator_value < 0:
+            raise InvalidArgumentError("initial_accumulator_value must be >= 0, got "
+                                       f"{initial_accumulator_value!r}")
+        self.config = {"name": "Adagrad", "learning_rate": _rate(learning_rate),
+                       "initial_accumulator_value": float(initial_accumulator_value),
+                       "epsilon": float(epsilon)}
+
+
+class Adam(Optimizer):
+    """Adam; sparse gradients update only their rows' moments ("lazy" Adam)."""
+
+    def __init__(self, learning_rate: float = 0.001, beta_1: float = 0.9,
+                 beta_2: float = 0.999, epsilon: float = 1e-7) -> None:
+        for name, value in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if not 0 <= value < 1:
+                raise InvalidArgumentError(f"{name} must be in [0, 1), got {value!r}")
+        self.config = {"name": "Adam", "learning_rate": _rate(learning_rate),
+                       "beta_1": float(beta_1), "beta_2": float(beta_2),
+                       "epsilon": float(epsilon)}
