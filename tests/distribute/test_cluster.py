@@ -342,4 +342,4 @@ def test_package_exports():
 
     assert distribute.ClusterSpec is ClusterSpec
     assert distribute.cluster_resolver is cluster_resolver
-    assert set(distribute.__all__) == {"ClusterSpec", "cluster_resolver", "partitioners"}
+    assert {"ClusterSpec", "cluster_resolver", "partitioners"} <= set(distribute.__all__)
