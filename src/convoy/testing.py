@@ -1,15 +1,18 @@
 """Clusters for tests and demos: real servers, in this process or as child processes.
 
-``LocalCluster`` runs a dispatcher and workers as in-process servers (fast to start);
-``ProcessCluster`` runs each as its own ``python -m convoy`` process, which can be killed
-with SIGKILL and restarted, as in production.
+``LocalCluster`` runs a data-service dispatcher and workers as in-process servers (fast to
+start); ``ProcessCluster`` runs each as its own ``python -m convoy`` process, which can be
+killed with SIGKILL and restarted, as in production. ``TrainingCluster`` runs the ``ps`` and
+``worker`` tasks of a parameter-server training cluster as ``convoy server`` processes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -149,6 +152,68 @@ class ProcessCluster:
             server.kill()
 
     def __enter__(self) -> ProcessCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (for cluster specs that need fixed ports)."""
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+class TrainingCluster:
+    """``num_ps`` parameter servers and ``num_workers`` workers as processes, plus a chief
+    address for the coordinator in this process."""
+
+    def __init__(self, num_workers: int = 2, num_ps: int = 2) -> None:
+        self.cluster = {
+            "chief": [f"localhost:{free_port()}"],
+            "ps": [f"localhost:{free_port()}" for _ in range(num_ps)],
+            "worker": [f"localhost:{free_port()}" for _ in range(num_workers)],
+        }
+        self.servers: dict[tuple[str, int], ServerProcess] = {}
+        try:
+            for job in ("ps", "worker"):
+                for index in range(len(self.cluster[job])):
+                    self.start_task(job, index)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _task(self, job: str, index: int) -> ServerProcess:
+        return ServerProcess("server", ["--job", job, "--index", str(index),
+                                        "--cluster", json.dumps(self.cluster)])
+
+    def start_task(self, job: str, index: int) -> ServerProcess:
+        """Start (or restart, on the same port) task ``index`` of ``job``."""
+        server = self._task(job, index).start()
+        self.servers[(job, index)] = server
+        return server
+
+    def kill_task(self, job: str, index: int) -> None:
+        """SIGKILL the task's process."""
+        self.servers[(job, index)].kill()
+
+    def resolver(self) -> object:
+        """A cluster resolver for the coordinator (the chief) in this process."""
+        from convoy.distribute.cluster import ClusterSpec
+        from convoy.distribute.cluster_resolver import SimpleClusterResolver
+
+        return SimpleClusterResolver(ClusterSpec(self.cluster), task_type="chief", task_id=0)
+
+    def tf_config(self, job: str, index: int) -> str:
+        """The TF_CONFIG JSON for one task of this cluster."""
+        return json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}})
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.kill()
+
+    def __enter__(self) -> TrainingCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
