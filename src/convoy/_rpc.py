@@ -31,7 +31,7 @@ OPTIONS = [
     ("grpc.so_reuseport", 0),
 ]
 
-_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:/\s]+):(?P<port>\d{1,5})$")
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
 
 
 def parse_target(target: Any, argument: str = "service") -> tuple[str, str]:

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -87,9 +88,17 @@ class ServerProcess:
             match = _LISTENING.search(line)
             if match:
                 self.address = match[1]
+                # Keep reading its output, so a chatty server never blocks on a full pipe.
+                threading.Thread(target=self._drain, daemon=True).start()
                 return self
         self.kill()
         raise UnavailableError(f"convoy {self.role} did not start: {''.join(self.log)[-2000:]}")
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line)
+            del self.log[:-200]
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to clean up."""

@@ -335,5 +335,24 @@ class PerWorkerDataset:
         # Every worker has its dataset under the same id; unpickled there, the reference
         # becomes that worker's dataset.
         dataset = self._datasets._values[0]
-        return self._coordinator._create_resource(lambda: iter(dataset),
+        return self._coordinator._create_resource(lambda: _SharedIterator(iter(dataset)),
                                                   kind=PerWorkerIterator)
+
+
+class _SharedIterator:
+    """An iterator that several functions running at once on one worker can share."""
+
+    def __init__(self, iterator: Any) -> None:
+        self._iterator = iterator
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> _SharedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        with self._lock:
+            return next(self._iterator)
+
+    def get_next(self) -> Any:
+        with self._lock:
+            return self._iterator.get_next()

@@ -11,6 +11,7 @@ import contextlib
 import enum
 import inspect
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,7 @@ class ParameterServerStrategy:
                         for i in range(self.cluster_spec.num_tasks("ps"))]
         self._next_store = 0
         self._names: dict[str, int] = {}
+        self._token = uuid.uuid4().hex[:8]  # keeps two strategies' variables apart on a ps
         self._lock = threading.Lock()
 
     def __reduce__(self) -> Any:
@@ -120,7 +122,8 @@ class ParameterServerStrategy:
         with self._lock:
             store = self._stores[self._next_store % len(self._stores)]
             self._next_store += 1
-        store.execute([("create", key, value, True)])
+        key = f"{key}@{self._token}"
+        store.execute([("create", key, value)])
         return Variable._in_store(store, key, name, value.shape, value.dtype, trainable)
 
     def _create_variable(self, initial_value: Any = None, name: str | None = None,

@@ -18,6 +18,7 @@ from convoy import nest
 from convoy.codec import Encoder
 from convoy.data._op import Op
 from convoy.data._split import SplitSupplier, read_splits
+from convoy.errors import ConvoyError, InvalidArgumentError
 
 #: A task stops producing while its buffer holds this many elements ...
 MAX_BUFFERED_ELEMENTS = 16_384
@@ -45,10 +46,8 @@ class Task:
                  splits: SplitSupplier | None) -> None:
         self.task_id = task_id
         self.encoder = Encoder(compression or None)
-        op: Op = cloudpickle.loads(dataset)
-        if splits is not None:
-            op = read_splits(op, splits)
-        self._op = op
+        self._dataset = dataset
+        self._splits = splits
         self._cond = threading.Condition()  # guards everything below
         self._items: deque[tuple[Any, int]] = deque()
         self._bytes = 0
@@ -60,7 +59,7 @@ class Task:
 
     def _produce(self) -> None:
         try:
-            elements: Iterator[Any] = self._op.iterator(None, 0).gen
+            elements: Iterator[Any] = self._load().iterator(None, 0).gen
             for element in elements:
                 size = element_size(element)
                 with self._cond:
@@ -79,6 +78,21 @@ class Task:
         with self._cond:
             self._finished = True
             self._cond.notify_all()
+
+    def _load(self) -> Op:
+        """The task's pipeline. Loading runs on the task's thread, so a dataset that cannot be
+        loaded (garbage, a module missing on this worker) fails this task alone."""
+        try:
+            op: Op = cloudpickle.loads(self._dataset)
+            if self._splits is not None:
+                op = read_splits(op, self._splits)
+        except ConvoyError:
+            raise
+        except Exception as error:
+            raise InvalidArgumentError(
+                f"task {self.task_id} cannot load its dataset: {type(error).__name__}: {error}"
+            ) from error
+        return op
 
     def _full(self) -> bool:
         return len(self._items) >= MAX_BUFFERED_ELEMENTS or self._bytes >= MAX_BUFFERED_BYTES

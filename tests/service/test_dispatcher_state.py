@@ -1,0 +1,477 @@
+"""Unit tests of the dispatcher's state machine: events in, results out, no network."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+
+from convoy.data.service import _dispatcher_state as st
+from convoy.errors import (
+    ConvoyError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnimplementedError,
+)
+
+# ----- helpers -----------------------------------------------------------------------------------
+
+
+def register(state: st.DispatcherState, fingerprint: str = "fp", units: int = 100,
+             requested: str = "") -> str:
+    return state.apply(st.RegisterDataset(fingerprint, b"payload:" + fingerprint.encode(),
+                                          "AUTO", b"", 100, units, requested))
+
+
+def job(state: st.DispatcherState, dataset_id: str, name: str = "", mode: str = "DYNAMIC",
+        **options: Any) -> int:
+    return state.apply(st.GetOrCreateJob(dataset_id, name, st.JobOptions(mode, **options)))
+
+
+def iteration(state: st.DispatcherState, job_id: int, repetition: int = 0,
+              now: float = 0.0) -> tuple[int, int]:
+    return state.apply(st.GetOrCreateIteration(job_id, repetition, now))
+
+
+def heartbeat(state: st.DispatcherState, address: str, uid: str | None = None,
+              current: tuple[int, ...] = (), now: float = 0.0) -> st.WorkerInstructions:
+    return state.apply(st.WorkerHeartbeat(address, uid or f"uid-{address}", current, now))
+
+
+def splits(state: st.DispatcherState, iteration_id: int, repetition: int = 0,
+           max_splits: int = 1) -> tuple[list[tuple[int, int]], bool]:
+    return state.apply(st.GetSplits(iteration_id, repetition, max_splits))
+
+
+def new_task_ids(instructions: st.WorkerInstructions) -> list[int]:
+    return sorted(t.task_id for t in instructions.new_tasks)
+
+
+@pytest.fixture
+def state() -> st.DispatcherState:
+    return st.DispatcherState()
+
+
+def assert_unchanged(state: st.DispatcherState, event: Any, error: type[Exception],
+                     match: str) -> None:
+    before = state.snapshot()
+    with pytest.raises(error, match=match):
+        state.apply(event)
+    assert state.snapshot() == before
+
+
+# ----- datasets ----------------------------------------------------------------------------------
+
+
+def test_same_fingerprint_gets_the_same_dataset_id(state: st.DispatcherState) -> None:
+    first = register(state, "a")
+    assert register(state, "a") == first
+    second = register(state, "b")
+    assert second != first
+    assert first.isdigit() and second.isdigit()
+    assert len(state.datasets) == 2
+
+
+def test_requested_dataset_id_is_honoured(state: st.DispatcherState) -> None:
+    assert register(state, "a", requested="my-dataset") == "my-dataset"
+    assert register(state, "a", requested="my-dataset") == "my-dataset"
+    assert state.dataset("my-dataset").fingerprint == "a"
+    # an anonymous registration of the same graph finds the named one
+    assert register(state, "a") == "my-dataset"
+
+
+def test_requested_id_with_another_fingerprint_is_refused(state: st.DispatcherState) -> None:
+    register(state, "a", requested="shared")
+    event = st.RegisterDataset("b", b"other", "AUTO", b"", 1, 1, "shared")
+    assert_unchanged(state, event, InvalidArgumentError, "same ID should have the same structure")
+    assert state.dataset("shared").fingerprint == "a"
+
+
+def test_generated_ids_skip_requested_ones(state: st.DispatcherState) -> None:
+    taken = str(state.next_dataset_id)
+    assert register(state, "a", requested=taken) == taken
+    generated = register(state, "b")
+    assert generated != taken
+    assert register(state, "c") not in (taken, generated)
+
+
+def test_unknown_dataset_is_not_found(state: st.DispatcherState) -> None:
+    with pytest.raises(NotFoundError, match="Dataset id 'nope' not found"):
+        state.dataset("nope")
+    event = st.GetOrCreateJob("nope", "", st.JobOptions("OFF"))
+    assert_unchanged(state, event, NotFoundError, "'nope' not found")
+
+
+# ----- jobs --------------------------------------------------------------------------------------
+
+
+def test_anonymous_jobs_are_never_shared(state: st.DispatcherState) -> None:
+    dataset_id = register(state)
+    assert job(state, dataset_id) != job(state, dataset_id)
+    assert state.named_jobs == {}
+
+
+def test_named_jobs_are_shared(state: st.DispatcherState) -> None:
+    dataset_id = register(state)
+    shared = job(state, dataset_id, "train")
+    assert job(state, dataset_id, "train") == shared
+    assert job(state, dataset_id, "eval") != shared
+    assert state.named_jobs == {"train": shared, "eval": shared + 1}
+
+
+@pytest.mark.parametrize("existing, other, expected", [
+    ({"mode": "DYNAMIC"}, {"mode": "OFF"}, ("processing mode DYNAMIC", "processing mode OFF")),
+    ({"target_workers": "AUTO"}, {"target_workers": "ANY"},
+     ("target_workers AUTO", "target_workers ANY")),
+    ({}, {"cross_trainer_cache": "trainer"}, ("cross-trainer cache off", "cross-trainer cache on")),
+])
+def test_named_job_with_other_options_is_refused(state: st.DispatcherState,
+                                                 existing: dict[str, Any],
+                                                 other: dict[str, Any],
+                                                 expected: tuple[str, str]) -> None:
+    dataset_id = register(state)
+    job(state, dataset_id, "train", **existing)
+    options = st.JobOptions(other.pop("mode", "DYNAMIC"), **other)
+    before = state.snapshot()
+    with pytest.raises(InvalidArgumentError,
+                       match="but found an existing job with different parameters") as error:
+        state.apply(st.GetOrCreateJob(dataset_id, "train", options))
+    message = str(error.value)
+    assert "'train'" in message
+    existing_part, got_part = message.split("got ")
+    assert expected[0] in existing_part and expected[1] in got_part
+    assert state.snapshot() == before
+
+
+def test_unsupported_and_unsplittable_jobs_are_refused(state: st.DispatcherState) -> None:
+    splittable = register(state, "a", units=10)
+    unsplittable = register(state, "b", units=-1)
+    assert_unchanged(state, st.GetOrCreateJob(splittable, "", st.JobOptions("FILE")),
+                     UnimplementedError, "FILE is not available")
+    assert_unchanged(state, st.GetOrCreateJob(unsplittable, "", st.JobOptions("DYNAMIC")),
+                     UnimplementedError, "DYNAMIC sharding needs")
+    assert job(state, unsplittable, mode="OFF") in state.jobs
+
+
+def test_unknown_processing_mode_is_invalid_argument(state: st.DispatcherState) -> None:
+    dataset_id = register(state)
+    assert_unchanged(state, st.GetOrCreateJob(dataset_id, "", st.JobOptions("BOGUS")),
+                     InvalidArgumentError, "'BOGUS'")
+
+
+def test_unknown_event_is_invalid_argument(state: st.DispatcherState) -> None:
+    assert_unchanged(state, object(), InvalidArgumentError, "unknown dispatcher event object")
+
+
+# ----- iterations and tasks ----------------------------------------------------------------------
+
+
+def test_iterations_are_keyed_by_job_and_repetition(state: st.DispatcherState) -> None:
+    job_id = job(state, register(state))
+    first, client_a = iteration(state, job_id, 0)
+    again, client_b = iteration(state, job_id, 0)
+    assert again == first and client_a != client_b
+    second, _ = iteration(state, job_id, 1)
+    assert second != first
+    other_job = job(state, register(state, "other"))
+    assert iteration(state, other_job, 0)[0] not in (first, second)
+    assert state.iteration_keys[(job_id, 0)] == first
+    assert state.iteration_keys[(job_id, 1)] == second
+    assert_unchanged(state, st.GetOrCreateIteration(9999, 0, 0.0), NotFoundError,
+                     "Job id 9999 not found")
+
+
+def test_tasks_are_created_for_registered_workers(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1")
+    heartbeat(state, "w2:2")
+    iteration_id, client_id = iteration(state, job(state, register(state)))
+    tasks = state.iterations[iteration_id].tasks
+    assert sorted(tasks) == ["w1:1", "w2:2"]
+    view = state.apply(st.ClientHeartbeat(client_id, 1.0))
+    assert view.tasks == sorted((t, a) for a, t in tasks.items())
+    assert not view.iteration_finished
+    orders = heartbeat(state, "w1:1")
+    assert new_task_ids(orders) == [tasks["w1:1"]]
+    (assignment,) = orders.new_tasks
+    assert assignment.iteration_id == iteration_id
+    assert assignment.processing_mode == "DYNAMIC"
+    assert (assignment.worker_index, assignment.num_workers) == (0, 2)
+    assert assignment.dataset.payload == b"payload:fp"
+    # a task the worker already runs is not sent again
+    assert heartbeat(state, "w1:1", current=(tasks["w1:1"],)).new_tasks == []
+
+
+def test_a_late_worker_joins_unfinished_iterations(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1")
+    dataset_id = register(state)
+    finished_iteration, _ = iteration(state, job(state, dataset_id, mode="OFF"))
+    (done,) = state.iterations[finished_iteration].tasks.values()
+    state.apply(st.TaskFinished("w1:1", done))
+    running, _ = iteration(state, job(state, dataset_id))
+    orders = heartbeat(state, "w2:2")
+    late_task = state.iterations[running].tasks["w2:2"]
+    assert new_task_ids(orders) == [late_task]
+    assert "w2:2" not in state.iterations[finished_iteration].tasks
+    assert state.task_definition(late_task).num_workers == 2
+
+
+def test_an_iteration_created_before_any_worker_gets_tasks_later(
+        state: st.DispatcherState) -> None:
+    iteration_id, client_id = iteration(state, job(state, register(state)))
+    assert state.iterations[iteration_id].tasks == {}
+    assert state.apply(st.ClientHeartbeat(client_id, 0.0)) == st.ClientView([], False)
+    orders = heartbeat(state, "w1:1")
+    assert new_task_ids(orders) == [state.iterations[iteration_id].tasks["w1:1"]]
+
+
+def test_a_restarted_worker_gets_its_unfinished_tasks_again(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1", uid="old")
+    heartbeat(state, "w2:2")
+    iteration_id, _ = iteration(state, job(state, register(state)))
+    tasks = state.iterations[iteration_id].tasks
+    mine = tasks["w1:1"]
+    assert new_task_ids(heartbeat(state, "w1:1", uid="old")) == [mine]
+    state.apply(st.TaskFinished("w1:1", mine))  # finished, but the iteration is still running
+    assert heartbeat(state, "w1:1", uid="old").new_tasks == []
+    # a new process at the same address: the old one's work is lost, so it is handed out again
+    orders = heartbeat(state, "w1:1", uid="new")
+    assert new_task_ids(orders) == [mine]
+    assert not state.tasks[mine].finished
+    assert state.workers["w1:1"].uid == "new"
+    assert len(state.iterations[iteration_id].tasks) == 2  # no second task for the address
+
+
+def test_a_restarted_worker_does_not_rerun_finished_iterations(
+        state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1", uid="old")
+    iteration_id, _ = iteration(state, job(state, register(state)))
+    (task_id,) = state.iterations[iteration_id].tasks.values()
+    state.apply(st.TaskFinished("w1:1", task_id))
+    assert heartbeat(state, "w1:1", uid="new").new_tasks == []
+    assert state.tasks[task_id].finished
+
+
+def test_unknown_tasks_are_deleted(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1")
+    heartbeat(state, "w2:2")
+    iteration_id, _ = iteration(state, job(state, register(state)))
+    tasks = state.iterations[iteration_id].tasks
+    orders = heartbeat(state, "w1:1", current=(tasks["w1:1"], 777, -3, tasks["w2:2"]))
+    assert orders.tasks_to_delete == sorted([777, -3, tasks["w2:2"]])
+    assert orders.new_tasks == []
+
+
+def test_task_finished_and_iteration_finished(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1")
+    heartbeat(state, "w2:2")
+    iteration_id, client_id = iteration(state, job(state, register(state), mode="OFF"))
+    tasks = state.iterations[iteration_id].tasks
+    assert_unchanged(state, st.TaskFinished("w1:1", 424242), NotFoundError, "Task 424242")
+    assert_unchanged(state, st.TaskFinished("w1:1", tasks["w2:2"]), FailedPreconditionError,
+                     "belongs to worker w2:2, not w1:1")
+    state.apply(st.TaskFinished("w1:1", tasks["w1:1"]))
+    assert not state.apply(st.ClientHeartbeat(client_id, 1.0)).iteration_finished
+    state.apply(st.TaskFinished("w2:2", tasks["w2:2"]))
+    state.apply(st.TaskFinished("w2:2", tasks["w2:2"]))  # idempotent
+    assert state.apply(st.ClientHeartbeat(client_id, 2.0)).iteration_finished
+    assert state.iteration_finished(state.iterations[iteration_id])
+    # finished tasks are neither re-sent nor deleted
+    orders = heartbeat(state, "w1:1")
+    assert orders.new_tasks == [] and orders.tasks_to_delete == []
+
+
+def test_clients_heartbeat_and_release(state: st.DispatcherState) -> None:
+    _, client_id = iteration(state, job(state, register(state)))
+    state.apply(st.ClientHeartbeat(client_id, 5.0))
+    assert state.clients[client_id].last_seen == 5.0
+    state.apply(st.ReleaseClient(client_id))
+    state.apply(st.ReleaseClient(client_id))  # releasing twice is harmless
+    assert_unchanged(state, st.ClientHeartbeat(client_id, 6.0), NotFoundError,
+                     f"Unknown iteration client id {client_id}")
+
+
+# ----- splits ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("units", [1, 7, 100, 1023, 10_000, 5_000_003])
+def test_dynamic_splits_cover_the_source_exactly_once(state: st.DispatcherState,
+                                                      units: int) -> None:
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    iteration_id, _ = iteration(state, job(state, register(state, units=units)))
+    callers = 8
+    ranges: list[tuple[int, int]] = []
+    ended = [False] * callers
+    for _ in range(100_000):
+        if all(ended):
+            break
+        caller = rng.randrange(callers)
+        got, end = splits(state, iteration_id, 0, rng.randint(1, 16))
+        assert len(got) <= 16
+        ranges.extend(got)
+        ended[caller] = ended[caller] or end
+    else:
+        pytest.fail(f"splits never ended (seed={seed})")
+    ranges.sort()
+    assert ranges[0][0] == 0 and ranges[-1][1] == units
+    for (_, stop), (start, _) in zip(ranges, ranges[1:]):
+        assert stop == start, f"gap or overlap at {stop}/{start} (seed={seed})"
+    assert all(0 < b - a <= st.MAX_SPLIT_SIZE for a, b in ranges)
+    assert splits(state, iteration_id, 0, 16) == ([], True)
+
+
+def test_zero_units_end_at_once(state: st.DispatcherState) -> None:
+    iteration_id, _ = iteration(state, job(state, register(state, units=0)))
+    assert splits(state, iteration_id, 0, 4) == ([], True)
+
+
+def test_repetitions_of_splits(state: st.DispatcherState) -> None:
+    iteration_id, _ = iteration(state, job(state, register(state, units=10)))
+    assert splits(state, iteration_id, 0, 3) == ([(0, 1), (1, 2), (2, 3)], False)
+    # a newer repetition (a repeat() in the pipeline) starts the source again
+    assert splits(state, iteration_id, 1, 2) == ([(0, 1), (1, 2)], False)
+    # an older one has ended
+    assert splits(state, iteration_id, 0, 3) == ([], True)
+    assert splits(state, iteration_id, 1, 100) == ([(i, i + 1) for i in range(2, 10)], True)
+    assert state.iterations[iteration_id].split_repetition == 1
+
+
+def test_splits_of_an_off_job_are_refused(state: st.DispatcherState) -> None:
+    iteration_id, _ = iteration(state, job(state, register(state), mode="OFF"))
+    assert_unchanged(state, st.GetSplits(iteration_id, 0, 1), FailedPreconditionError,
+                     "uses OFF, not DYNAMIC")
+    assert_unchanged(state, st.GetSplits(31337, 0, 1), NotFoundError, "Iteration 31337")
+
+
+# ----- garbage collection ------------------------------------------------------------------------
+
+
+def test_collect_garbage_drops_silent_clients_and_workers(state: st.DispatcherState) -> None:
+    heartbeat(state, "quiet:1", now=0.0)
+    heartbeat(state, "busy:2", now=0.0)
+    job_id = job(state, register(state))
+    _, silent = iteration(state, job_id, now=0.0)
+    _, alive = iteration(state, job_id, now=0.0)
+    state.apply(st.ClientHeartbeat(alive, 90.0))
+    heartbeat(state, "busy:2", now=90.0)
+    lost = state.apply(st.CollectGarbage(now=100.0, client_timeout=50.0, worker_timeout=30.0))
+    assert lost == ["quiet:1"]
+    assert set(state.workers) == {"busy:2"}
+    assert set(state.clients) == {alive}
+    assert_unchanged(state, st.ClientHeartbeat(silent, 101.0), NotFoundError, "Unknown")
+    # nothing else is silent yet
+    assert state.apply(st.CollectGarbage(now=101.0, client_timeout=50.0,
+                                         worker_timeout=30.0)) == []
+
+
+def test_snapshot_is_a_copy(state: st.DispatcherState) -> None:
+    before = state.snapshot()
+    dataset_id = register(state)
+    job_id = job(state, dataset_id, "named")
+    iteration(state, job_id)
+    assert before == st.DispatcherState().snapshot()
+    assert before["named_jobs"] == {} and before["iteration_keys"] == {}
+
+
+# ----- properties: failed events change nothing; replay is deterministic -------------------------
+
+ADDRESSES = ("w1:1", "w2:2", "w3:3")
+_now = hs.floats(min_value=0, max_value=1000, allow_nan=False)
+
+
+def _known_or_not(known: Any, unknown: list[Any]) -> hs.SearchStrategy[Any]:
+    """Mostly ids the state knows (so events succeed), sometimes ones it does not."""
+    known = sorted(known)
+    if not known:
+        return hs.sampled_from(unknown)
+    return hs.one_of(*[hs.sampled_from(known)] * 4, hs.sampled_from(unknown))
+
+
+def draw_event(draw: Any, state: st.DispatcherState) -> Any:
+    """One valid or invalid event, with ids drawn from what ``state`` holds now."""
+    kind = draw(hs.sampled_from([
+        "register", "job", "job", "iteration", "iteration", "iteration", "client", "release",
+        "worker", "worker", "finished", "finished", "splits", "splits", "splits", "gc"]))
+    if not state.datasets or not state.jobs:  # build something to work on first
+        kind = draw(hs.sampled_from(["register", "job", "worker"]))
+    if kind == "register":
+        return st.RegisterDataset(
+            draw(hs.sampled_from("abc")), b"p", draw(hs.sampled_from(["", "AUTO"])), b"",
+            draw(hs.integers(-2, 10)), draw(hs.sampled_from([-1, 0, 3, 50, 50])),
+            draw(hs.sampled_from(["", "", "mine", "1001"])))
+    if kind == "job":
+        options = st.JobOptions(
+            draw(hs.sampled_from(["OFF", "OFF", "DYNAMIC", "DYNAMIC", "DYNAMIC", "DATA",
+                                  "bogus"])),
+            draw(hs.sampled_from([0, 0, 2])), draw(hs.sampled_from(["AUTO", "ANY"])),
+            draw(hs.sampled_from(["", "", "t"])))
+        return st.GetOrCreateJob(draw(_known_or_not(state.datasets, ["nope", ""])),
+                                 draw(hs.sampled_from(["", "", "j1", "j2"])), options)
+    if kind == "iteration":
+        return st.GetOrCreateIteration(draw(_known_or_not(state.jobs, [-1, 9999])),
+                                       draw(hs.integers(0, 2)), draw(_now))
+    if kind == "client":
+        return st.ClientHeartbeat(draw(_known_or_not(state.clients, [0, 9999])), draw(_now))
+    if kind == "release":
+        return st.ReleaseClient(draw(_known_or_not(state.clients, [0, 9999])))
+    if kind == "worker":
+        current = draw(hs.lists(_known_or_not(state.tasks, [-7, 9999]), max_size=3))
+        return st.WorkerHeartbeat(draw(hs.sampled_from(ADDRESSES)),
+                                  draw(hs.sampled_from(["u1", "u1", "u2"])), tuple(current),
+                                  draw(_now))
+    if kind == "finished":
+        return st.TaskFinished(draw(hs.sampled_from(ADDRESSES)),
+                               draw(_known_or_not(state.tasks, [-7, 9999])))
+    if kind == "splits":
+        return st.GetSplits(draw(_known_or_not(state.iterations, [-1, 9999])),
+                            draw(hs.integers(0, 2)), draw(hs.integers(-1, 8)))
+    return st.CollectGarbage(draw(_now), draw(hs.sampled_from([10.0, 500.0])),
+                             draw(hs.sampled_from([10.0, 500.0])))
+
+
+def apply_checked(state: st.DispatcherState, event: Any) -> Any:
+    """Apply ``event``; a failure must be a convoy error that left the state as it was."""
+    before = state.snapshot()
+    try:
+        outcome = state.apply(event)
+    except ConvoyError as error:
+        assert state.snapshot() == before, f"{event} raised {error!r} but changed the state"
+        outcome = (type(error), str(error))
+    check_consistent(state)
+    return outcome
+
+
+def check_consistent(state: st.DispatcherState) -> None:
+    for name, job_id in state.named_jobs.items():
+        assert state.jobs[job_id].name == name
+    for job_record in state.jobs.values():
+        assert job_record.dataset_id in state.datasets
+    for (job_id, repetition), iteration_id in state.iteration_keys.items():
+        record = state.iterations[iteration_id]
+        assert (record.job_id, record.repetition) == (job_id, repetition)
+    for iteration_id, record in state.iterations.items():
+        for address, task_id in record.tasks.items():
+            task = state.tasks[task_id]
+            assert (task.iteration_id, task.worker_address) == (iteration_id, address)
+    for client in state.clients.values():
+        assert client.iteration_id in state.iterations
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hs.data(), hs.integers(min_value=0, max_value=50))
+def test_failed_events_change_nothing_and_replay_is_deterministic(data: Any,
+                                                                  length: int) -> None:
+    state = st.DispatcherState()
+    events, outcomes = [], []
+    for _ in range(length):
+        event = draw_event(data.draw, state)
+        events.append(event)
+        outcomes.append(apply_checked(state, event))
+    replayed = st.DispatcherState()
+    assert [apply_checked(replayed, event) for event in events] == outcomes
+    assert replayed.snapshot() == state.snapshot()
