@@ -7,6 +7,7 @@ into a response. A background thread collects garbage (silent clients and worker
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -15,6 +16,7 @@ from convoy import _rpc
 from convoy.data.service import _dispatcher_state as st
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._config import DispatcherConfig
+from convoy.data.service._journal import Journal, LocalStorage
 from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
@@ -29,16 +31,27 @@ def _methods(handler: Any) -> dict[_rpc.Method, Any]:
     return {m: getattr(handler, m.name) for m in DISPATCHER_METHODS}
 
 
-class _Handlers:
-    """Request -> event -> response, for every dispatcher RPC. Guarded by ``lock``."""
+#: Events that change nothing worth keeping across a restart (only last-seen times).
+_EPHEMERAL = (st.ClientHeartbeat,)
 
-    def __init__(self) -> None:
-        self.state = st.DispatcherState()
+
+class _Handlers:
+    """Request -> event -> response, for every dispatcher RPC. Guarded by ``lock``.
+
+    With a journal, every event that changed the state is durable before its answer leaves.
+    """
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        self.journal = journal
+        self.state = journal.recover() if journal else st.DispatcherState()
         self.lock = threading.Lock()
 
     def _apply(self, event: Any) -> Any:
         with self.lock:
-            return self.state.apply(event)
+            result = self.state.apply(event)
+            if self.journal is not None and not isinstance(event, _EPHEMERAL):
+                self.journal.append(event, self.state)
+            return result
 
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
         if not r.dataset or not r.fingerprint:
@@ -78,11 +91,11 @@ class _Handlers:
         if r.repetition < 0:
             raise InvalidArgumentError(f"repetition must be >= 0, got {r.repetition}")
         iteration_id, client_id = self._apply(
-            st.GetOrCreateIteration(r.job_id, r.repetition, time.monotonic()))
+            st.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
         return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id)
 
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
-        view = self._apply(st.ClientHeartbeat(r.client_id, time.monotonic()))
+        view = self._apply(st.ClientHeartbeat(r.client_id, time.time()))
         return pb.ClientHeartbeatResponse(
             tasks=[pb.TaskInfo(task_id=t, worker_address=a) for t, a in view.tasks],
             iteration_finished=view.iteration_finished)
@@ -96,7 +109,7 @@ class _Handlers:
         if not r.worker_uid:
             raise InvalidArgumentError("WorkerHeartbeat needs a worker_uid")
         orders = self._apply(st.WorkerHeartbeat(r.worker_address, r.worker_uid,
-                                                tuple(r.current_tasks), time.monotonic()))
+                                                tuple(r.current_tasks), time.time()))
         return pb.WorkerHeartbeatResponse(
             new_tasks=[_task_def(t) for t in orders.new_tasks],
             tasks_to_delete=orders.tasks_to_delete)
@@ -133,7 +146,10 @@ class DispatchServer:
             raise InvalidArgumentError(
                 f"config must be a DispatcherConfig, got {type(config).__name__}"
             )
-        self._handlers = _Handlers()
+        journal = None
+        if self._config.fault_tolerant_mode:
+            journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
+        self._handlers = _Handlers(journal)
         self._server: Any = None
         self._port = self._config.port
         self._stopped = threading.Event()
@@ -165,7 +181,7 @@ class DispatchServer:
         config = self._config
         while not self._stopped.wait(config.gc_check_interval_s):
             lost = self._handlers._apply(st.CollectGarbage(
-                time.monotonic(), config.client_timeout_s, config.worker_timeout_s))
+                time.time(), config.client_timeout_s, config.worker_timeout_s))
             for address in lost:
                 log.warning("worker %s has not sent a heartbeat for %.0f s: dropped",
                             address, config.worker_timeout_s)
@@ -180,6 +196,9 @@ class DispatchServer:
         self._stopped.set()
         if self._server is not None:
             self._server.stop(grace=None).wait()
+        if self._handlers.journal is not None:
+            with self._handlers.lock:
+                self._handlers.journal.close()
 
     def _num_workers(self) -> int:
         with self._handlers.lock:

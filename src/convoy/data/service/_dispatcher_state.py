@@ -24,6 +24,10 @@ from convoy.errors import (
     UnimplementedError,
 )
 
+#: Added to "not found" errors for ids a client or worker got from a dispatcher.
+RESTART_HINT = ("; the dispatcher may have restarted without fault_tolerant_mode, losing its "
+                "jobs")
+
 #: Split requests hand out this many source units per split at most ...
 MAX_SPLIT_SIZE = 4096
 #: ... aiming at about this many splits per pass, so work spreads evenly over workers.
@@ -279,7 +283,7 @@ class DispatcherState:
     def _on_GetOrCreateIteration(self, event: GetOrCreateIteration) -> tuple[int, int]:
         job = self.jobs.get(event.job_id)
         if job is None:
-            raise NotFoundError(f"Job id {event.job_id} not found")
+            raise NotFoundError(f"Job id {event.job_id} not found{RESTART_HINT}")
         key = (event.job_id, event.repetition)
         iteration_id = self.iteration_keys.get(key)
         if iteration_id is None:
@@ -309,8 +313,8 @@ class DispatcherState:
         client = self.clients.get(event.client_id)
         if client is None:
             raise NotFoundError(
-                f"Unknown iteration client id {event.client_id}: it was released, timed out, "
-                f"or the dispatcher restarted without fault tolerance"
+                f"Unknown iteration client id {event.client_id}: it was released or timed out"
+                f"{RESTART_HINT}"
             )
         client.last_seen = event.now
         iteration = self.iterations[client.iteration_id]
@@ -358,7 +362,7 @@ class DispatcherState:
     def _on_TaskFinished(self, event: TaskFinished) -> None:
         task = self.tasks.get(event.task_id)
         if task is None:
-            raise NotFoundError(f"Task {event.task_id} not found")
+            raise NotFoundError(f"Task {event.task_id} not found{RESTART_HINT}")
         if task.worker_address != event.address:
             raise FailedPreconditionError(
                 f"Task {event.task_id} belongs to worker {task.worker_address}, not "
@@ -369,14 +373,14 @@ class DispatcherState:
     def task_definition(self, task_id: int) -> TaskAssignment:
         task = self.tasks.get(task_id)
         if task is None:
-            raise NotFoundError(f"Task {task_id} not found")
+            raise NotFoundError(f"Task {task_id} not found{RESTART_HINT}")
         return self._assignment(task)
 
     # ----- splits -------------------------------------------------------------------------------
     def _on_GetSplits(self, event: GetSplits) -> tuple[list[tuple[int, int]], bool]:
         iteration = self.iterations.get(event.iteration_id)
         if iteration is None:
-            raise NotFoundError(f"Iteration {event.iteration_id} not found")
+            raise NotFoundError(f"Iteration {event.iteration_id} not found{RESTART_HINT}")
         job = self.jobs[iteration.job_id]
         if job.options.processing_mode != ShardingPolicy.DYNAMIC.name:
             raise FailedPreconditionError(
