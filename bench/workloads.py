@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import cloudpickle
 import numpy as np
 
 import convoy as cv
+
+# Workers cannot import this module (bench/ is not installed): send its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @dataclass
@@ -127,6 +132,55 @@ def two_workers() -> float:
     return rate
 
 
+# ----- parameter-server training: chief here, 2 ps + 2 workers as processes --------------------
+def _embedding_step(iterator, table, weights, bias, optimizer):  # runs on a worker
+    import torch
+
+    ids, labels = next(iterator)
+    with cv.torch.pull(dense=[weights, bias], rows={table: ids}) as pulled:
+        bags = pulled[table].mean(dim=1)
+        logits = bags @ pulled[0] + pulled[1]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, torch.from_numpy(np.array(labels)))
+        loss.backward()
+    optimizer.apply_gradients(pulled.gradients())
+
+
+def ps_embedding(steps: int = 2000) -> float:
+    from convoy.testing import TrainingCluster
+
+    with TrainingCluster(num_workers=2, num_ps=2) as cluster:
+        strategy = cv.distribute.ParameterServerStrategy(
+            cluster.resolver(),
+            variable_partitioner=cv.distribute.partitioners.FixedShardsPartitioner(2))
+        rng = np.random.default_rng(0)
+        with strategy.scope():
+            table = cv.Variable(rng.normal(0, 0.05, (100_000, 64)).astype(np.float32),
+                                name="table")
+            weights = cv.Variable(np.zeros(64, np.float32), name="weights")
+            bias = cv.Variable(np.zeros((), np.float32), name="bias")
+        optimizer = cv.optimizers.SGD(0.1)
+        coordinator = cv.distribute.ClusterCoordinator(strategy)
+
+        def dataset_fn():
+            data = np.random.default_rng(1)
+            ids = data.integers(0, 100_000, (64 * 256, 8))
+            labels = (data.random(64 * 256) < 0.5).astype(np.float32)
+            return cv.data.Dataset.from_tensor_slices((ids, labels)).batch(256).repeat()
+
+        iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+        for _ in range(20):  # warm up: imports and connections on the workers
+            coordinator.schedule(_embedding_step, (iterator, table, weights, bias, optimizer))
+        coordinator.join()
+        started = time.perf_counter()
+        for _ in range(steps):
+            coordinator.schedule(_embedding_step, (iterator, table, weights, bias, optimizer))
+        coordinator.join()
+        rate = steps / (time.perf_counter() - started)
+        coordinator.shutdown()
+        return rate
+
+
 ALL = [
     Workload("local_batch256", "batches/s", local_batch256, tf_local_batch256),
     Workload("local_map_numpy_seq", "elements/s", local_sequential_map),
@@ -137,4 +191,5 @@ ALL = [
     Workload("images_auto", "MB/s", images_auto),
     Workload("dynamic_batch256", "batches/s", dynamic_batch256),
     Workload("two_workers", "batches/s", two_workers),
+    Workload("ps_embedding", "steps/s", ps_embedding),
 ]

@@ -43,6 +43,8 @@ def stack(elements: list[Any]) -> Any:
     first = elements[0]
     if not isinstance(first, (tuple, list, dict)):
         return _stack_leaves(elements, 0)
+    if type(first) is tuple and not any(map(nest.is_nested, first)):  # fast path: flat tuples
+        return tuple([_stack_leaves(list(c), i) for i, c in enumerate(zip(*elements))])
     columns = zip(*map(nest.flatten, elements), strict=True)
     return nest.pack_sequence_as(first, [_stack_leaves(list(c), i)
                                          for i, c in enumerate(columns)])

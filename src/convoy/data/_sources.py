@@ -126,6 +126,7 @@ class TensorSlicesOp(IndexSource):
         self.structure = tensors
         self.leaves = leaves
         self.single = not nest.is_nested(tensors)
+        self.flat_tuple = type(tensors) is tuple and not any(map(nest.is_nested, tensors))
 
     def num_elements(self) -> int:
         return self.leaves[0].shape[0]
@@ -133,6 +134,8 @@ class TensorSlicesOp(IndexSource):
     def element_at(self, index: int) -> Any:
         if self.single:
             return self.leaves[0][index]
+        if self.flat_tuple:  # the common (features, label) case, without the generic packing
+            return tuple([leaf[index] for leaf in self.leaves])
         return nest.pack_sequence_as(self.structure, [leaf[index] for leaf in self.leaves])
 
     def iterator(self, state: Any, key: int) -> Node:

@@ -8,10 +8,15 @@ worker's ``Run`` takes a cloudpickled function call and answers ``("ok", value)`
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import cloudpickle
 import grpc
 
 from convoy import _rpc
@@ -32,6 +37,53 @@ def encode(value: Any) -> bytes:
 
 def decode_one(payload: bytes) -> Any:
     return decode(payload)[0]
+
+
+# ----- function calls: a function is pickled once per coordinator, unpickled once per worker ---
+_pickled: weakref.WeakKeyDictionary[Any, tuple[bytes, bytes]] = weakref.WeakKeyDictionary()
+_unpickled: OrderedDict[bytes, Callable[..., Any]] = OrderedDict()
+_cache_lock = threading.Lock()
+_UNPICKLED_KEPT = 1024
+
+
+def _pickle_function(function: Callable[..., Any]) -> tuple[bytes, bytes]:
+    """(digest, pickled) for ``function``, pickled on its first use only: like a traced
+    function, what it captures is fixed when it is first scheduled."""
+    with _cache_lock:
+        try:
+            cached = _pickled.get(function)
+        except TypeError:  # not weak-referenceable: pickle every time
+            cached = None
+    if cached is None:
+        data = cloudpickle.dumps(function)
+        cached = (hashlib.sha1(data).digest(), data)
+        with _cache_lock:
+            try:
+                _pickled[function] = cached
+            except TypeError:
+                pass
+    return cached
+
+
+def call_payload(function: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
+    """A worker ``Run`` request for ``function(*args, **kwargs)``."""
+    digest, data = _pickle_function(function)
+    return encode((digest, data, cloudpickle.dumps((args, kwargs))))
+
+
+def load_call(payload: bytes) -> tuple[Callable[..., Any], tuple, dict]:
+    """The function and arguments of a ``Run`` request (the function unpickled once)."""
+    digest, data, arguments = decode_one(payload)
+    with _cache_lock:
+        function = _unpickled.get(digest)
+    if function is None:
+        function = cloudpickle.loads(data)
+        with _cache_lock:
+            _unpickled[digest] = function
+            while len(_unpickled) > _UNPICKLED_KEPT:
+                _unpickled.popitem(last=False)
+    args, kwargs = cloudpickle.loads(arguments)
+    return function, args, kwargs
 
 
 class LocalStore:

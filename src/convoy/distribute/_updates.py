@@ -40,10 +40,11 @@ def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndar
             f"gradient rows must be in [0, {variable.shape[0]}), got {indices.min()} to "
             f"{indices.max()}"
         )
-    unique, inverse = np.unique(indices, return_inverse=True)
-    summed = np.zeros((unique.size, *variable.shape[1:]), variable.dtype)
-    np.add.at(summed, inverse, values)
-    return unique, summed
+    if indices.size == 0:
+        return indices, values
+    order = np.argsort(indices, kind="stable")
+    unique, starts = np.unique(indices[order], return_index=True)
+    return unique, np.add.reduceat(values[order], starts, axis=0)  # segment sums, no ufunc.at
 
 
 def _sgd(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:

@@ -24,7 +24,13 @@ from typing import Any
 import cloudpickle
 
 from convoy import _rpc, nest
-from convoy.distribute._protocol import WORKER_METHODS, WORKER_SERVICE, decode_one, encode
+from convoy.distribute._protocol import (
+    WORKER_METHODS,
+    WORKER_SERVICE,
+    call_payload,
+    decode_one,
+    encode,
+)
 from convoy.distribute.server import ResourceRef, worker_context
 from convoy.errors import (
     CancelledError,
@@ -98,7 +104,7 @@ class _Closure:
             return value._values[worker_index] if isinstance(value, PerWorkerValues) else value
         args = nest.map_structure(resolve, self.args) if self.args else ()
         kwargs = nest.map_structure(resolve, self.kwargs) if self.kwargs else {}
-        return encode(cloudpickle.dumps((self.function, tuple(args), kwargs)))
+        return call_payload(self.function, tuple(args), kwargs)
 
 
 class _Worker:
@@ -205,8 +211,7 @@ class ClusterCoordinator:
         resource_id = next(self._resource_ids)
         with self._cond:
             self._resources.append((resource_id, make, for_dataset))
-        payload = encode(cloudpickle.dumps((_create_resource, (resource_id, make, for_dataset),
-                                            {})))
+        payload = call_payload(_create_resource, (resource_id, make, for_dataset), {})
         errors = []
         for worker in self._workers:
             try:
@@ -223,8 +228,7 @@ class ClusterCoordinator:
         with self._cond:
             resources = list(self._resources)
         for resource_id, make, for_dataset in resources:
-            worker.run(encode(cloudpickle.dumps((_create_resource,
-                                                 (resource_id, make, for_dataset), {}))))
+            worker.run(call_payload(_create_resource, (resource_id, make, for_dataset), {}))
 
     # ----- the worker threads --------------------------------------------------------------------
     def _take(self, worker: _Worker) -> _Closure | None:

@@ -19,6 +19,7 @@ from convoy.distribute._protocol import (
     WORKER_SERVICE,
     decode_one,
     encode,
+    load_call,
 )
 from convoy.distribute._store import VariableStore
 from convoy.distribute.cluster import ClusterSpec
@@ -66,7 +67,7 @@ class ResourceRef:
 
 
 def _run(request: bytes) -> bytes:
-    function, args, kwargs = cloudpickle.loads(decode_one(request))
+    function, args, kwargs = load_call(request)
     try:
         result: tuple[str, Any] = ("ok", function(*args, **kwargs))
     except Exception as error:

@@ -51,6 +51,11 @@ def _slots(variable: Variable | ShardedVariable) -> dict[str, np.ndarray]:
             else per_shard[0][name] for name in names if all(name in s for s in per_shard)}
 
 
+def _contiguous(value: np.ndarray) -> np.ndarray:
+    # Not np.ascontiguousarray: it turns a scalar (e.g. a step counter) into shape (1,).
+    return np.asarray(value, order="C")
+
+
 def _restore_slot(variable: Variable | ShardedVariable, slot: str, value: np.ndarray) -> None:
     if isinstance(variable, ShardedVariable):
         parts = np.split(value, variable._offsets[1:-1]) if value.ndim else \
@@ -80,9 +85,9 @@ class Checkpoint:
         """Write a checkpoint to ``<file_prefix>.safetensors``; returns that path."""
         tensors: dict[str, np.ndarray] = {}
         for path, variable in self._named().items():
-            tensors[path] = np.ascontiguousarray(variable.read_value())
+            tensors[path] = _contiguous(variable.read_value())
             for slot, value in _slots(variable).items():
-                tensors[f"{path}{_SLOTS}{slot}"] = np.ascontiguousarray(value)
+                tensors[f"{path}{_SLOTS}{slot}"] = _contiguous(value)
         target = f"{os.fspath(file_prefix)}.safetensors"
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         temporary = target + ".tmp"

@@ -69,6 +69,11 @@ class WorkerServer:
             return
         self._server, self._port = _rpc.serve(
             WORKER, {WORKER_METHODS[0]: self._get_elements}, self._config.port)
+        try:  # registered before returning, as TensorFlow's worker: jobs created next see it
+            self._heartbeat(self._config.dispatcher_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
         threading.Thread(target=self._heartbeat_loop, name="convoy-worker-heartbeat",
                          daemon=True).start()
         log.info("worker serving at %s", self._address)
@@ -173,7 +178,7 @@ class WorkerServer:
         request = pb.TaskFinishedRequest(worker_address=self._address, task_id=task.task_id)
         _rpc.retry(lambda: self._dispatcher.call("TaskFinished", request),
                    self._config.dispatcher_timeout_s, f"worker {self._address} reporting "
-                   f"task {task.task_id} finished")
+                   f"task {task.task_id} finished", self._stopped.is_set)
         with self._lock:
             self._finished.add(task.task_id)
             self._tasks.pop(task.task_id, None)
