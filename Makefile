@@ -3,13 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: test demo bench lint proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# The CPU build of PyTorch, pinned: an unpinned torch resolves to a multi-GB CUDA build.
+	$(PY) -m pip install --quiet 'torch==$(TORCH_VERSION)'
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -17,6 +19,7 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
+	$(PY) examples/recommend.py
 
 bench: $(STAMP)
 	$(PY) bench/run.py
