@@ -16,8 +16,10 @@ class IndexedSlices(NamedTuple):
     indices: Any
     dense_shape: Any = None
 
-    def checked(self, argument: str = "sparse_delta") -> IndexedSlices:
-        """A copy with numpy values and integer indices whose shapes agree."""
+    def checked(self, argument: str = "sparse_delta",
+                row_shape: tuple[int, ...] | None = None) -> IndexedSlices:
+        """A copy with numpy values and integer indices whose shapes agree (and, given the
+        ``row_shape`` of the target, values of shape ``indices.shape + row_shape``)."""
         values, indices = np.asarray(self.values), np.asarray(self.indices)
         if indices.dtype.kind not in "iu":
             raise InvalidArgumentError(f"{argument}.indices must be integers, got {indices.dtype}")
@@ -25,5 +27,11 @@ class IndexedSlices(NamedTuple):
             raise InvalidArgumentError(
                 f"{argument}: values of shape {list(values.shape)} do not start with the "
                 f"indices' shape {list(indices.shape)}"
+            )
+        if row_shape is not None and values.shape != indices.shape + tuple(row_shape):
+            raise InvalidArgumentError(
+                f"{argument}: values of shape {list(values.shape)} do not match indices of "
+                f"shape {list(indices.shape)} for rows of shape {list(row_shape)} (expected "
+                f"{list(indices.shape + tuple(row_shape))})"
             )
         return IndexedSlices(values, indices, self.dense_shape)

@@ -3,11 +3,11 @@
 A training step reads as ordinary PyTorch::
 
     def step(ids, labels):
-        with cv.torch.pull(dense=[w, b], rows={embedding: ids}) as (params, rows):
-            logits = model(rows[embedding], *params)
+        with cv.torch.pull(dense=[w, b], rows={embedding: ids}) as pulled:
+            logits = model(pulled[embedding], *pulled)   # gathered rows; then w, b
             loss = F.binary_cross_entropy_with_logits(logits, labels)
             loss.backward()
-        optimizer.apply_gradients(params.gradients())
+        optimizer.apply_gradients(pulled.gradients())
         return float(loss)
 
 :func:`pull` reads every dense variable and every gathered row block in one call per

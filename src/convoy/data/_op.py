@@ -67,6 +67,13 @@ class Op:
     """One node of the dataset graph. Subclasses set ``inputs`` and implement ``iterator``."""
 
     inputs: tuple[Op, ...] = ()
+    #: True for sources whose passes can be empty while later ones are not (the data service:
+    #: another consumer may have taken a whole shared iteration).
+    remote = False
+
+    def reads_remote(self) -> bool:
+        """Whether this op or any op upstream of it is a remote source."""
+        return self.remote or any(op.reads_remote() for op in self.inputs)
 
     def iterator(self, state: Any, key: int) -> Node:
         raise NotImplementedError(f"{type(self).__name__} must implement iterator()")

@@ -230,7 +230,7 @@ class _RepeatNode(Node):
             self.input.close()
             self.input = None
             self.epoch += 1
-            if fresh and not produced and count < 0:
+            if fresh and not produced and count < 0 and not self.op.input.reads_remote():
                 return  # an empty input repeated forever is still empty
 
     def state_dict(self) -> Any:

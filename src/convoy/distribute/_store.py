@@ -64,23 +64,28 @@ class VariableStore:
     def _read(self, name: str) -> np.ndarray:
         return self.value(name).copy()
 
-    def _assign(self, name: str, value: Any) -> None:
+    def _same_shape(self, kind: str, name: str, value: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The variable and ``value`` as an array of its dtype, which must have its shape."""
         target = self.value(name)
         value = np.asarray(value, dtype=target.dtype)
-        if value.shape != target.shape:
+        if value.shape != target.shape:  # no broadcasting, as an assign_add in TensorFlow
             raise InvalidArgumentError(
-                f"assign to {name!r}: shape {list(value.shape)} does not match the variable's "
+                f"{kind} to {name!r}: shape {list(value.shape)} does not match the variable's "
                 f"{list(target.shape)}"
             )
+        return target, value
+
+    def _assign(self, name: str, value: Any) -> None:
+        target, value = self._same_shape("assign", name, value)
         target[...] = value
 
     def _assign_add(self, name: str, delta: Any) -> None:
-        target = self.value(name)
-        target += np.asarray(delta, dtype=target.dtype)
+        target, delta = self._same_shape("assign_add", name, delta)
+        target += delta
 
     def _assign_sub(self, name: str, delta: Any) -> None:
-        target = self.value(name)
-        target -= np.asarray(delta, dtype=target.dtype)
+        target, delta = self._same_shape("assign_sub", name, delta)
+        target -= delta
 
     def _rows(self, name: str, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         target = self.value(name)

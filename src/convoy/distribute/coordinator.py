@@ -8,7 +8,8 @@ runs at least once); the worker is probed until it answers again, its per-worker
 (datasets, iterators) are rebuilt if it is a new process, and it takes work again.
 
 The first error a function raises is raised by the next ``schedule``, ``join`` or ``done``
-(then cleared); the functions queued behind it are cancelled.
+(then cleared), once the functions still running have finished; the functions queued behind
+it are cancelled.
 """
 
 from __future__ import annotations
@@ -250,7 +251,12 @@ class ClusterCoordinator:
             except UnavailableError:
                 with self._cond:
                     self._in_flight -= 1
-                    self._queue.appendleft(closure)  # at least once: another worker runs it
+                    if self._error is None:
+                        self._queue.appendleft(closure)  # at least once: another worker runs it
+                    else:  # an earlier failure cancelled everything that had not run
+                        closure.result._set(error=CancelledError(
+                            f"cancelled because an earlier function failed: "
+                            f"{self._error!r:.200}"))
                     self._cond.notify_all()
                 self._recover(worker)
                 continue
@@ -278,7 +284,10 @@ class ClusterCoordinator:
             self._cond.notify_all()
 
     def _raise_error(self) -> None:
-        """Raise (once) the first error of a scheduled function. Call with ``_cond`` held."""
+        """Raise (once) the first error of a scheduled function, after the functions still
+        running have finished (nothing runs once it is raised). Call with ``_cond`` held."""
+        while self._error is not None and self._in_flight:
+            self._cond.wait()
         if self._error is not None:
             error, self._error = self._error, None
             raise error

@@ -79,6 +79,12 @@ class Variable(metaclass=_VariableMeta):
         self.name, self.shape, self.dtype, self.trainable = name, shape, dtype, trainable
 
     def __reduce__(self) -> Any:
+        if isinstance(self._store, LocalStore):
+            raise InvalidArgumentError(
+                f"variable {self.name!r} was created outside strategy.scope(): it lives in "
+                f"this process only and cannot be used by functions sent to workers; create "
+                f"it inside strategy.scope()"
+            )
         return (Variable._in_store, (self._store, self._key, self.name, self.shape,
                                      self.dtype.str, self.trainable))
 
@@ -115,11 +121,7 @@ class Variable(metaclass=_VariableMeta):
         return self._call("gather", np.asarray(indices))
 
     def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
-        if not isinstance(sparse_delta, IndexedSlices):
-            raise InvalidArgumentError(
-                f"sparse_delta must be a convoy.IndexedSlices, got {type(sparse_delta).__name__}"
-            )
-        delta = sparse_delta.checked()
+        delta = _checked_delta(sparse_delta, self.shape[1:])
         self._call(kind, delta.indices, delta.values)
 
     def scatter_add(self, sparse_delta: IndexedSlices) -> None:
@@ -138,6 +140,14 @@ class Variable(metaclass=_VariableMeta):
 
 def _wait(futures: list[Future[Any]]) -> list[Any]:
     return [future.result() for future in futures]
+
+
+def _checked_delta(sparse_delta: Any, row_shape: tuple[int, ...]) -> IndexedSlices:
+    if not isinstance(sparse_delta, IndexedSlices):
+        raise InvalidArgumentError(
+            f"sparse_delta must be a convoy.IndexedSlices, got {type(sparse_delta).__name__}"
+        )
+    return sparse_delta.checked("sparse_delta", row_shape)
 
 
 class ShardedVariable:
@@ -203,6 +213,8 @@ class ShardedVariable:
 
     def route(self, ids: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """For each shard that owns some of ``ids`` (flat): (shard, positions, local rows)."""
+        if ids.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"ids for {self.name!r} must be integers, got {ids.dtype}")
         if ids.size and (ids.min() < 0 or ids.max() >= self.shape[0]):
             raise InvalidArgumentError(
                 f"ids must be in [0, {self.shape[0]}) for {self.name!r}, got values from "
@@ -228,7 +240,7 @@ class ShardedVariable:
         return out.reshape((*ids.shape, *self.shape[1:]))
 
     def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
-        delta = sparse_delta.checked()
+        delta = _checked_delta(sparse_delta, self.shape[1:])
         flat = delta.indices.reshape(-1)
         values = delta.values.reshape((flat.size, *self.shape[1:]))
         _wait([self._variables[s]._store.execute_async(

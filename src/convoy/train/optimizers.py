@@ -22,11 +22,15 @@ def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, 
     """A gradient for a sharded variable as gradients for its shards."""
     shards = variable.variables
     if isinstance(gradient, IndexedSlices):
-        delta = gradient.checked("gradient")
+        delta = gradient.checked("gradient", variable.shape[1:])
         flat = delta.indices.reshape(-1)
         values = delta.values.reshape((flat.size, *variable.shape[1:]))
-        return [(IndexedSlices(values[positions], rows), shards[s])
-                for s, positions, rows in variable.route(flat)]
+        routed = {s: (positions, rows) for s, positions, rows in variable.route(flat)}
+        # Shards without rows get an empty update: per-variable optimizer state (Adam's step
+        # count) then advances on every shard, as it would on an unsharded variable.
+        nothing = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return [(IndexedSlices(values[routed.get(s, nothing)[0]], routed.get(s, nothing)[1]),
+                 shard) for s, shard in enumerate(shards)]
     parts = variable._split(gradient)
     return list(zip(parts, shards))
 
@@ -51,7 +55,9 @@ class Optimizer:
                         f"apply_gradients takes (gradient, variable) pairs, got a "
                         f"{type(var).__name__} as a variable"
                     )
-                if not isinstance(grad, IndexedSlices):
+                if isinstance(grad, IndexedSlices):
+                    grad = grad.checked("gradient", var.shape[1:])
+                else:
                     grad = np.asarray(grad, dtype=var.dtype)
                 stores[id(var._store)] = var._store
                 by_store[id(var._store)].append((var._key, grad))

@@ -343,6 +343,9 @@ def _scoped(options: _ReadOptions, job_name: str) -> _ReadOptions:
 class DataServiceOp(Op):
     """A source op reading from the data service; each new iterator is the next repetition.
 
+    It is ``remote``: ``repeat()`` keeps going through an empty repetition (another consumer
+    of a shared job may have read all of it).
+
     After ``distribute`` the element spec is that of ``input_op`` (the distributed pipeline),
     worked out only when asked for.
     """
@@ -482,7 +485,9 @@ class _Reader:
                 self.cond.wait()
 
     def _done(self) -> bool:
-        return self.finished and all(t.ended for t in self.tasks.values())
+        # ``busy``: a reply still in flight on an ended task (readers share tasks) may hold
+        # elements taken before another reader saw the end.
+        return self.finished and all(t.ended and not t.busy for t in self.tasks.values())
 
     # ----- the dispatcher's side ---------------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -499,6 +504,12 @@ class _Reader:
                         worker = _rpc.Client(info.worker_address, WORKER, WORKER_METHODS)
                         self.workers[info.worker_address] = worker
                     self.tasks[info.task_id] = _TaskState(info.task_id, worker)
+            # The dispatcher lists the unfinished tasks: one no longer listed has finished
+            # (its end of sequence may have been lost with its worker) or its worker was lost.
+            listed = {info.task_id for info in response.tasks}
+            for task in self.tasks.values():
+                if task.task_id not in listed:
+                    task.ended = True
             self.finished = response.iteration_finished
             self.cond.notify_all()
 
