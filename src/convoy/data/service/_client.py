@@ -350,6 +350,8 @@ class DataServiceOp(Op):
     worked out only when asked for.
     """
 
+    remote = True
+
     def __init__(self, options: _ReadOptions, registration: _Registration | None,
                  dataset_id: str, element_spec: Any, input_cardinality: int,
                  input_op: Op | None = None) -> None:
