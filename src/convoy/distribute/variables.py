@@ -43,6 +43,45 @@ def initial_array(initial_value: Any, dtype: Any, shape: Any) -> np.ndarray:
     return array
 
 
+class _Ops:
+    """What Variable and ShardedVariable offer alike, on top of their ``read_value``,
+    ``_update(kind, value)`` and ``_scatter(kind, delta)``."""
+
+    def read_value(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _update(self, kind: str, value: Any) -> None:
+        raise NotImplementedError
+
+    def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
+        raise NotImplementedError
+
+    def numpy(self) -> np.ndarray:
+        return self.read_value()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        value = self.read_value()
+        return value if dtype is None else value.astype(dtype)
+
+    def assign(self, value: Any) -> None:
+        self._update("assign", value)
+
+    def assign_add(self, delta: Any) -> None:
+        self._update("assign_add", delta)
+
+    def assign_sub(self, delta: Any) -> None:
+        self._update("assign_sub", delta)
+
+    def scatter_add(self, sparse_delta: IndexedSlices) -> None:
+        self._scatter("scatter_add", sparse_delta)
+
+    def scatter_sub(self, sparse_delta: IndexedSlices) -> None:
+        self._scatter("scatter_sub", sparse_delta)
+
+    def scatter_update(self, sparse_delta: IndexedSlices) -> None:
+        self._scatter("scatter_update", sparse_delta)
+
+
 class _VariableMeta(type):
     """Inside a strategy's scope, ``Variable(...)`` is made by the strategy."""
 
@@ -53,7 +92,7 @@ class _VariableMeta(type):
         return super().__call__(*args, **kwargs)
 
 
-class Variable(metaclass=_VariableMeta):
+class Variable(_Ops, metaclass=_VariableMeta):
     """A named array in a store; reads and updates are single atomic store operations."""
 
     def __init__(self, initial_value: Any, name: str | None = None, dtype: Any = None,
@@ -100,21 +139,8 @@ class Variable(metaclass=_VariableMeta):
         """A copy of the current value."""
         return self._call("read")
 
-    def numpy(self) -> np.ndarray:
-        return self.read_value()
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        value = self.read_value()
-        return value if dtype is None else value.astype(dtype)
-
-    def assign(self, value: Any) -> None:
-        self._call("assign", np.asarray(value, dtype=self.dtype))
-
-    def assign_add(self, delta: Any) -> None:
-        self._call("assign_add", np.asarray(delta, dtype=self.dtype))
-
-    def assign_sub(self, delta: Any) -> None:
-        self._call("assign_sub", np.asarray(delta, dtype=self.dtype))
+    def _update(self, kind: str, value: Any) -> None:
+        self._call(kind, np.asarray(value, dtype=self.dtype))
 
     def sparse_read(self, indices: Any) -> np.ndarray:
         """The rows ``indices`` (any shape) of the variable."""
@@ -123,15 +149,6 @@ class Variable(metaclass=_VariableMeta):
     def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
         delta = _checked_delta(sparse_delta, self.shape[1:])
         self._call(kind, delta.indices, delta.values)
-
-    def scatter_add(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_add", sparse_delta)
-
-    def scatter_sub(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_sub", sparse_delta)
-
-    def scatter_update(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_update", sparse_delta)
 
     def __repr__(self) -> str:
         return (f"<cv.Variable '{self.name}' shape={list(self.shape)} dtype={self.dtype.name} "
@@ -150,7 +167,7 @@ def _checked_delta(sparse_delta: Any, row_shape: tuple[int, ...]) -> IndexedSlic
     return sparse_delta.checked("sparse_delta", row_shape)
 
 
-class ShardedVariable:
+class ShardedVariable(_Ops):
     """One logical variable stored as row blocks (shards) on several stores."""
 
     def __init__(self, variables: Sequence[Variable], name: str | None = None) -> None:
@@ -181,13 +198,6 @@ class ShardedVariable:
         futures = [v._store.execute_async([("read", v._key)]) for v in self._variables]
         return np.concatenate([r[0] for r in _wait(futures)])
 
-    def numpy(self) -> np.ndarray:
-        return self.read_value()
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        value = self.read_value()
-        return value if dtype is None else value.astype(dtype)
-
     def _split(self, value: Any) -> list[np.ndarray]:
         value = np.asarray(value, dtype=self.dtype)
         if value.shape != self.shape:
@@ -197,19 +207,10 @@ class ShardedVariable:
             )
         return np.split(value, self._offsets[1:-1])
 
-    def _each(self, kind: str, value: Any) -> None:
+    def _update(self, kind: str, value: Any) -> None:
         parts = self._split(value)
         _wait([v._store.execute_async([(kind, v._key, p)])
                for v, p in zip(self._variables, parts)])
-
-    def assign(self, value: Any) -> None:
-        self._each("assign", value)
-
-    def assign_add(self, delta: Any) -> None:
-        self._each("assign_add", delta)
-
-    def assign_sub(self, delta: Any) -> None:
-        self._each("assign_sub", delta)
 
     def route(self, ids: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """For each shard that owns some of ``ids`` (flat): (shard, positions, local rows)."""
@@ -246,15 +247,6 @@ class ShardedVariable:
         _wait([self._variables[s]._store.execute_async(
             [(kind, self._variables[s]._key, rows, values[positions])])
             for s, positions, rows in self.route(flat)])
-
-    def scatter_add(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_add", sparse_delta)
-
-    def scatter_sub(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_sub", sparse_delta)
-
-    def scatter_update(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_update", sparse_delta)
 
     def __repr__(self) -> str:
         return (f"<cv.distribute.ShardedVariable '{self.name}' shape={list(self.shape)} "
