@@ -24,11 +24,14 @@ from convoy import errors
 
 log = logging.getLogger(__name__)
 
-#: Options for every channel and server: no message size limit (elements can be large).
+#: Options for every channel and server: no message size limit (elements can be large); a
+#: lost connection is retried at least every second, as :func:`retry` does (gRPC's default
+#: backoff grows to 2 minutes, so a server back after a long outage went unseen for long).
 OPTIONS = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
     ("grpc.so_reuseport", 0),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")

@@ -231,18 +231,25 @@ def test_an_iteration_created_before_any_worker_gets_tasks_later(
 def test_a_restarted_worker_gets_its_unfinished_tasks_again(state: st.DispatcherState) -> None:
     heartbeat(state, "w1:1", uid="old")
     heartbeat(state, "w2:2")
-    iteration_id, _ = iteration(state, job(state, register(state)))
-    tasks = state.iterations[iteration_id].tasks
-    mine = tasks["w1:1"]
-    assert new_task_ids(heartbeat(state, "w1:1", uid="old")) == [mine]
-    state.apply(st.TaskFinished("w1:1", mine))  # finished, but the iteration is still running
-    assert heartbeat(state, "w1:1", uid="old").new_tasks == []
-    # a new process at the same address: the old one's work is lost, so it is handed out again
+    dataset_id = register(state)
+    running, _ = iteration(state, job(state, dataset_id))
+    done, client_id = iteration(state, job(state, dataset_id, mode="OFF"))
+    mine = state.iterations[running].tasks["w1:1"]
+    finished = state.iterations[done].tasks["w1:1"]
+    assert new_task_ids(heartbeat(state, "w1:1", uid="old")) == sorted([mine, finished])
+    state.apply(st.TaskFinished("w1:1", finished))  # finished; its iteration still runs
+    assert heartbeat(state, "w1:1", uid="old", current=(mine,)).new_tasks == []
+    # a new process at the same address: the old one's unfinished task is handed out again
     orders = heartbeat(state, "w1:1", uid="new")
     assert new_task_ids(orders) == [mine]
-    assert not state.tasks[mine].finished
     assert state.workers["w1:1"].uid == "new"
-    assert len(state.iterations[iteration_id].tasks) == 2  # no second task for the address
+    assert len(state.iterations[running].tasks) == 2  # no second task for the address
+    # but a finished task stays finished: its elements were all handed out and its readers
+    # have stopped reading it (run again, nobody would read it and its iteration never ended)
+    assert state.tasks[finished].finished
+    view = state.apply(st.ClientHeartbeat(client_id, 1.0))
+    assert view.tasks == [(state.iterations[done].tasks["w2:2"], "w2:2")]
+    assert not view.iteration_finished
 
 
 def test_a_restarted_worker_does_not_rerun_finished_iterations(
@@ -367,6 +374,71 @@ def test_collect_garbage_drops_silent_clients_and_workers(state: st.DispatcherSt
     # nothing else is silent yet
     assert state.apply(st.CollectGarbage(now=101.0, client_timeout=50.0,
                                          worker_timeout=30.0)) == []
+
+
+def test_a_lost_worker_leaves_its_unfinished_iterations(state: st.DispatcherState) -> None:
+    """A worker that dies for good must not keep its iterations from ending."""
+    heartbeat(state, "gone:1", now=0.0)
+    heartbeat(state, "busy:2", now=0.0)
+    dataset_id = register(state, units=10)
+    done, _ = iteration(state, job(state, dataset_id, mode="OFF"), now=0.0)
+    for address, task_id in state.iterations[done].tasks.items():
+        state.apply(st.TaskFinished(address, task_id))
+    running, client_id = iteration(state, job(state, dataset_id), now=0.0)
+    gone = state.iterations[running].tasks["gone:1"]
+    busy = state.iterations[running].tasks["busy:2"]
+    heartbeat(state, "busy:2", current=(busy,), now=90.0)
+    assert state.apply(st.CollectGarbage(100.0, 500.0, 30.0)) == ["gone:1"]
+    assert state.tasks[gone].finished
+    assert state.iterations[running].tasks == {"busy:2": busy}
+    assert len(state.iterations[done].tasks) == 2  # finished iterations are left alone
+    view = state.apply(st.ClientHeartbeat(client_id, 100.0))
+    assert view == st.ClientView([(busy, "busy:2")], False)
+    state.apply(st.TaskFinished("busy:2", busy))
+    assert state.apply(st.ClientHeartbeat(client_id, 101.0)) == st.ClientView([], True)
+
+
+def test_a_lost_worker_that_comes_back_is_a_new_worker(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1", uid="u", now=0.0)
+    heartbeat(state, "w2:2", now=0.0)
+    running, _ = iteration(state, job(state, register(state, units=10)), now=0.0)
+    old = state.iterations[running].tasks["w1:1"]
+    heartbeat(state, "w2:2", now=90.0)
+    assert state.apply(st.CollectGarbage(100.0, 500.0, 30.0)) == ["w1:1"]
+    # the same process comes back: its old task is deleted, a new one takes its place
+    orders = heartbeat(state, "w1:1", uid="u", current=(old,), now=101.0)
+    new = state.iterations[running].tasks["w1:1"]
+    assert new != old and new_task_ids(orders) == [new]
+    assert orders.tasks_to_delete == [old]
+    state.apply(st.TaskFinished("w1:1", old))  # a late report of the old task is harmless
+
+
+def test_an_iteration_whose_workers_are_all_lost_waits_for_new_ones(
+        state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1", now=0.0)
+    running, client_id = iteration(state, job(state, register(state, units=10)), now=0.0)
+    assert state.apply(st.CollectGarbage(100.0, 500.0, 30.0)) == ["w1:1"]
+    assert state.apply(st.ClientHeartbeat(client_id, 100.0)) == st.ClientView([], False)
+    orders = heartbeat(state, "w2:2", now=101.0)
+    assert new_task_ids(orders) == [state.iterations[running].tasks["w2:2"]]
+
+
+def test_collect_garbage_can_name_whom_it_forgets(state: st.DispatcherState) -> None:
+    """The form the dispatcher journals: replaying it does not depend on client heartbeats,
+    which are not journaled."""
+    heartbeat(state, "w1:1", now=0.0)
+    heartbeat(state, "w2:2", now=0.0)
+    job_id = job(state, register(state))
+    _, first = iteration(state, job_id, now=0.0)
+    _, second = iteration(state, job_id, now=0.0)
+    assert state.silent_clients(100.0, 50.0) == (first, second)
+    assert state.silent_clients(100.0, 50.0, since=60.0) == ()
+    assert state.silent_workers(100.0, 50.0) == ("w1:1", "w2:2")
+    assert state.silent_workers(100.0, 50.0, since=60.0) == ()
+    lost = state.apply(st.CollectGarbage(100.0, 50.0, 50.0, (second, 424242),
+                                         ("w2:2", "nobody:1")))
+    assert lost == ["w2:2"]
+    assert set(state.clients) == {first} and set(state.workers) == {"w1:1"}
 
 
 def test_snapshot_is_a_copy(state: st.DispatcherState) -> None:

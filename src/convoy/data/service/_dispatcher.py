@@ -44,7 +44,7 @@ class _Handlers:
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal = journal
         self.state = journal.recover() if journal else st.DispatcherState()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     def _apply(self, event: Any) -> Any:
         with self.lock:
@@ -52,6 +52,17 @@ class _Handlers:
             if self.journal is not None and not isinstance(event, _EPHEMERAL):
                 self.journal.append(event, self.state)
             return result
+
+    def collect_garbage(self, now: float, client_timeout: float, worker_timeout: float,
+                        since: float = 0.0) -> list[str]:
+        """Forget clients and workers silent for their timeouts and since ``since`` (this
+        dispatcher's start: after a restart everyone gets a timeout to come back); returns
+        the workers declared lost. The event names them, so replay drops the same ones."""
+        with self.lock:
+            return self._apply(st.CollectGarbage(
+                now, client_timeout, worker_timeout,
+                self.state.silent_clients(now, client_timeout, since),
+                self.state.silent_workers(now, worker_timeout, since)))
 
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
         if not r.dataset or not r.fingerprint:
@@ -150,6 +161,7 @@ class DispatchServer:
         if self._config.fault_tolerant_mode:
             journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
         self._handlers = _Handlers(journal)
+        self._started = time.time()
         self._server: Any = None
         self._port = self._config.port
         self._stopped = threading.Event()
@@ -180,8 +192,8 @@ class DispatchServer:
     def _collect_garbage(self) -> None:
         config = self._config
         while not self._stopped.wait(config.gc_check_interval_s):
-            lost = self._handlers._apply(st.CollectGarbage(
-                time.time(), config.client_timeout_s, config.worker_timeout_s))
+            lost = self._handlers.collect_garbage(time.time(), config.client_timeout_s,
+                                                  config.worker_timeout_s, self._started)
             for address in lost:
                 log.warning("worker %s has not sent a heartbeat for %.0f s: dropped",
                             address, config.worker_timeout_s)

@@ -159,11 +159,17 @@ class GetSplits:
 
 @dataclass(frozen=True)
 class CollectGarbage:
-    """Forget clients silent for ``client_timeout`` and iterations idle without clients."""
+    """Forget silent clients and workers (a lost worker's tasks are over: what it held is
+    lost): those named in ``clients`` and ``workers``, else those silent for
+    ``client_timeout`` and ``worker_timeout``. Client heartbeats are not journaled, so the
+    dispatcher names them (:meth:`DispatcherState.silent_clients`, ``silent_workers``) and
+    replay drops exactly the same."""
 
     now: float
     client_timeout: float
     worker_timeout: float
+    clients: tuple[int, ...] | None = None
+    workers: tuple[str, ...] | None = None
 
 
 # ----- results -----------------------------------------------------------------------------------
@@ -185,7 +191,7 @@ class WorkerInstructions:
 
 @dataclass(frozen=True)
 class ClientView:
-    tasks: list[tuple[int, str]]  # (task id, worker address)
+    tasks: list[tuple[int, str]]  # (task id, worker address) of the unfinished tasks
     iteration_finished: bool
 
 
@@ -318,7 +324,7 @@ class DispatcherState:
             )
         client.last_seen = event.now
         iteration = self.iterations[client.iteration_id]
-        tasks = sorted((t, a) for a, t in iteration.tasks.items())
+        tasks = sorted((t, a) for a, t in iteration.tasks.items() if not self.tasks[t].finished)
         return ClientView(tasks, self.iteration_finished(iteration))
 
     def _on_ReleaseClient(self, event: ReleaseClient) -> None:
@@ -330,26 +336,26 @@ class DispatcherState:
         restarted = worker is not None and worker.uid != event.uid
         if worker is None or restarted:
             self.workers[event.address] = WorkerRecord(event.address, event.uid, event.now)
-            self._assign_unfinished_iterations(event.address, restarted)
+            self._assign_unfinished_iterations(event.address)
         else:
             worker.last_seen = event.now
+        # A new process at the address gets its unfinished tasks again (under OFF it streams
+        # its copy afresh; under DYNAMIC it reads on from the split cursor). A finished task
+        # stays finished: its elements were all handed out, and its consumers have stopped
+        # reading it.
         assigned = {t.task_id: t for t in self.tasks.values()
                     if t.worker_address == event.address}
         current = set(event.current_tasks)
         new_tasks = [self._assignment(t) for t in assigned.values()
                      if t.task_id not in current and not t.finished]
-        to_delete = sorted(t for t in current if t not in assigned)
+        # finished tasks a worker still runs: it was declared lost and came back
+        to_delete = sorted(t for t in current if t not in assigned or assigned[t].finished)
         return WorkerInstructions(new_tasks, to_delete)
 
-    def _assign_unfinished_iterations(self, address: str, restarted: bool) -> None:
+    def _assign_unfinished_iterations(self, address: str) -> None:
         for iteration in self.iterations.values():
-            if self.iteration_finished(iteration):
-                continue
-            task_id = iteration.tasks.get(address)
-            if task_id is None:
+            if not self.iteration_finished(iteration) and address not in iteration.tasks:
                 self._create_task(iteration, address)
-            elif restarted:  # the old process's task is lost: the new process starts afresh
-                self.tasks[task_id].finished = False
 
     def _assignment(self, task: TaskRecord) -> TaskAssignment:
         iteration = self.iterations[task.iteration_id]
@@ -400,15 +406,41 @@ class DispatcherState:
         return splits, iteration.split_cursor >= units
 
     # ----- garbage collection -------------------------------------------------------------------
+    def silent_clients(self, now: float, timeout: float, since: float = 0.0
+                       ) -> tuple[int, ...]:
+        """The clients not seen for ``timeout`` by ``now``, counting ``since`` as seen."""
+        return tuple(client_id for client_id, client in self.clients.items()
+                     if now - max(client.last_seen, since) > timeout)
+
+    def silent_workers(self, now: float, timeout: float, since: float = 0.0
+                       ) -> tuple[str, ...]:
+        """The workers not seen for ``timeout`` by ``now``, counting ``since`` as seen."""
+        return tuple(address for address, worker in self.workers.items()
+                     if now - max(worker.last_seen, since) > timeout)
+
     def _on_CollectGarbage(self, event: CollectGarbage) -> list[str]:
         """Returns the addresses of workers declared lost."""
-        for client_id, client in list(self.clients.items()):
-            if event.now - client.last_seen > event.client_timeout:
-                del self.clients[client_id]
-        lost = [address for address, worker in self.workers.items()
-                if event.now - worker.last_seen > event.worker_timeout]
+        silent = (event.clients if event.clients is not None
+                  else self.silent_clients(event.now, event.client_timeout))
+        for client_id in silent:
+            self.clients.pop(client_id, None)
+        lost = [address for address in (event.workers if event.workers is not None
+                                        else self.silent_workers(event.now,
+                                                                 event.worker_timeout))
+                if address in self.workers]
         for address in lost:
             del self.workers[address]
+        # A lost worker's tasks are over and leave their iterations, which can then end
+        # without them (under DYNAMIC the other workers read on the splits it never asked
+        # for; the ones it held are lost). Should it come back, it gets a new task in each
+        # unfinished iteration, like a new worker.
+        for iteration in self.iterations.values():
+            if self.iteration_finished(iteration):
+                continue
+            for address in lost:
+                task_id = iteration.tasks.pop(address, None)
+                if task_id is not None:
+                    self.tasks[task_id].finished = True
         return lost
 
     def snapshot(self) -> dict[str, Any]:

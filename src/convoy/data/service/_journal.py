@@ -120,6 +120,8 @@ class Journal:
         if snapshot is not None:
             saved = pickle.loads(snapshot)
             state, self.generation = saved["state"], saved["generation"]
+            # a crash in compact() may have left the previous log, all in the snapshot
+            self.storage.remove(f"log-{self.generation - 1}")
         name = f"log-{self.generation}"
         valid_length = 0
         for record, offset in self.storage.records(name):

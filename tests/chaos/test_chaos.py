@@ -1,0 +1,279 @@
+"""Chaos: real dispatcher and worker processes killed with SIGKILL at random points under load.
+
+A consumer thread reads ``range(N)`` through the data service (a tiny sleep per element on the
+workers makes an epoch last a few seconds) while the test kills and restarts servers when the
+consumer has received a random number of elements. Every random choice comes from
+``random.Random(seed)``; the seed is printed at the start of each test (pytest shows it with a
+failure, ``-s`` always) and ``CONVOY_CHAOS_SEED=<seed>`` replays it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from convoy.data import Dataset
+from convoy.data.service import DispatcherConfig, distribute
+from convoy.data.service import _dispatcher_state as st
+from convoy.data.service._worker import SPLITS_PER_REQUEST
+from convoy.errors import NotFoundError, UnavailableError
+from convoy.testing import LocalCluster, ProcessCluster, ServerProcess
+
+# The pipeline's functions run on the workers, which cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+N = 20_000
+#: Elements per DYNAMIC split of range(N), as the dispatcher computes it.
+SPLIT_SIZE = max(1, min(st.MAX_SPLIT_SIZE, N // st.SPLITS_PER_PASS))
+#: A consumer that has not finished this long after the last kill is hung.
+HANG_S = 60.0
+WORKERS = 2
+
+
+def chaos_seed() -> int:
+    seed = int(os.environ.get("CONVOY_CHAOS_SEED", random.randrange(2**32)))
+    print(f"chaos seed: {seed} (replay with CONVOY_CHAOS_SEED={seed})", flush=True)
+    return seed
+
+
+def slow(x: Any) -> Any:
+    time.sleep(0.0001)
+    return x
+
+
+def pipeline(mode: str, service: str, **options: Any) -> Dataset:
+    return Dataset.range(N).map(slow).apply(distribute(mode, service, **options))
+
+
+class Consumer(threading.Thread):
+    """Reads ``dataset`` once, counting every element received."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        super().__init__(daemon=True, name="chaos-consumer")
+        self.dataset = dataset
+        self.counts: collections.Counter[int] = collections.Counter()
+        self.received = 0
+        self.error: BaseException | None = None
+        self.started_at = self.ended_at = 0.0
+
+    def run(self) -> None:
+        self.started_at = time.monotonic()
+        try:
+            for element in self.dataset:
+                self.counts[int(element)] += 1
+                self.received += 1
+        except BaseException as error:
+            self.error = error
+        finally:
+            self.ended_at = time.monotonic()
+
+    def reach(self, received: int) -> None:
+        """Wait until ``received`` elements have arrived."""
+        self.wait_until(lambda: self.received >= received, f"{received} elements")
+
+    def wait_until(self, condition: Any, what: str, timeout_s: float = HANG_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert self.is_alive(), (f"the consumer stopped after {self.received} elements, "
+                                     f"before {what}: {self.error!r}")
+            assert time.monotonic() < deadline, f"no {what} after {self.received} elements"
+            time.sleep(0.005)
+
+    def finish(self, servers: list[ServerProcess], timeout_s: float = HANG_S) -> None:
+        self.join(timeout_s)
+        if self.is_alive():
+            logs = "\n".join(f"--- {s.role} {s.address}\n{''.join(s.log[-30:])}"
+                             for s in servers)
+            pytest.fail(f"the consumer hung: {self.received} elements after {timeout_s} s\n"
+                        f"{logs}")
+
+
+def kill_points(rng: random.Random, count: int, total: int) -> list[int]:
+    """``count`` increasing element counts spread over the middle of an epoch of ``total``."""
+    return sorted(rng.sample(range(int(0.05 * total), int(0.85 * total)), count))
+
+
+def restart_dispatcher(cluster: ProcessCluster, rng: random.Random, args: list[str]) -> float:
+    """SIGKILL the dispatcher, wait a random moment, start it again on the same port; returns
+    how long it was down."""
+    port = cluster.dispatcher.address.rsplit(":", 1)[1]
+    killed = time.monotonic()
+    cluster.dispatcher.kill()
+    time.sleep(rng.uniform(0.0, 0.5))
+    cluster.dispatcher = ServerProcess("dispatcher", ["--port", port, *args]).start()
+    return time.monotonic() - killed
+
+
+def report(name: str, consumer: Consumer, **facts: Any) -> None:
+    counts = consumer.counts
+    multiplicity = collections.Counter(counts.values())
+    print(f"{name}: {consumer.received} elements in {consumer.ended_at - consumer.started_at:.1f}"
+          f" s; distinct {len(counts)}, lost {N - len(counts)}, received k times: "
+          f"{dict(sorted(multiplicity.items()))}; "
+          + ", ".join(f"{k} {v}" for k, v in facts.items()), flush=True)
+
+
+# ----- the dispatcher ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("kills", [1, 2])
+def test_dispatcher_killed_mid_epoch_under_dynamic(tmp_path: Path, kills: int) -> None:
+    """Workers and the consumer ride through dispatcher restarts: the epoch completes, nothing
+    is delivered twice, and at most the splits in flight are lost (a GetSplits answer that
+    was journaled but never arrived: one request per worker per kill)."""
+    rng = random.Random(chaos_seed())
+    args = ["--work-dir", str(tmp_path), "--fault-tolerant"]
+    with ProcessCluster(num_workers=WORKERS, dispatcher_args=args) as cluster:
+        consumer = Consumer(pipeline("distributed_epoch", cluster.target))
+        consumer.start()
+        downtimes = []
+        for point in kill_points(rng, kills, N):
+            consumer.reach(point)
+            downtimes.append(round(restart_dispatcher(cluster, rng, args), 1))
+        consumer.finish([cluster.dispatcher, *cluster.workers])
+    assert consumer.error is None, consumer.error
+    assert set(consumer.counts) <= set(range(N))
+    duplicated = {x: n for x, n in consumer.counts.items() if n > 1}
+    assert not duplicated, f"delivered twice: {sorted(duplicated)[:20]}"
+    bound = kills * WORKERS * SPLITS_PER_REQUEST * SPLIT_SIZE
+    lost = N - len(consumer.counts)
+    report(f"dispatcher killed {kills}x", consumer, down_s=downtimes, loss_bound=bound)
+    assert lost <= bound
+
+
+@pytest.mark.timeout(150)
+def test_an_unreachable_dispatcher_is_a_clear_error() -> None:
+    """A dispatcher gone for longer than dispatcher_timeout_ms: UnavailableError, soon."""
+    rng = random.Random(chaos_seed())
+    with ProcessCluster(num_workers=1) as cluster:
+        consumer = Consumer(pipeline("distributed_epoch", cluster.target,
+                                     dispatcher_timeout_ms=2000))
+        consumer.start()
+        consumer.reach(kill_points(rng, 1, N)[0])
+        cluster.dispatcher.kill()
+        killed = time.monotonic()
+        consumer.finish(cluster.workers, timeout_s=30)
+        waited = consumer.ended_at - killed
+        print(f"unreachable dispatcher: {type(consumer.error).__name__} after {waited:.1f} s "
+              f"and {consumer.received} elements: {consumer.error}")
+        assert isinstance(consumer.error, UnavailableError), repr(consumer.error)
+        assert "gave up after 2.0 s" in str(consumer.error)
+        assert waited < 15
+        # a new reader cannot even start
+        started = time.monotonic()
+        with pytest.raises(UnavailableError, match="gave up after 2.0 s"):
+            list(pipeline("parallel_epochs", cluster.target, dispatcher_timeout_ms=2000))
+        assert time.monotonic() - started < 15
+
+
+@pytest.mark.timeout(150)
+def test_a_dispatcher_restarted_without_fault_tolerance_is_a_clear_error() -> None:
+    """A fresh dispatcher knows nothing of the consumer's iteration: NotFoundError saying the
+    dispatcher may have restarted, not silently wrong data."""
+    rng = random.Random(chaos_seed())
+    with ProcessCluster(num_workers=WORKERS) as cluster:
+        consumer = Consumer(pipeline("distributed_epoch", cluster.target))
+        consumer.start()
+        consumer.reach(kill_points(rng, 1, N)[0])
+        restart_dispatcher(cluster, rng, [])
+        consumer.finish([cluster.dispatcher, *cluster.workers], timeout_s=30)
+    print(f"restart without fault tolerance: {consumer.error!r} after {consumer.received} "
+          "elements")
+    assert isinstance(consumer.error, NotFoundError), repr(consumer.error)
+    assert "restarted without fault_tolerant_mode" in str(consumer.error)
+
+
+# ----- workers -----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("restarts", [1, 2])
+@pytest.mark.parametrize("mode", ["parallel_epochs", "distributed_epoch"])
+def test_a_worker_killed_and_restarted(mode: str, restarts: int) -> None:
+    """Worker 0 is SIGKILLed and restarted on its port. The consumer finishes. DYNAMIC: no
+    element twice (the splits the dead process held are lost). OFF: each worker process
+    streams its own copy, a new process from the start, so every element arrives at least
+    once (worker 1's copy) and at most once per process."""
+    rng = random.Random(chaos_seed())
+    total = N if mode == "distributed_epoch" else WORKERS * N
+    with ProcessCluster(num_workers=WORKERS) as cluster:
+        consumer = Consumer(pipeline(mode, cluster.target))
+        consumer.start()
+        for point in kill_points(rng, restarts, total):
+            consumer.reach(point)
+            cluster.workers[0].kill()
+            time.sleep(rng.uniform(0.0, 0.5))
+            cluster.restart_worker(0)
+        consumer.finish([cluster.dispatcher, *cluster.workers])
+    assert consumer.error is None, consumer.error
+    assert set(consumer.counts) <= set(range(N))
+    report(f"{mode}, worker restarted {restarts}x", consumer)
+    if mode == "distributed_epoch":
+        assert max(consumer.counts.values()) == 1
+    else:
+        assert len(consumer.counts) == N
+        assert max(consumer.counts.values()) <= 1 + (1 + restarts)
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_restarted_after_finishing_its_task_is_not_waited_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """OFF, a fast and a slow worker: the fast one streams its whole copy, finishes its task
+    and is then restarted while the slow one still streams. Its finished task is not run
+    again, and the epoch ends with exactly one copy from each."""
+    seed = chaos_seed()
+    with ProcessCluster(num_workers=1) as cluster:
+        monkeypatch.setenv("CONVOY_CHAOS_SLOW", "1")
+        cluster.add_worker()
+        monkeypatch.delenv("CONVOY_CHAOS_SLOW")
+        count = 2000
+        consumer = Consumer(Dataset.range(count).map(slow_on_marked_worker).apply(
+            distribute("parallel_epochs", cluster.target)))
+        consumer.start()
+        # the fast worker's copy has arrived (its last element), then its end of sequence
+        consumer.wait_until(lambda: consumer.counts[count - 1] > 0, "the fast copy")
+        time.sleep(0.5 + random.Random(seed).uniform(0.0, 0.5))
+        assert consumer.is_alive(), "the slow worker finished too soon for this test"
+        cluster.restart_worker(0)
+        consumer.finish([cluster.dispatcher, *cluster.workers])
+    assert consumer.error is None, consumer.error
+    assert consumer.counts == {x: 2 for x in range(count)}
+
+
+def slow_on_marked_worker(x: Any) -> Any:
+    time.sleep(0.003 if os.environ.get("CONVOY_CHAOS_SLOW") else 0.0)
+    return x
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_that_never_returns_does_not_hang_the_epoch() -> None:
+    """DYNAMIC, 2 workers, one SIGKILLed for good: once the dispatcher declares it lost, its
+    task is over, so the epoch ends with the other worker's elements and each at most once."""
+    rng = random.Random(chaos_seed())
+    config = DispatcherConfig(worker_timeout_ms=1500, job_gc_check_interval_ms=250)
+    with LocalCluster(num_workers=0, dispatcher_config=config) as cluster:
+        workers = [ServerProcess("worker", ["--dispatcher", cluster.address, "--port", "0",
+                                            "--heartbeat-ms", "100"]).start()
+                   for _ in range(WORKERS)]
+        try:
+            consumer = Consumer(pipeline("distributed_epoch", cluster.target))
+            consumer.start()
+            consumer.reach(kill_points(rng, 1, N)[0])
+            workers[0].kill()
+            consumer.finish(workers)
+        finally:
+            for worker in workers:
+                worker.kill()
+    assert consumer.error is None, consumer.error
+    assert max(consumer.counts.values()) == 1
+    report("a worker lost for good", consumer)
