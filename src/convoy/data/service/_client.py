@@ -75,8 +75,17 @@ class CrossTrainerCache:
         self.trainer_id = trainer_id
 
 
-def _dispatcher(service: str) -> _rpc.Client:
-    _, address = _rpc.parse_target(service, "service")
+def _target(service: Any) -> Any:
+    """``service`` as a ``"protocol://address"`` string: TensorFlow also takes a
+    ``(protocol, address)`` tuple. Anything else is left for :func:`_rpc.parse_target` to judge."""
+    if isinstance(service, tuple) and len(service) == 2 and all(isinstance(part, str)
+                                                                 for part in service):
+        return f"{service[0]}://{service[1]}"
+    return service
+
+
+def _dispatcher(service: str | tuple[str, str]) -> _rpc.Client:
+    _, address = _rpc.parse_target(_target(service), "service")
     return _rpc.Client(address, DISPATCHER, DISPATCHER_METHODS)
 
 
@@ -170,8 +179,8 @@ def _timeout_s(dispatcher_timeout_ms: Any) -> float:
     return (ms or DEFAULT_DISPATCHER_TIMEOUT_MS) / 1000
 
 
-def register_dataset(service: str, dataset: Dataset, compression: str | None = "AUTO",
-                     dataset_id: str | None = None, *,
+def register_dataset(service: str | tuple[str, str], dataset: Dataset,
+                     compression: str | None = "AUTO", dataset_id: str | None = None, *,
                      dispatcher_timeout_ms: int | None = None) -> str:
     """Register ``dataset`` with the dispatcher at ``service``; returns its dataset id.
 
@@ -208,6 +217,7 @@ class _ReadOptions:
               target_workers: Any, cross_trainer_cache: Any,
               dispatcher_timeout_ms: Any) -> _ReadOptions:
         mode = sharding_policy(processing_mode)
+        service = _target(service)
         _rpc.parse_target(service, "service")
         if job_name is not None:
             if not isinstance(job_name, str):
@@ -278,7 +288,7 @@ class _ReadOptions:
                              cross_trainer_cache=self.trainer_id)
 
 
-def distribute(processing_mode: Any, service: str, job_name: str | None = None,
+def distribute(processing_mode: Any, service: str | tuple[str, str], job_name: str | None = None,
                consumer_index: int | None = None, num_consumers: int | None = None,
                max_outstanding_requests: int | None = None,
                data_transfer_protocol: str | None = None, compression: str | None = "AUTO",
@@ -302,7 +312,7 @@ def distribute(processing_mode: Any, service: str, job_name: str | None = None,
     return apply
 
 
-def from_dataset_id(processing_mode: Any, service: str, dataset_id: str,
+def from_dataset_id(processing_mode: Any, service: str | tuple[str, str], dataset_id: str,
                     element_spec: Any = None, job_name: str | None = None,
                     consumer_index: int | None = None, num_consumers: int | None = None,
                     max_outstanding_requests: int | None = None,
@@ -536,7 +546,11 @@ class _Reader:
 
     # ----- the workers' side -------------------------------------------------------------------
     def _pick_task(self) -> _TaskState | None:
-        """The next task to read in round-robin order, waiting while none is ready."""
+        """The next task to read in round-robin order, waiting while none is ready.
+
+        A task has at most one request in flight, as in TensorFlow's client: each worker's
+        elements then arrive in the order it produced them.
+        """
         while True:
             with self.cond:
                 if self.closed or self.error is not None or self._done():
@@ -545,8 +559,6 @@ class _Reader:
                 now = time.monotonic()
                 ready = [t for t in self.tasks.values()
                          if not t.ended and t.busy == 0 and t.retry_at <= now]
-                if not ready:  # share a task when there are fewer tasks than readers
-                    ready = [t for t in self.tasks.values() if not t.ended and t.retry_at <= now]
                 if room and ready:
                     task = ready[self.next_task % len(ready)]
                     self.next_task += 1
