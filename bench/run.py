@@ -42,14 +42,16 @@ def main() -> int:
         header += f"{'tensorflow':>14}{'ratio':>9}"
     print(header)
     print("-" * len(header))
-    for workload in selected:
-        ours = _median(workload.convoy, args.repeats)
-        line = f"{workload.name:<22}{ours:>14,.0f}  {workload.unit:<12}"
-        if with_tf and workload.tensorflow is not None:
-            theirs = _median(workload.tensorflow, args.repeats)
-            line += f"{theirs:>14,.0f}{ours / theirs:>8.1f}x"
-        print(line, flush=True)
-    workloads.stop_clusters()
+    try:
+        for workload in selected:
+            ours = _median(workload.convoy, args.repeats)
+            line = f"{workload.name:<22}{ours:>14,.0f}  {workload.unit:<12}"
+            if with_tf and workload.tensorflow is not None:
+                theirs = _median(workload.tensorflow, args.repeats)
+                line += f"{theirs:>14,.0f}{ours / theirs:>8.1f}x"
+            print(line, flush=True)
+    finally:
+        workloads.stop_clusters()
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -35,7 +36,10 @@ def _serve_until_signalled(server: object, role: str, address: str) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     print(f"convoy {role} listening on {address}", flush=True)
+    parent = os.environ.get("CONVOY_PARENT_PID")
     while not stop.wait(0.5):
+        if parent and os.getppid() != int(parent):
+            break  # started by a test or demo harness that is gone
         if getattr(server, "error", None) is not None:
             print(f"convoy {role} stopped: {server.error}", file=sys.stderr, flush=True)
             server.stop()  # type: ignore[attr-defined]

@@ -76,7 +76,8 @@ class ServerProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "convoy", self.role, *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # the server exits when this process does, so a crashed test leaves none behind
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "CONVOY_PARENT_PID": str(os.getpid())},
         )
         deadline = time.monotonic() + timeout_s
         assert self.process.stdout is not None
