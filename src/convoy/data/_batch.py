@@ -11,6 +11,7 @@ import numpy as np
 
 from convoy import nest
 from convoy.data._op import Node, Op, PassNode
+from convoy.data._sources import TensorSlicesOp
 from convoy.errors import InvalidArgumentError
 
 _SCALARS = (int, float, bool, np.generic)
@@ -79,12 +80,40 @@ class BatchOp(Op):
         return n // self.batch_size if self.drop_remainder else -(-n // self.batch_size)
 
     def iterator(self, state: Any, key: int) -> Node:
+        if type(self.input) is TensorSlicesOp:
+            return _SlicedBatchNode(self.input, self.batch_size, self.drop_remainder, state or 0)
         input = self.input.iterator(state, key)
         return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder))
 
     def static_spec(self) -> Any:
         size = self.batch_size if self.drop_remainder else None
         return _batched_spec(self.input.static_spec(), size)
+
+
+class _SlicedBatchNode(Node):
+    """Batches of ``from_tensor_slices`` cut straight from its arrays (no per-element work).
+
+    Its state is the position of the next element, as for the element-wise path.
+    """
+
+    __slots__ = ("position",)
+
+    def __init__(self, source: TensorSlicesOp, size: int, drop_remainder: bool,
+                 position: int) -> None:
+        self.position = position
+        self.gen = self._run(source, size, drop_remainder)
+
+    def _run(self, source: TensorSlicesOp, size: int, drop_remainder: bool) -> Iterator[Any]:
+        total = source.num_elements()
+        while self.position < total:
+            start, stop = self.position, min(self.position + size, total)
+            if drop_remainder and stop - start < size:
+                return
+            self.position = stop
+            yield source.rows(start, stop)
+
+    def state_dict(self) -> int:
+        return self.position
 
 
 def _pad_to(value: Any, shape: tuple[int, ...], fill: Any, component: int) -> np.ndarray:

@@ -138,6 +138,13 @@ class TensorSlicesOp(IndexSource):
             return tuple([leaf[index] for leaf in self.leaves])
         return nest.pack_sequence_as(self.structure, [leaf[index] for leaf in self.leaves])
 
+    def rows(self, start: int, stop: int) -> Any:
+        """Elements ``start`` to ``stop`` stacked, as ``batch`` would make them (copies)."""
+        if self.single:
+            return self.leaves[0][start:stop].copy()
+        return nest.pack_sequence_as(self.structure,
+                                     [leaf[start:stop].copy() for leaf in self.leaves])
+
     def iterator(self, state: Any, key: int) -> Node:
         indices = RangeIterNode(range(self.num_elements()), state or 0)
         if self.single:  # a numpy array indexed straight from C

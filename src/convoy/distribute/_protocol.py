@@ -106,6 +106,12 @@ class LocalStore:
         return future
 
 
+def remote_store(address: str, task_index: int) -> RemoteStore:
+    """This process's handle on the store at ``address`` (a module-level function, so pickles
+    name it instead of carrying its code)."""
+    return RemoteStore.get(address, task_index)
+
+
 class RemoteStore:
     """The store of the parameter server at ``address``; one per address per process."""
 
@@ -127,7 +133,7 @@ class RemoteStore:
             return store
 
     def __reduce__(self) -> Any:
-        return (RemoteStore.get, (self.address, self.task_index))
+        return (remote_store, (self.address, self.task_index))
 
     def execute(self, operations: list[tuple[Any, ...]]) -> list[Any]:
         """Run ``operations`` on the parameter server in one RPC."""

@@ -124,7 +124,7 @@ class Variable(_Ops, metaclass=_VariableMeta):
                 f"this process only and cannot be used by functions sent to workers; create "
                 f"it inside strategy.scope()"
             )
-        return (Variable._in_store, (self._store, self._key, self.name, self.shape,
+        return (_variable_in_store, (self._store, self._key, self.name, self.shape,
                                      self.dtype.str, self.trainable))
 
     @property
@@ -153,6 +153,11 @@ class Variable(_Ops, metaclass=_VariableMeta):
     def __repr__(self) -> str:
         return (f"<cv.Variable '{self.name}' shape={list(self.shape)} dtype={self.dtype.name} "
                 f"device={self.device}>")
+
+
+def _variable_in_store(*arguments: Any) -> Variable:
+    # module level, so a pickled handle names this function instead of carrying its code
+    return Variable._in_store(*arguments)
 
 
 def _wait(futures: list[Future[Any]]) -> list[Any]:
