@@ -18,8 +18,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workloads  # noqa: E402  (bench/ is not a package)
 
 
-def _median(run: Callable[[], float], repeats: int) -> float:
-    return statistics.median(run() for _ in range(repeats))
+def _median(run: Callable[[], float], repeats: int) -> tuple[float, float, float]:
+    """Median, lowest and highest of ``repeats`` runs."""
+    results = [run() for _ in range(repeats)]
+    return statistics.median(results), min(results), max(results)
 
 
 def _tensorflow_available() -> bool:
@@ -37,17 +39,18 @@ def main() -> int:
     args = parser.parse_args()
     selected = [w for w in workloads.ALL if not args.names or w.name in args.names]
     with_tf = _tensorflow_available()
-    header = f"{'workload':<22}{'convoy':>14}  {'unit':<12}"
+    header = f"{'workload':<22}{'convoy':>14}  {'unit':<12}{'range':>22}"
     if with_tf:
         header += f"{'tensorflow':>14}{'ratio':>9}"
     print(header)
     print("-" * len(header))
     try:
         for workload in selected:
-            ours = _median(workload.convoy, args.repeats)
-            line = f"{workload.name:<22}{ours:>14,.0f}  {workload.unit:<12}"
+            ours, low, high = _median(workload.convoy, args.repeats)
+            spread = f"{low:,.0f} - {high:,.0f}"
+            line = f"{workload.name:<22}{ours:>14,.0f}  {workload.unit:<12}{spread:>22}"
             if with_tf and workload.tensorflow is not None:
-                theirs = _median(workload.tensorflow, args.repeats)
+                theirs = _median(workload.tensorflow, args.repeats)[0]
                 line += f"{theirs:>14,.0f}{ours / theirs:>8.1f}x"
             print(line, flush=True)
     finally:
