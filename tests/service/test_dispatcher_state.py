@@ -547,3 +547,37 @@ def test_failed_events_change_nothing_and_replay_is_deterministic(data: Any,
     replayed = st.DispatcherState()
     assert [apply_checked(replayed, event) for event in events] == outcomes
     assert replayed.snapshot() == state.snapshot()
+
+
+def test_iterations_without_clients_are_forgotten_after_the_timeout(
+        state: st.DispatcherState) -> None:
+    dataset_id = register(state)
+    job_id = job(state, dataset_id, name="named")
+    heartbeat(state, "w1:1")
+    kept_id, kept_client = state.apply(st.GetOrCreateIteration(job_id, 0, 0.0))
+    idle_id, idle_client = state.apply(st.GetOrCreateIteration(job_id, 1, 0.0))
+    state.apply(st.ReleaseClient(idle_client))
+    idle_task = state.iterations[idle_id].tasks["w1:1"]
+
+    def collect(now: float) -> None:
+        state.apply(st.CollectGarbage(now, 1e9, 1e9, (), (), iteration_timeout=10.0))
+
+    collect(100.0)  # first seen idle now
+    collect(105.0)
+    assert idle_id in state.iterations
+    collect(110.0)
+    assert idle_id not in state.iterations and idle_task not in state.tasks
+    assert kept_id in state.iterations and kept_client in state.clients
+    # its worker is told to drop the task; asking again makes a new iteration
+    assert idle_task in state.apply(st.WorkerHeartbeat("w1:1", "uid-w1:1", (idle_task,),
+                                                       111.0)).tasks_to_delete
+    again, _ = state.apply(st.GetOrCreateIteration(job_id, 1, 112.0))
+    assert again != idle_id
+
+
+def test_iterations_are_kept_without_an_iteration_timeout(state: st.DispatcherState) -> None:
+    job_id = job(state, register(state))
+    iteration_id, client_id = state.apply(st.GetOrCreateIteration(job_id, 0, 0.0))
+    state.apply(st.ReleaseClient(client_id))
+    state.apply(st.CollectGarbage(1e9, 1e9, 1e9, (), ()))
+    assert iteration_id in state.iterations

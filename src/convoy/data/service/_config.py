@@ -93,8 +93,11 @@ class DispatcherConfig:
                              10_000) / 1000
 
     @property
-    def job_gc_timeout_s(self) -> float:
-        return _milliseconds("job_gc_timeout_ms", self.job_gc_timeout_ms, 300_000) / 1000
+    def iteration_timeout_s(self) -> float | None:
+        """How long an iteration may go without clients before it is forgotten (None:
+        forever, from ``job_gc_timeout_ms=-1``)."""
+        ms = _milliseconds("job_gc_timeout_ms", self.job_gc_timeout_ms, 300_000)
+        return None if ms == -1 else ms / 1000
 
     @property
     def client_timeout_s(self) -> float:

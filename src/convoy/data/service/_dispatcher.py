@@ -54,15 +54,17 @@ class _Handlers:
             return result
 
     def collect_garbage(self, now: float, client_timeout: float, worker_timeout: float,
-                        since: float = 0.0) -> list[str]:
+                        since: float = 0.0, iteration_timeout: float | None = None
+                        ) -> list[str]:
         """Forget clients and workers silent for their timeouts and since ``since`` (this
-        dispatcher's start: after a restart everyone gets a timeout to come back); returns
-        the workers declared lost. The event names them, so replay drops the same ones."""
+        dispatcher's start: after a restart everyone gets a timeout to come back), and
+        iterations without clients for ``iteration_timeout``; returns the workers declared
+        lost. The event names them, so replay drops the same ones."""
         with self.lock:
             return self._apply(st.CollectGarbage(
                 now, client_timeout, worker_timeout,
                 self.state.silent_clients(now, client_timeout, since),
-                self.state.silent_workers(now, worker_timeout, since)))
+                self.state.silent_workers(now, worker_timeout, since), iteration_timeout))
 
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
         if not r.dataset or not r.fingerprint:
@@ -193,7 +195,8 @@ class DispatchServer:
         config = self._config
         while not self._stopped.wait(config.gc_check_interval_s):
             lost = self._handlers.collect_garbage(time.time(), config.client_timeout_s,
-                                                  config.worker_timeout_s, self._started)
+                                                  config.worker_timeout_s, self._started,
+                                                  config.iteration_timeout_s)
             for address in lost:
                 log.warning("worker %s has not sent a heartbeat for %.0f s: dropped",
                             address, config.worker_timeout_s)

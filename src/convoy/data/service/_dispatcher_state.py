@@ -75,6 +75,7 @@ class IterationRecord:
     split_repetition: int = 0
     split_cursor: int = 0
     split_size: int = 1
+    idle_since: float | None = None  # when garbage collection first saw it without clients
 
 
 @dataclass
@@ -170,6 +171,9 @@ class CollectGarbage:
     worker_timeout: float
     clients: tuple[int, ...] | None = None
     workers: tuple[str, ...] | None = None
+    #: Forget iterations without clients for this long (None: never). A consumer asking for
+    #: a forgotten iteration again gets a new one, as in TensorFlow.
+    iteration_timeout: float | None = None
 
 
 # ----- results -----------------------------------------------------------------------------------
@@ -441,7 +445,26 @@ class DispatcherState:
                 task_id = iteration.tasks.pop(address, None)
                 if task_id is not None:
                     self.tasks[task_id].finished = True
+        if event.iteration_timeout is not None:
+            self._forget_idle_iterations(event.now, event.iteration_timeout)
         return lost
+
+    def _forget_idle_iterations(self, now: float, timeout: float) -> None:
+        """Drop iterations that have had no client for ``timeout`` (workers then get their
+        tasks deleted by their next heartbeat); keeps the dispatcher's state bounded."""
+        attached = {client.iteration_id for client in self.clients.values()}
+        for iteration_id, iteration in list(self.iterations.items()):
+            if iteration_id in attached:
+                iteration.idle_since = None
+                continue
+            if iteration.idle_since is None:
+                iteration.idle_since = now
+            if now - iteration.idle_since >= timeout:
+                del self.iterations[iteration_id]
+                del self.iteration_keys[(iteration.job_id, iteration.repetition)]
+                for task_id in [t for t, task in self.tasks.items()
+                                if task.iteration_id == iteration_id]:
+                    del self.tasks[task_id]
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain data (for tests and the journal's compaction)."""
