@@ -344,8 +344,25 @@ def test_repetitions_of_splits(state: st.DispatcherState) -> None:
     assert splits(state, iteration_id, 1, 2) == ([(0, 1), (1, 2)], False)
     # an older one has ended
     assert splits(state, iteration_id, 0, 3) == ([], True)
-    assert splits(state, iteration_id, 1, 100) == ([(i, i + 1) for i in range(2, 10)], True)
+    rest, end = [], False
+    while not end:
+        got, end = splits(state, iteration_id, 1, 100)
+        rest += got
+    assert rest == [(i, i + 1) for i in range(2, 10)]
     assert state.iterations[iteration_id].split_repetition == 1
+
+
+def test_few_remaining_splits_are_shared_fairly(state: st.DispatcherState) -> None:
+    for address in ("w1:1", "w2:1"):
+        heartbeat(state, address)
+    iteration_id, _ = iteration(state, job(state, register(state, units=8)))
+    # 8 files, 2 workers: nobody gets more than a quarter of what is left at a time
+    sizes = []
+    end = False
+    while not end:
+        got, end = splits(state, iteration_id, 0, 8)
+        sizes.append(len(got))
+    assert sizes == [2, 2, 1, 1, 1, 1]
 
 
 def test_splits_of_an_off_job_are_refused(state: st.DispatcherState) -> None:

@@ -81,7 +81,7 @@ def recover(directory: Path, compact_every: int = COMPACT_EVERY) -> tuple[Journa
 def scenario(rec: Recorder) -> None:
     """A realistic run that makes every kind of state change, checking each did happen."""
     # datasets: a new one, the same one again (same id), one with a requested id
-    source = st.RegisterDataset("fp-range", b"range(40)", "AUTO", b"spec", 40, 40)
+    source = st.RegisterDataset("fp-range", b"range(400)", "AUTO", b"spec", 400, 400)
     dataset = rec(source)
     assert rec(source) == dataset
     files = rec(st.RegisterDataset("fp-files", b"files", "", b"", 6, 6, "my-files"))

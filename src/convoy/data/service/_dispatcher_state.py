@@ -402,8 +402,11 @@ class DispatcherState:
         if event.repetition > iteration.split_repetition:
             iteration.split_repetition, iteration.split_cursor = event.repetition, 0
         units = self.datasets[job.dataset_id].num_split_units
+        # Fair shares when few splits are left (say 8 files): no worker takes them all.
+        remaining = -(-(units - iteration.split_cursor) // iteration.split_size)
+        share = max(1, -(-remaining // (2 * max(1, len(iteration.tasks)))))
         splits = []
-        while len(splits) < event.max_splits and iteration.split_cursor < units:
+        while len(splits) < min(event.max_splits, share) and iteration.split_cursor < units:
             start = iteration.split_cursor
             iteration.split_cursor = min(units, start + iteration.split_size)
             splits.append((start, iteration.split_cursor))
