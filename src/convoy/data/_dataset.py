@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from convoy.data._readers import FileReaderOp, TextLineOp, TFRecordOp
 from convoy.data._shuffle import ShuffleOp
 from convoy.data._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
 from convoy.data._sources import GeneratorOp, ListFilesOp, RangeOp, TensorSlicesOp, TensorsOp
+from convoy.data._split import spine
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 
 _STATE_VERSION = 1
@@ -334,7 +335,7 @@ class Dataset:
     def options(self) -> Options:
         """The options in effect, merged from every ``with_options`` in the pipeline."""
         merged = Options()
-        for op in reversed(list(_walk(self._op))):
+        for op in reversed(list(spine(self._op))):
             if isinstance(op, _OptionsOp):
                 merged = merged.merge(op.options)
         return merged
@@ -395,15 +396,6 @@ class Dataset:
 
     def _then(self, op: Op) -> Dataset:
         return Dataset(op)
-
-
-def _walk(op: Op) -> Iterator[Op]:
-    """``op`` and every op upstream of it along first inputs (the pipeline's spine)."""
-    while True:
-        yield op
-        if not op.inputs:
-            return
-        op = op.inputs[0]
 
 
 class DatasetIterator:
