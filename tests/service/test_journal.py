@@ -27,6 +27,10 @@ JOURNALED_EVENTS = {"RegisterDataset", "GetOrCreateJob", "GetOrCreateIteration",
                     "CollectGarbage"}
 
 
+#: Ids start here in these tests (a real new journal draws its base at random).
+ID_BASE = 2000
+
+
 class Recorder:
     """A dispatcher's state and journal in ``directory``, driven like the dispatcher drives
     them; ``snapshots[k]`` is the state after the k-th journaled record (``[0]``: as recovered).
@@ -37,7 +41,8 @@ class Recorder:
         self.directory = directory
         self.compact_every = compact_every
         self.restart_every_event = restart_every_event
-        self.handlers = _Handlers(Journal(storage or LocalStorage(directory), compact_every))
+        self.handlers = _Handlers(Journal(storage or LocalStorage(directory), compact_every,
+                                          ID_BASE))
         self.snapshots = [self.state.snapshot()]
 
     @property
@@ -66,7 +71,8 @@ class Recorder:
         self.snapshots.append(self.state.snapshot())
         if self.restart_every_event:
             self.journal.close()
-            self.handlers = _Handlers(Journal(LocalStorage(self.directory), self.compact_every))
+            self.handlers = _Handlers(Journal(LocalStorage(self.directory), self.compact_every,
+                                              ID_BASE))
             assert self.state.snapshot() == self.snapshots[-1]
 
     def log_path(self) -> Path:
@@ -74,7 +80,7 @@ class Recorder:
 
 
 def recover(directory: Path, compact_every: int = COMPACT_EVERY) -> tuple[Journal, dict]:
-    journal = Journal(LocalStorage(directory), compact_every)
+    journal = Journal(LocalStorage(directory), compact_every, ID_BASE)
     return journal, journal.recover().snapshot()
 
 
@@ -171,6 +177,7 @@ def test_every_prefix_of_the_journal_replays_to_the_state_after_it(tmp_path: Pat
         prefix = tmp_path / f"prefix-{count}"
         prefix.mkdir()
         (prefix / "log-0").write_bytes(log[:end])
+        (prefix / "id_base").write_bytes((tmp_path / "run" / "id_base").read_bytes())
         assert recover(prefix)[1] == rec.snapshots[count], f"after {count} records"
 
 
@@ -184,7 +191,7 @@ def test_replay_across_compactions(tmp_path: Path, compact_every: int) -> None:
     rec.journal.close()
     # only the snapshot and the current log are left
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["snapshot", f"log-{rec.journal.generation}"])
+        ["id_base", "snapshot", f"log-{rec.journal.generation}"])
     journal, recovered = recover(tmp_path, compact_every)
     assert recovered == rec.state.snapshot()
     assert (journal.generation, journal.records) == (rec.journal.generation,
@@ -298,7 +305,7 @@ class CrashingStorage(LocalStorage):
 
     def replace(self, name: str, data: bytes) -> None:
         super().replace(name, data)
-        if self.when == "after the snapshot":
+        if self.when == "after the snapshot" and name == "snapshot":
             raise Crash
 
     def remove(self, name: str) -> None:
@@ -349,3 +356,13 @@ def test_garbage_collection_replays_as_it_happened(tmp_path: Path) -> None:
     # all the same but the unjournaled last-seen time
     recovered["clients"][alive]["last_seen"] = 90.0
     assert recovered == rec.state.snapshot()
+
+
+def test_dispatchers_started_afresh_never_reuse_ids(tmp_path: Path) -> None:
+    """Ids held by clients and workers of a lost dispatcher must not name a new one's
+    objects (they would read the wrong data); a fault-tolerant one keeps its ids."""
+    fresh = {_Handlers().state.next_id for _ in range(20)}
+    assert len(fresh) == 20
+    first = Journal(LocalStorage(tmp_path / "a")).recover().next_id
+    assert Journal(LocalStorage(tmp_path / "a")).recover().next_id == first
+    assert Journal(LocalStorage(tmp_path / "b")).recover().next_id != first

@@ -43,7 +43,8 @@ class _Handlers:
 
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal = journal
-        self.state = journal.recover() if journal else st.DispatcherState()
+        self.state = (journal.recover() if journal
+                      else st.DispatcherState(st.fresh_id_base()))
         self.lock = threading.RLock()
 
     def _apply(self, event: Any) -> Any:

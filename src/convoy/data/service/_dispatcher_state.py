@@ -13,6 +13,7 @@ worker), workers (by address; ``uid`` tells a restarted process apart).
 from __future__ import annotations
 
 import dataclasses
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,11 @@ from convoy.errors import (
 #: Added to "not found" errors for ids a client or worker got from a dispatcher.
 RESTART_HINT = ("; the dispatcher may have restarted without fault_tolerant_mode, losing its "
                 "jobs")
+
+def fresh_id_base() -> int:
+    """A random starting point for the ids of a dispatcher that starts without history."""
+    return 2000 + random.SystemRandom().randrange(1 << 40) * 1_000_000
+
 
 #: Split requests hand out this many source units per split at most ...
 MAX_SPLIT_SIZE = 4096
@@ -202,7 +208,10 @@ class ClientView:
 class DispatcherState:
     """All the dispatcher knows. Mutate it only through :meth:`apply`."""
 
-    def __init__(self) -> None:
+    def __init__(self, id_base: int = 2000) -> None:
+        # Ids of jobs, iterations, clients and tasks count up from ``id_base``. A dispatcher
+        # that starts afresh draws a random base, so ids held by clients and workers of an
+        # earlier dispatcher never name its objects (they get "not found", not wrong data).
         self.datasets: dict[str, DatasetRecord] = {}
         self.jobs: dict[int, JobRecord] = {}
         self.named_jobs: dict[str, int] = {}
@@ -212,7 +221,7 @@ class DispatcherState:
         self.workers: dict[str, WorkerRecord] = {}
         self.clients: dict[int, ClientRecord] = {}
         self.next_dataset_id = 1000
-        self.next_id = 2000
+        self.next_id = id_base
 
     def apply(self, event: Any) -> Any:
         """Apply one event; returns its result. Raises a convoy error for a bad request,

@@ -11,6 +11,8 @@ a fresh log starts. Files in the journal directory::
 
     snapshot        pickle of {"generation": g, "state": DispatcherState}
     log-<g>         the events applied after that snapshot
+    id_base         where this dispatcher's ids start (drawn at random when the journal is
+                    new, so a dispatcher started afresh never reuses an old one's ids)
 
 All file access goes through :class:`Storage`, the seam where an object store could be added.
 """
@@ -24,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from convoy.data.service._dispatcher_state import DispatcherState
+from convoy.data.service._dispatcher_state import DispatcherState, fresh_id_base
 from convoy.data.tfrecord import TFRecordWriter, read_records
 from convoy.errors import DataLossError
 
@@ -106,8 +108,10 @@ class LocalStorage:
 class Journal:
     """Appends events durably and rebuilds a :class:`DispatcherState` from them."""
 
-    def __init__(self, storage: Storage, compact_every: int = COMPACT_EVERY) -> None:
+    def __init__(self, storage: Storage, compact_every: int = COMPACT_EVERY,
+                 id_base: int | None = None) -> None:
         self.storage = storage
+        self.new_id_base = id_base  # for a new journal; None: a random one
         self.compact_every = compact_every
         self.generation = 0
         self.records = 0
@@ -115,7 +119,7 @@ class Journal:
 
     def recover(self) -> DispatcherState:
         """The state as of the last durable event; the journal is then ready to append."""
-        state = DispatcherState()
+        state = DispatcherState(self._id_base())
         snapshot = self.storage.read("snapshot")
         if snapshot is not None:
             saved = pickle.loads(snapshot)
@@ -135,6 +139,18 @@ class Journal:
         self.storage.truncate(name, valid_length)
         self._log = self.storage.appender(name)
         return state
+
+    def _id_base(self) -> int:
+        """The id base of this journal's dispatcher, drawn once when the journal is new."""
+        stored = self.storage.read("id_base")
+        if stored is not None:
+            return int(stored)
+        if self.storage.read("snapshot") is not None or next(
+                iter(self.storage.records(f"log-{self.generation}")), None) is not None:
+            return DispatcherState().next_id  # a journal from before id bases were kept
+        base = self.new_id_base if self.new_id_base is not None else fresh_id_base()
+        self.storage.replace("id_base", str(base).encode())
+        return base
 
     def append(self, event: Any, state: DispatcherState) -> None:
         """Make ``event`` (already applied to ``state``) durable; compact when due."""
