@@ -209,9 +209,10 @@ class DispatcherState:
     """All the dispatcher knows. Mutate it only through :meth:`apply`."""
 
     def __init__(self, id_base: int = 2000) -> None:
-        # Ids of jobs, iterations, clients and tasks count up from ``id_base``. A dispatcher
-        # that starts afresh draws a random base, so ids held by clients and workers of an
-        # earlier dispatcher never name its objects (they get "not found", not wrong data).
+        # Ids of jobs, iterations, clients and tasks count up from ``id_base`` (dataset ids
+        # from ``id_base - 1000``). A dispatcher that starts afresh draws a random base, so
+        # ids held by clients and workers of an earlier dispatcher never name its objects
+        # (they get "not found", not wrong data).
         self.datasets: dict[str, DatasetRecord] = {}
         self.jobs: dict[int, JobRecord] = {}
         self.named_jobs: dict[str, int] = {}
@@ -220,7 +221,7 @@ class DispatcherState:
         self.tasks: dict[int, TaskRecord] = {}
         self.workers: dict[str, WorkerRecord] = {}
         self.clients: dict[int, ClientRecord] = {}
-        self.next_dataset_id = 1000
+        self.next_dataset_id = 1000 + id_base - 2000  # dataset ids move with the base too
         self.next_id = id_base
 
     def apply(self, event: Any) -> Any:
