@@ -44,7 +44,21 @@ def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndar
         return indices, values
     order = np.argsort(indices, kind="stable")
     unique, starts = np.unique(indices[order], return_index=True)
-    return unique, np.add.reduceat(values[order], starts, axis=0)  # segment sums, no ufunc.at
+    ordered = values[order]
+    counts = np.diff(np.append(starts, indices.size))
+    repeated = np.nonzero(counts > 1)[0]
+    if len(repeated) > _FEW_REPEATS:  # many repeats: one vectorised segment sum
+        return unique, np.add.reduceat(ordered, starts, axis=0)
+    # Few repeats (ids drawn from a large table): take each row's first occurrence and add
+    # the rest; np.add.reduceat is ~5x slower here.
+    summed = ordered[starts]
+    for j in repeated:
+        summed[j] = ordered[starts[j]:starts[j] + counts[j]].sum(axis=0)
+    return unique, summed
+
+
+#: Above this many repeated rows, _unique_rows sums segments with np.add.reduceat.
+_FEW_REPEATS = 64
 
 
 def _sgd(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:
