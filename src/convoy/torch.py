@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from convoy._slices import IndexedSlices
+from convoy.distribute._protocol import execute_all
 from convoy.distribute.server import worker_context
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
@@ -104,8 +105,8 @@ def pull(dense: Sequence[Variable | ShardedVariable] = (),
             placements.append(("rows", variable,
                                *request(variable._store, ("gather", variable._key, flat)),
                                None))
-    futures = {k: stores[k].execute_async(ops) for k, ops in operations.items()}
-    results = {k: f.result() for k, f in futures.items()}
+    keys = list(operations)
+    results = dict(zip(keys, execute_all([(stores[k], operations[k]) for k in keys])))
 
     dense_parts: dict[int, list[np.ndarray]] = defaultdict(list)
     row_blocks: dict[int, np.ndarray] = {}

@@ -106,6 +106,20 @@ class LocalStore:
         return future
 
 
+def execute_all(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> list[list[Any]]:
+    """Run each ``(store, operations)`` call, all at once; returns their results in order.
+
+    The last call runs in this thread and only the others as futures: a gRPC future costs a
+    thread hand-off that a blocking call does not.
+    """
+    if not calls:
+        return []
+    futures = [store.execute_async(operations) for store, operations in calls[:-1]]
+    last_store, last_operations = calls[-1]
+    last = last_store.execute(last_operations)
+    return [future.result() for future in futures] + [last]
+
+
 def remote_store(address: str, task_index: int) -> RemoteStore:
     """This process's handle on the store at ``address`` (a module-level function, so pickles
     name it instead of carrying its code)."""

@@ -12,14 +12,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
 from convoy._slices import IndexedSlices
 from convoy.distribute import _scope
-from convoy.distribute._protocol import LocalStore
+from convoy.distribute._protocol import LocalStore, execute_all
 from convoy.errors import InvalidArgumentError
 
 _local_names = itertools.count()
@@ -160,10 +159,6 @@ def _variable_in_store(*arguments: Any) -> Variable:
     return Variable._in_store(*arguments)
 
 
-def _wait(futures: list[Future[Any]]) -> list[Any]:
-    return [future.result() for future in futures]
-
-
 def _checked_delta(sparse_delta: Any, row_shape: tuple[int, ...]) -> IndexedSlices:
     if not isinstance(sparse_delta, IndexedSlices):
         raise InvalidArgumentError(
@@ -200,8 +195,8 @@ class ShardedVariable(_Ops):
 
     def read_value(self) -> np.ndarray:
         """The whole value (shards concatenated), read from all shards in parallel."""
-        futures = [v._store.execute_async([("read", v._key)]) for v in self._variables]
-        return np.concatenate([r[0] for r in _wait(futures)])
+        results = execute_all([(v._store, [("read", v._key)]) for v in self._variables])
+        return np.concatenate([r[0] for r in results])
 
     def _split(self, value: Any) -> list[np.ndarray]:
         value = np.asarray(value, dtype=self.dtype)
@@ -214,8 +209,7 @@ class ShardedVariable(_Ops):
 
     def _update(self, kind: str, value: Any) -> None:
         parts = self._split(value)
-        _wait([v._store.execute_async([(kind, v._key, p)])
-               for v, p in zip(self._variables, parts)])
+        execute_all([(v._store, [(kind, v._key, p)]) for v, p in zip(self._variables, parts)])
 
     def route(self, ids: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """For each shard that owns some of ``ids`` (flat): (shard, positions, local rows)."""
@@ -239,9 +233,10 @@ class ShardedVariable(_Ops):
         flat = ids.reshape(-1)
         out = np.empty((flat.size, *self.shape[1:]), self.dtype)
         routes = self.route(flat)
-        futures = [self._variables[s]._store.execute_async(
-            [("gather", self._variables[s]._key, rows)]) for s, _, rows in routes]
-        for (_, positions, _), result in zip(routes, _wait(futures)):
+        results = execute_all([(self._variables[s]._store,
+                                [("gather", self._variables[s]._key, rows)])
+                               for s, _, rows in routes])
+        for (_, positions, _), result in zip(routes, results):
             out[positions] = result[0]
         return out.reshape((*ids.shape, *self.shape[1:]))
 
@@ -249,9 +244,9 @@ class ShardedVariable(_Ops):
         delta = _checked_delta(sparse_delta, self.shape[1:])
         flat = delta.indices.reshape(-1)
         values = delta.values.reshape((flat.size, *self.shape[1:]))
-        _wait([self._variables[s]._store.execute_async(
-            [(kind, self._variables[s]._key, rows, values[positions])])
-            for s, positions, rows in self.route(flat)])
+        execute_all([(self._variables[s]._store,
+                      [(kind, self._variables[s]._key, rows, values[positions])])
+                     for s, positions, rows in self.route(flat)])
 
     def __repr__(self) -> str:
         return (f"<cv.distribute.ShardedVariable '{self.name}' shape={list(self.shape)} "

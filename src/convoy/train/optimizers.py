@@ -14,6 +14,7 @@ import numpy as np
 
 from convoy._slices import IndexedSlices
 from convoy.data import _check as check
+from convoy.distribute._protocol import execute_all
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
 
@@ -61,10 +62,8 @@ class Optimizer:
                     grad = np.asarray(grad, dtype=var.dtype)
                 stores[id(var._store)] = var._store
                 by_store[id(var._store)].append((var._key, grad))
-        futures = [stores[k].execute_async([("apply", self.config, updates)])
-                   for k, updates in by_store.items()]
-        for future in futures:
-            future.result()
+        execute_all([(stores[k], [("apply", self.config, updates)])
+                     for k, updates in by_store.items()])
 
 
 def _rate(value: Any) -> float:
