@@ -53,9 +53,3 @@ def string(name: str, value: Any, allow_empty: bool = False) -> str:
     if not allow_empty and not value:
         raise InvalidArgumentError(f"{name} must be a non-empty string, got ''")
     return value
-
-
-def one_of(name: str, value: Any, choices: tuple[Any, ...]) -> Any:
-    if value not in choices:
-        raise InvalidArgumentError(f"{name} must be one of {list(choices)}, got {_got(value)}")
-    return value

@@ -114,16 +114,6 @@ def first_element_spec(op: Op) -> Any:
         node.close()
 
 
-def call_with_element(fn: Callable[..., Any], element: Any) -> Any:
-    """Call a user function as tf.data does: a plain tuple element is unpacked into arguments."""
-    return fn(*element) if type(element) is tuple else fn(element)
-
-
 def element_caller(fn: Callable[..., Any]) -> Callable[[Any], Any]:
     """``fn`` as a one-argument function with tf.data's tuple unpacking."""
     return lambda element: fn(*element) if type(element) is tuple else fn(element)
-
-
-def stack_cardinality(n: int, per: Callable[[int], int]) -> int:
-    """Apply ``per`` to a finite cardinality, passing infinite and unknown through."""
-    return n if n < 0 else per(n)
