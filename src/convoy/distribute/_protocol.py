@@ -1,27 +1,32 @@
 """The parameter-server and worker RPCs, and the stores variables talk to.
 
 Both services carry codec messages (pickle protocol 5, arrays out of band): a parameter
-server's ``Execute`` takes a list of variable operations and answers their results; a
-worker's ``Run`` takes a cloudpickled function call and answers ``("ok", value)`` or
-``("error", exception)``, so a function's own failure is told apart from the worker's.
+server's ``Execute`` takes lists of variable operations, runs each list atomically and answers
+each list's results or error; a worker's ``Run`` takes cloudpickled function calls, runs them
+at once and answers ``("ok", value)`` or ``("error", exception)`` for each, so a function's
+own failure is told apart from the worker's. Both carry several callers' work per call when
+there is a queue: the fixed cost of a call would otherwise dominate small training steps.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import cloudpickle
-import grpc
 
 from convoy import _rpc
 from convoy.codec import Encoder, decode
 from convoy.distribute._store import VariableStore
+from convoy.errors import ConvoyError, DataLossError, InvalidArgumentError, UnknownError
+
+log = logging.getLogger(__name__)
 
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
@@ -36,7 +41,10 @@ def encode(value: Any) -> bytes:
 
 
 def decode_one(payload: bytes) -> Any:
-    return decode(payload)[0]
+    elements = decode(payload)
+    if len(elements) != 1:
+        raise DataLossError(f"expected a message of one element, got {len(elements)}")
+    return elements[0]
 
 
 # ----- function calls: a function is pickled once per coordinator, unpickled once per worker ---
@@ -65,15 +73,21 @@ def _pickle_function(function: Callable[..., Any]) -> tuple[bytes, bytes]:
     return cached
 
 
-def call_payload(function: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
-    """A worker ``Run`` request for ``function(*args, **kwargs)``."""
+Call = tuple[bytes, bytes, bytes]
+
+
+def call_message(function: Callable[..., Any], args: tuple, kwargs: dict) -> Call:
+    """``function(*args, **kwargs)`` as one call of a worker's ``Run`` request."""
     digest, data = _pickle_function(function)
-    return encode((digest, data, cloudpickle.dumps((args, kwargs))))
+    return digest, data, cloudpickle.dumps((args, kwargs))
 
 
-def load_call(payload: bytes) -> tuple[Callable[..., Any], tuple, dict]:
-    """The function and arguments of a ``Run`` request (the function unpickled once)."""
-    digest, data, arguments = decode_one(payload)
+def load_call(call: Any) -> tuple[Callable[..., Any], tuple, dict]:
+    """The function and arguments of one call (the function unpickled once per worker)."""
+    if type(call) is not tuple or len(call) != 3 or not all(type(p) is bytes for p in call):
+        raise InvalidArgumentError("a call must be a (digest, function, arguments) tuple of "
+                                   "bytes")
+    digest, data, arguments = call
     with _cache_lock:
         function = _unpickled.get(digest)
     if function is None:
@@ -84,6 +98,50 @@ def load_call(payload: bytes) -> tuple[Callable[..., Any], tuple, dict]:
                 _unpickled.popitem(last=False)
     args, kwargs = cloudpickle.loads(arguments)
     return function, args, kwargs
+
+
+def run_request(calls: list[Call]) -> bytes:
+    """A worker ``Run`` request: calls the worker runs at once."""
+    return encode(calls)
+
+
+def run_calls(request: bytes, pool: Executor) -> bytes:
+    """A worker's ``Run``: the request's calls, the first in this thread and the others on
+    ``pool``, all at once; answers one pickled ``("ok", value)`` or ``("error", exception)``
+    per call."""
+    calls = decode_one(request)
+    if type(calls) is not list or not calls:
+        raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
+                                   f"{type(calls).__name__}")
+    others = [pool.submit(_outcome, call) for call in calls[1:]]
+    return encode([_outcome(calls[0]), *(future.result() for future in others)])
+
+
+def _outcome(call: Any) -> bytes:
+    try:
+        function, args, kwargs = load_call(call)
+        result: tuple[str, Any] = ("ok", function(*args, **kwargs))
+    except Exception as error:
+        result = ("error", error)
+    try:
+        return cloudpickle.dumps(result)
+    except Exception as error:  # the result or exception does not pickle
+        failure = UnknownError(f"{type(result[1]).__name__} from a scheduled function "
+                               f"could not be sent back: {error}; it was: {result[1]!r:.200}")
+        return cloudpickle.dumps(("error", failure))
+
+
+def load_outcomes(response: bytes) -> list[tuple[str, Any]]:
+    """The ``(status, value)`` of each call of a ``Run`` response."""
+    outcomes = []
+    for pickled in decode_one(response):
+        try:
+            outcomes.append(cloudpickle.loads(pickled))
+        except Exception as error:  # e.g. an exception class this process cannot import
+            outcomes.append(("error", UnknownError(
+                f"a scheduled function's result could not be unpickled here: "
+                f"{type(error).__name__}: {error}")))
+    return outcomes
 
 
 class LocalStore:
@@ -107,17 +165,9 @@ class LocalStore:
 
 
 def execute_all(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> list[list[Any]]:
-    """Run each ``(store, operations)`` call, all at once; returns their results in order.
-
-    The last call runs in this thread and only the others as futures: a gRPC future costs a
-    thread hand-off that a blocking call does not.
-    """
-    if not calls:
-        return []
-    futures = [store.execute_async(operations) for store, operations in calls[:-1]]
-    last_store, last_operations = calls[-1]
-    last = last_store.execute(last_operations)
-    return [future.result() for future in futures] + [last]
+    """Run each ``(store, operations)`` call, all at once; returns their results in order."""
+    futures = [store.execute_async(operations) for store, operations in calls]
+    return [future.result() for future in futures]
 
 
 def remote_store(address: str, task_index: int) -> RemoteStore:
@@ -126,8 +176,35 @@ def remote_store(address: str, task_index: int) -> RemoteStore:
     return RemoteStore.get(address, task_index)
 
 
+def serve_operations(store: VariableStore, request: bytes) -> bytes:
+    """A parameter server's ``Execute``: run each operation list of the request atomically,
+    in order, and answer ``(True, results)`` or ``(False, error)`` for each."""
+    batch = decode_one(request)
+    if type(batch) is not list:
+        raise InvalidArgumentError(f"Execute takes a list of operation lists, got "
+                                   f"{type(batch).__name__}")
+    outcomes: list[tuple[bool, Any]] = []
+    for operations in batch:
+        try:
+            if type(operations) is not list:
+                raise InvalidArgumentError(f"operations must be a list, got "
+                                           f"{type(operations).__name__}")
+            outcomes.append((True, store.execute(operations)))
+        except ConvoyError as error:
+            outcomes.append((False, error))
+        except Exception as error:
+            log.exception("a variable operation failed")
+            outcomes.append((False, UnknownError(f"{type(error).__name__}: {error}")))
+    return encode(outcomes)
+
+
 class RemoteStore:
-    """The store of the parameter server at ``address``; one per address per process."""
+    """The store of the parameter server at ``address``; one per address per process.
+
+    Operation lists from all threads of the process share the channel: one ``Execute`` is in
+    flight at a time, carrying every list queued meanwhile. Under load, concurrent training
+    steps so share calls, and the servers' per-call cost is paid once for all of them.
+    """
 
     _instances: dict[str, RemoteStore] = {}
     _lock = threading.Lock()
@@ -137,6 +214,9 @@ class RemoteStore:
         self.task_index = task_index
         self.device = f"/job:ps/replica:0/task:{task_index}/device:CPU:0"
         self._client = _rpc.Client(address, PS_SERVICE, PS_METHODS)
+        self._queued: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]] = []
+        self._wakeup = threading.Condition()
+        self._sender: threading.Thread | None = None
 
     @classmethod
     def get(cls, address: str, task_index: int) -> RemoteStore:
@@ -150,21 +230,56 @@ class RemoteStore:
         return (remote_store, (self.address, self.task_index))
 
     def execute(self, operations: list[tuple[Any, ...]]) -> list[Any]:
-        """Run ``operations`` on the parameter server in one RPC."""
-        return decode_one(self._client.call("Execute", encode(operations), timeout=60))
+        """Run ``operations`` on the parameter server, atomically; their results."""
+        return self.execute_async(operations).result()
 
     def execute_async(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
-        """Start :meth:`execute`; the future's result is the list of results."""
-        call = self._client.future("Execute", encode(operations), timeout=60)
-        result: Future[list[Any]] = Future()
+        """Queue ``operations`` for the next call; the future's result is their results."""
+        future: Future[list[Any]] = Future()
+        with self._wakeup:
+            self._queued.append((list(operations), future))
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_forever, daemon=True,
+                                                name=f"convoy-ps{self.task_index}-sender")
+                self._sender.start()
+            self._wakeup.notify()
+        return future
 
-        def done(call: Any) -> None:
-            try:
-                result.set_result(decode_one(call.result()))
-            except grpc.RpcError as error:
-                result.set_exception(_rpc.translate(error, f"Execute at ps {self.address}"))
-            except Exception as error:
-                result.set_exception(error)
+    def _send_forever(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._queued:
+                    self._wakeup.wait()
+                batch, self._queued = self._queued, []
+            self._send(batch)
 
-        call.add_done_callback(done)
-        return result
+    def _send(self, batch: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]]) -> None:
+        try:
+            request = encode([operations for operations, _ in batch])
+        except InvalidArgumentError:  # somebody's operations do not pickle: fail only theirs
+            if len(batch) > 1:
+                for one in batch:
+                    self._send([one])
+                return
+            batch[0][1].set_exception(_unpicklable(batch[0][0]))
+            return
+        try:
+            outcomes = decode_one(self._client.call("Execute", request, timeout=60))
+        except Exception as error:
+            for _, future in batch:
+                future.set_exception(error)
+            return
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+
+def _unpicklable(operations: list[tuple[Any, ...]]) -> InvalidArgumentError:
+    try:
+        encode(operations)
+    except InvalidArgumentError as error:
+        return InvalidArgumentError(f"a variable operation cannot be sent to its parameter "
+                                    f"server: {error}")
+    return InvalidArgumentError("a variable operation cannot be sent to its parameter server")

@@ -10,6 +10,7 @@ An operation is a tuple ``(kind, name, *arguments)``; see ``_OPERATIONS`` for th
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,12 +41,26 @@ class VariableStore:
         if not isinstance(operation, tuple) or not operation:
             raise InvalidArgumentError(f"an operation must be a non-empty tuple, got "
                                        f"{type(operation).__name__}")
-        handler = _OPERATIONS.get(operation[0])
+        kind, arguments = operation[0], operation[1:]
+        handler = _OPERATIONS.get(kind)
         if handler is None:
             raise InvalidArgumentError(
-                f"unknown variable operation {operation[0]!r}; known: {sorted(_OPERATIONS)}"
+                f"unknown variable operation {kind!r}; known: {sorted(_OPERATIONS)}"
             )
-        return handler(self, *operation[1:])
+        fewest, most = _ARITY[kind]
+        if not fewest <= len(arguments) <= most:
+            raise InvalidArgumentError(f"variable operation {kind!r} takes {fewest} to {most} "
+                                       f"arguments, got {len(arguments)}")
+        if kind != "apply" and type(arguments[0]) is not str:
+            raise InvalidArgumentError(f"variable operation {kind!r} names a variable with a "
+                                       f"str, got {type(arguments[0]).__name__}")
+        try:
+            return handler(self, *arguments)
+        except (TypeError, ValueError) as error:  # arrays numpy cannot use as asked
+            if isinstance(error, InvalidArgumentError):
+                raise
+            raise InvalidArgumentError(f"variable operation {kind!r} on {arguments[0]!r:.100}: "
+                                       f"{type(error).__name__}: {error}") from error
 
     def value(self, name: str) -> np.ndarray:
         array = self.values.get(name)
@@ -59,7 +74,7 @@ class VariableStore:
             if exist_ok and existing.shape == value.shape and existing.dtype == value.dtype:
                 return  # a coordinator re-creating its variables after a restart
             raise AlreadyExistsError(f"variable {name!r} exists already")
-        self.values[name] = np.array(value, copy=True)
+        self.values[name] = _numeric(f"the value of {name!r}", value)
 
     def _read(self, name: str) -> np.ndarray:
         return self.value(name).copy()
@@ -126,6 +141,9 @@ class VariableStore:
         self._scatter(name, indices, values, _put_rows)
 
     def _apply(self, optimizer: dict[str, Any], updates: list[tuple[str, Any]]) -> None:
+        if type(optimizer) is not dict:
+            raise InvalidArgumentError(f"apply takes an optimizer config dict, got "
+                                       f"{type(optimizer).__name__}")
         for name, gradient in updates:
             apply_update(optimizer, self.value(name), gradient,
                          lambda slot, like, initial, _n=name: self._slot(_n, slot, like,
@@ -144,7 +162,15 @@ class VariableStore:
 
     def _set_slot(self, name: str, slot: str, value: Any) -> None:
         self.value(name)
-        self.slots[(name, slot)] = np.array(value, copy=True)
+        self.slots[(name, slot)] = _numeric(f"slot {slot!r} of {name!r}", value)
+
+
+def _numeric(what: str, value: Any) -> np.ndarray:
+    array = np.array(value, copy=True)
+    if array.dtype.kind not in "biufc":
+        raise InvalidArgumentError(f"{what} must be a numeric or boolean array, got dtype "
+                                   f"{array.dtype}")
+    return array
 
 
 def _put_rows(target: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
@@ -164,4 +190,11 @@ _OPERATIONS: dict[str, Callable[..., Any]] = {
     "apply": VariableStore._apply,
     "slots": VariableStore._slots_of,
     "set_slot": VariableStore._set_slot,
+}
+
+#: Fewest and most arguments of each operation (after its kind).
+_ARITY = {
+    kind: (sum(p.default is p.empty for p in parameters), len(parameters))
+    for kind, handler in _OPERATIONS.items()
+    for parameters in [list(inspect.signature(handler).parameters.values())[1:]]
 }

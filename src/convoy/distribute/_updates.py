@@ -118,6 +118,11 @@ def _adam(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slo
     variable -= (lr_t * m / (np.sqrt(v) + eps)).astype(variable.dtype)
 
 
+#: The numbers each optimizer's config must hold.
+_NUMBERS = {"SGD": ("learning_rate",),
+            "Adagrad": ("learning_rate", "initial_accumulator_value", "epsilon"),
+            "Adam": ("learning_rate", "beta_1", "beta_2", "epsilon")}
+
 _RULES: dict[str, Callable[[dict[str, Any], np.ndarray, Any, Slot], None]] = {
     "SGD": _sgd, "Adagrad": _adagrad, "Adam": _adam,
 }
@@ -131,4 +136,8 @@ def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
         raise InvalidArgumentError(
             f"unknown optimizer {config.get('name')!r}; known: {sorted(_RULES)}"
         )
+    bad = [key for key in _NUMBERS[config["name"]]
+           if isinstance(config.get(key), bool) or not isinstance(config.get(key), int | float)]
+    if bad:
+        raise InvalidArgumentError(f"optimizer config {config!r:.200} needs numbers for {bad}")
     rule(config, variable, gradient, slot)

@@ -1,11 +1,11 @@
 """ClusterCoordinator: schedules Python functions on the workers of a ParameterServerStrategy.
 
-``schedule`` queues a function and returns a :class:`RemoteValue` at once. Each worker has a
-few threads (``pipelining``) that take functions from the shared queue and run them on that
-worker, so many small steps flow without waiting for each other. A worker that cannot be
-reached has its function put back at the head of the queue for another worker (so a function
-runs at least once); the worker is probed until it answers again, its per-worker resources
-(datasets, iterators) are rebuilt if it is a new process, and it takes work again.
+``schedule`` queues a function and returns a :class:`RemoteValue` at once. Each worker runs up
+to ``pipelining`` functions at once, taken from the shared queue a few per call, so many small
+steps flow without waiting for each other. A worker that cannot be reached has its functions
+put back at the head of the queue for another worker (so a function runs at least once); the
+worker is probed until it answers again, its per-worker resources (datasets, iterators) are
+rebuilt if it is a new process, and it takes work again.
 
 The first error a function raises is raised by the next ``schedule``, ``join`` or ``done``
 (then cleared), once the functions still running have finished; the functions queued behind
@@ -22,15 +22,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
-
 from convoy import _rpc, nest
 from convoy.distribute._protocol import (
     WORKER_METHODS,
     WORKER_SERVICE,
-    call_payload,
+    Call,
+    call_message,
     decode_one,
     encode,
+    load_outcomes,
+    run_request,
 )
 from convoy.distribute.server import ResourceRef, worker_context
 from convoy.errors import (
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: Functions in flight per worker.
 DEFAULT_PIPELINING = 4
+#: Threads per worker, each with one Run in flight carrying up to pipelining / threads functions.
+_THREADS_PER_WORKER = 2
 #: How often a lost worker is probed.
 PROBE_INTERVAL_S = 0.5
 
@@ -99,13 +102,13 @@ class _Closure:
         self.function, self.args, self.kwargs = function, args, kwargs
         self.result = RemoteValue()
 
-    def payload(self, worker_index: int) -> bytes:
+    def call(self, worker_index: int) -> Call:
         """The call as the worker ``worker_index`` runs it (per-worker values resolved)."""
         def resolve(value: Any) -> Any:
             return value._values[worker_index] if isinstance(value, PerWorkerValues) else value
         args = nest.map_structure(resolve, self.args) if self.args else ()
         kwargs = nest.map_structure(resolve, self.kwargs) if self.kwargs else {}
-        return call_payload(self.function, tuple(args), kwargs)
+        return call_message(self.function, tuple(args), kwargs)
 
 
 class _Worker:
@@ -119,10 +122,14 @@ class _Worker:
         self.up.set()
         self.recovering = threading.Lock()
 
-    def run(self, payload: bytes) -> Any:
-        """Run a call; raises UnavailableError if the worker cannot be reached."""
-        status, value = cloudpickle.loads(decode_one(
-            self.client.call("Run", payload, timeout=None)))
+    def run_all(self, calls: list[Call]) -> list[tuple[str, Any]]:
+        """Run calls at once; their ``(status, value)`` outcomes. Raises UnavailableError if
+        the worker cannot be reached."""
+        return load_outcomes(self.client.call("Run", run_request(calls), timeout=None))
+
+    def run(self, call: Call) -> Any:
+        """Run one call; its value, or its error raised as a :class:`_FunctionError`."""
+        [(status, value)] = self.run_all([call])
         if status == "error":
             raise _FunctionError(value)
         return value
@@ -165,9 +172,12 @@ class ClusterCoordinator:
         self._resources: list[tuple[int, Callable[[], Any], bool]] = []
         self._resource_ids = itertools.count(1)
         self._closed = False
+        # Several functions share a Run: on a busy cluster per-call costs dominate small steps.
+        threads = min(pipelining, _THREADS_PER_WORKER)
+        self._batch = -(-pipelining // threads)
         for worker in self._workers:
             worker.incarnation = self._probe(worker, wait=False)
-            for _ in range(pipelining):
+            for _ in range(threads):
                 threading.Thread(target=self._serve, args=(worker,), daemon=True,
                                  name=f"convoy-coordinator-w{worker.index}").start()
 
@@ -212,11 +222,11 @@ class ClusterCoordinator:
         resource_id = next(self._resource_ids)
         with self._cond:
             self._resources.append((resource_id, make, for_dataset))
-        payload = call_payload(_create_resource, (resource_id, make, for_dataset), {})
+        call = call_message(_create_resource, (resource_id, make, for_dataset), {})
         errors = []
         for worker in self._workers:
             try:
-                worker.run(payload)
+                worker.run(call)
             except _FunctionError as error:
                 errors.append(error.error)
             except UnavailableError:
@@ -229,47 +239,68 @@ class ClusterCoordinator:
         with self._cond:
             resources = list(self._resources)
         for resource_id, make, for_dataset in resources:
-            worker.run(call_payload(_create_resource, (resource_id, make, for_dataset), {}))
+            worker.run(call_message(_create_resource, (resource_id, make, for_dataset), {}))
 
     # ----- the worker threads --------------------------------------------------------------------
-    def _take(self, worker: _Worker) -> _Closure | None:
+    def _take(self, worker: _Worker) -> list[_Closure] | None:
+        """Up to ``_batch`` queued closures for ``worker``, leaving the other workers that are
+        up their share of a short queue; None once shut down."""
         with self._cond:
             while not self._queue or not worker.up.is_set():
                 if self._closed:
                     return None
                 self._cond.wait(0.5)
-            self._in_flight += 1
-            return self._queue.popleft()
+            up = sum(w.up.is_set() for w in self._workers)
+            count = min(self._batch, max(1, len(self._queue) // up))
+            self._in_flight += count
+            return [self._queue.popleft() for _ in range(count)]
 
     def _serve(self, worker: _Worker) -> None:
         while True:
-            closure = self._take(worker)
-            if closure is None:
+            closures = self._take(worker)
+            if closures is None:
                 return
+            calls = []
+            for closure in list(closures):
+                try:
+                    calls.append(closure.call(worker.index))
+                except Exception as error:  # e.g. arguments that do not pickle
+                    closures.remove(closure)
+                    self._fail(closure, error)
+            if not closures:
+                continue
             try:
-                value = worker.run(closure.payload(worker.index))
+                outcomes = worker.run_all(calls)
             except UnavailableError:
-                with self._cond:
-                    self._in_flight -= 1
-                    if self._error is None:
-                        self._queue.appendleft(closure)  # at least once: another worker runs it
-                    else:  # an earlier failure cancelled everything that had not run
-                        closure.result._set(error=CancelledError(
-                            f"cancelled because an earlier function failed: "
-                            f"{self._error!r:.200}"))
-                    self._cond.notify_all()
+                self._put_back(closures)
                 self._recover(worker)
                 continue
-            except _FunctionError as failure:
-                self._fail(closure, failure.error)
-                continue
             except Exception as error:
-                self._fail(closure, error)
+                for closure in closures:
+                    self._fail(closure, error)
                 continue
-            closure.result._set(value)
-            with self._cond:
-                self._in_flight -= 1
-                self._cond.notify_all()
+            for closure, (status, value) in zip(closures, outcomes, strict=True):
+                if status == "error":
+                    self._fail(closure, value)
+                    continue
+                closure.result._set(value)
+                with self._cond:
+                    self._in_flight -= 1
+                    self._cond.notify_all()
+
+    def _put_back(self, closures: list[_Closure]) -> None:
+        """Return closures a lost worker took to the head of the queue, for another worker
+        (so a function runs at least once), or cancel them after an earlier failure."""
+        with self._cond:
+            self._in_flight -= len(closures)
+            if self._error is None:
+                self._queue.extendleft(reversed(closures))
+            else:  # an earlier failure cancelled everything that had not run
+                for closure in closures:
+                    closure.result._set(error=CancelledError(
+                        f"cancelled because an earlier function failed: "
+                        f"{self._error!r:.200}"))
+            self._cond.notify_all()
 
     def _fail(self, closure: _Closure, error: BaseException) -> None:
         closure.result._set(error=error)

@@ -7,9 +7,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import cloudpickle
 
 from convoy import _rpc
 from convoy.distribute._protocol import (
@@ -17,13 +16,13 @@ from convoy.distribute._protocol import (
     PS_SERVICE,
     WORKER_METHODS,
     WORKER_SERVICE,
-    decode_one,
     encode,
-    load_call,
+    run_calls,
+    serve_operations,
 )
 from convoy.distribute._store import VariableStore
 from convoy.distribute.cluster import ClusterSpec
-from convoy.errors import InvalidArgumentError, UnknownError
+from convoy.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -66,20 +65,6 @@ class ResourceRef:
         return (resolve_resource, (self.resource_id,))
 
 
-def _run(request: bytes) -> bytes:
-    function, args, kwargs = load_call(request)
-    try:
-        result: tuple[str, Any] = ("ok", function(*args, **kwargs))
-    except Exception as error:
-        result = ("error", error)
-    try:
-        return encode(cloudpickle.dumps(result))
-    except Exception as error:  # the result or exception does not pickle
-        failure = UnknownError(f"{type(result[1]).__name__} from a scheduled function "
-                               f"could not be sent back: {error}; it was: {result[1]!r:.200}")
-        return encode(cloudpickle.dumps(("error", failure)))
-
-
 class Server:
     """Serves one task (``job_name``, ``task_index``) of ``cluster_spec`` at its address."""
 
@@ -109,11 +94,12 @@ class Server:
         port = int(self.address.rsplit(":", 1)[1])
         if self.job_name == "ps":
             store = VariableStore()
-            methods = {PS_METHODS[0]: lambda r: encode(store.execute(decode_one(r)))}
+            methods = {PS_METHODS[0]: lambda r: serve_operations(store, r)}
         else:
             global _context
             _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
-            methods = {WORKER_METHODS[0]: _run,
+            pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
+            methods = {WORKER_METHODS[0]: lambda r: run_calls(r, pool),
                        WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
         service = PS_SERVICE if self.job_name == "ps" else WORKER_SERVICE
         self._server, _ = _rpc.serve(service, methods, port, max_workers=32)

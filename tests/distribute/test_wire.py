@@ -1,0 +1,246 @@
+"""The parameter-server and worker RPCs on real ``convoy server`` processes: operation lists
+from many threads share calls yet each gets its own results or error, and malformed or hostile
+requests are refused with a status while the servers keep serving and lose nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+
+import cloudpickle
+import grpc
+import numpy as np
+import pytest
+
+from convoy import _rpc
+from convoy.codec import Encoder
+from convoy.distribute._protocol import (
+    PS_METHODS,
+    PS_SERVICE,
+    WORKER_METHODS,
+    WORKER_SERVICE,
+    call_message,
+    decode_one,
+    encode,
+    load_outcomes,
+    remote_store,
+    run_request,
+)
+from convoy.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnknownError,
+)
+from convoy.testing import TrainingCluster
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROWS, WIDTH = 64, 4
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with TrainingCluster(num_workers=1, num_ps=1) as training_cluster:
+        yield training_cluster
+
+
+@pytest.fixture
+def table(cluster, request):
+    """A fresh (ROWS, WIDTH) float64 variable of zeros on the ps: (store, name)."""
+    store = remote_store(cluster.cluster["ps"][0], 0)
+    name = f"{request.node.name}-{random.randrange(2**32)}"
+    store.execute([("create", name, np.zeros((ROWS, WIDTH)))])
+    return store, name
+
+
+def counting_calls(store):
+    """Wrap the store's client so the number of Execute RPCs can be read."""
+    counted = {"calls": 0}
+    call = store._client.call
+
+    def counting(*args, **kwargs):
+        counted["calls"] += 1
+        return call(*args, **kwargs)
+
+    store._client.call = counting
+    return counted, lambda: setattr(store._client, "call", call)
+
+
+@pytest.mark.timeout(60)
+def test_operation_lists_from_many_threads_each_get_their_results(table):
+    store, name = table
+    threads, per_thread = 8, 40
+    failures = []
+
+    def work(thread):
+        try:
+            for i in range(per_thread):
+                row = (thread * per_thread + i) % ROWS
+                gathered, _ = store.execute([
+                    ("gather", name, np.array([row])),
+                    ("scatter_add", name, np.array([row]), np.ones((1, WIDTH))),
+                ])
+                assert gathered.shape == (1, WIDTH)
+        except Exception as error:  # reported below, not lost in the thread
+            failures.append(error)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not failures
+    expected = np.bincount(np.arange(threads * per_thread) % ROWS, minlength=ROWS)
+    np.testing.assert_array_equal(store.execute([("read", name)])[0],
+                                  np.repeat(expected[:, None], WIDTH, axis=1))
+
+
+@pytest.mark.timeout(60)
+def test_queued_operation_lists_share_calls(table):
+    store, name = table
+    counted, restore = counting_calls(store)
+    try:
+        futures = [store.execute_async([("scatter_add", name, np.array([i % ROWS]),
+                                         np.ones((1, WIDTH)))]) for i in range(200)]
+        assert [f.result(timeout=30) for f in futures] == [[None]] * 200
+    finally:
+        restore()
+    assert counted["calls"] < 100, "queued operation lists were not sent together"
+    assert store.execute([("read", name)])[0].sum() == 200 * WIDTH
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_operation_list_fails_only_its_caller(table):
+    store, name = table
+    one = np.ones((1, WIDTH))
+    futures = [
+        store.execute_async([("scatter_add", name, np.array([0]), one)]),
+        store.execute_async([("scatter_add", "no-such-variable", np.array([0]), one)]),
+        store.execute_async([("scatter_add", name, np.array([ROWS]), one)]),
+        store.execute_async([("gather", name, lambda: 0)]),  # does not pickle
+        store.execute_async([("frobnicate", name)]),
+        store.execute_async([("scatter_add", name, np.array([1]), one)]),
+    ]
+    assert futures[0].result(timeout=30) == [None]
+    with pytest.raises(NotFoundError, match="no-such-variable"):
+        futures[1].result(timeout=30)
+    with pytest.raises(InvalidArgumentError, match=rf"\[0, {ROWS}\)"):
+        futures[2].result(timeout=30)
+    with pytest.raises(InvalidArgumentError, match="cannot be sent to its parameter server"):
+        futures[3].result(timeout=30)
+    with pytest.raises(InvalidArgumentError, match="unknown variable operation 'frobnicate'"):
+        futures[4].result(timeout=30)
+    assert futures[5].result(timeout=30) == [None]
+    value = store.execute([("read", name)])[0]
+    assert value[:2].tolist() == [[1.0] * WIDTH] * 2 and value[2:].sum() == 0
+
+
+def hostile_payloads(seed: int, x: str) -> list[bytes]:
+    """Requests that must be refused; ``x`` names a variable that exists."""
+    rng = random.Random(seed)
+    valid = encode([[("read", x)]])
+    payloads = [b"", b"\x00", rng.randbytes(7), rng.randbytes(4096), valid[:-1], valid + b"\x00",
+                encode(5), encode(None), encode([5]), encode([[5]]), encode([["read"]]),
+                encode([[("read",)]]), encode([[("create", 7, None)]]),
+                encode([[("gather", x, np.zeros((2, 2), np.float32))]]),
+                encode([[("apply", None, [])]]), encode([[("apply", {}, 5)]]),
+                encode([[("apply", {"name": "SGD"}, [(x, None)])]]),
+                encode([[("apply", {"name": "SGD", "learning_rate": 1.0}, [(x, None)])]]),
+                encode([[("apply", {"name": "Adam", "learning_rate": 1.0}, [(x, np.ones(3))])]]),
+                encode([[("scatter_update", x, np.array([0]), np.array(["a"]))]]),
+                encode([[("assign", x, "text")]]), encode([[("gather", x, [[[]]])]]),
+                encode([[("read", x, "extra")]]), encode([[("set_slot", x, "m", None)]]),
+                Encoder(None).encode([1, 2])]
+    for _ in range(30):
+        flipped = bytearray(valid)
+        flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+        payloads.append(bytes(flipped))
+    return payloads
+
+
+def fuzz_seed() -> int:
+    seed = random.randrange(2**32)
+    print(f"seed: {seed}")
+    return seed
+
+
+@pytest.mark.timeout(120)
+def test_ps_refuses_hostile_requests_and_loses_nothing(cluster, table):
+    store, name = table
+    store.execute([("scatter_add", name, np.array([3]), np.full((1, WIDTH), 2.0))])
+    before = store.execute([("read", name)])[0]
+    client = _rpc.Client(cluster.cluster["ps"][0], PS_SERVICE, PS_METHODS)
+    for payload in hostile_payloads(fuzz_seed(), name):
+        try:
+            outcomes = decode_one(client.call("Execute", payload, timeout=10))
+        except (InvalidArgumentError, DataLossError):
+            continue  # refused as a whole, with a status that says why
+        for ok, value in outcomes:  # or each operation list refused on its own
+            assert not ok and isinstance(value, InvalidArgumentError | NotFoundError), value
+    client.close()
+    np.testing.assert_array_equal(store.execute([("read", name)])[0], before)
+
+
+def no_op():
+    return "ran"
+
+
+@pytest.mark.timeout(120)
+def test_worker_refuses_hostile_requests_and_keeps_serving(cluster):
+    client = _rpc.Client(cluster.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    rng = random.Random(fuzz_seed())
+    good = run_request([call_message(no_op, (), {})])
+    for payload in [b"", rng.randbytes(64), good[:-3], encode([]), encode("calls"), encode(5)]:
+        with pytest.raises((InvalidArgumentError, DataLossError)):
+            client.call("Run", payload, timeout=10)
+    bad_calls = [(b"a", b"b"), (b"digest", b"not a pickle", b"nor this"), ("a", "b", "c"), 7]
+    outcomes = load_outcomes(client.call("Run", encode([*bad_calls, call_message(no_op, (), {})]),
+                                         timeout=10))
+    assert [status for status, _ in outcomes] == ["error"] * len(bad_calls) + ["ok"]
+    assert all(isinstance(error, InvalidArgumentError | UnknownError | Exception)
+               for _, error in outcomes[:-1])
+    assert outcomes[-1] == ("ok", "ran")
+    assert load_outcomes(client.call("Run", good, timeout=10)) == [("ok", "ran")]
+    client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_run_request_runs_its_calls_at_once(cluster):
+    """Calls that share a Run wait for one another: they must run concurrently."""
+    client = _rpc.Client(cluster.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+
+    def meet(barrier_key):
+        import threading as _threading
+
+        from convoy.distribute.server import worker_context
+
+        barrier = worker_context().resources.setdefault(barrier_key, _threading.Barrier(3))
+        barrier.wait(timeout=10)  # breaks (an error) unless all three run at once
+        return "met"
+
+    key = f"barrier-{random.randrange(2**32)}"
+    calls = [call_message(meet, (key,), {}) for _ in range(3)]
+    outcomes = load_outcomes(client.call("Run", run_request(calls), timeout=30))
+    assert outcomes == [("ok", "met")] * 3
+    client.close()
+
+
+def test_transport_failures_reach_every_queued_caller():
+    store = remote_store(f"localhost:{_unused_port()}", 0)
+    futures = [store.execute_async([("read", "x")]) for _ in range(5)]
+    for future in futures:
+        with pytest.raises(Exception) as raised:
+            future.result(timeout=90)
+        assert "Execute at" in str(raised.value)
+
+
+def _unused_port() -> int:
+    from convoy.testing import free_port
+
+    return free_port()
+
+
+del grpc
