@@ -1,4 +1,5 @@
-"""IndexedSlices: a sparse update to some rows of a tensor (as TensorFlow names it)."""
+"""IndexedSlices: a sparse update to some rows of a tensor (as TensorFlow names it); and the
+row gather and scatter that sparse reads and updates use."""
 
 from __future__ import annotations
 
@@ -35,3 +36,22 @@ class IndexedSlices(NamedTuple):
                 f"{list(indices.shape + tuple(row_shape))})"
             )
         return IndexedSlices(values, indices, self.dense_shape)
+
+
+def take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``array[rows]``: np.take copies rows about twice as fast as fancy indexing."""
+    return np.take(array, rows, axis=0)
+
+
+def put_rows(array: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``array[rows] = values`` (a repeated row gets its last value). Whole rows are put as
+    single items of a C-contiguous array, about twice as fast as fancy indexing."""
+    values = np.asarray(values, dtype=array.dtype)
+    row_bytes = array.strides[0] if array.ndim else 0
+    if array.ndim < 2 or not array.flags.c_contiguous or row_bytes == 0 or not len(rows):
+        array[rows] = values
+        return
+    item = np.dtype((np.void, row_bytes))
+    flat_values = np.ascontiguousarray(values).reshape(len(rows), -1)
+    np.put(array.reshape(len(array), -1).view(item).reshape(-1), rows,
+           flat_values.view(item).reshape(-1))

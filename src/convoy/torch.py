@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from convoy._slices import IndexedSlices
+from convoy._slices import IndexedSlices, put_rows
 from convoy.distribute._protocol import execute_all
 from convoy.distribute.server import worker_context
 from convoy.distribute.variables import ShardedVariable, Variable
@@ -121,15 +121,15 @@ def pull(dense: Sequence[Variable | ShardedVariable] = (),
         if positions is None:
             block[...] = value
         else:
-            block[positions] = value
+            put_rows(block, positions, value)
     for variable in dense:
         parts = dense_parts[id(variable)]
         value = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])
-        pulled.dense.append((torch.tensor(value, requires_grad=True), variable))
+        pulled.dense.append((torch.from_numpy(value).requires_grad_(), variable))
     for variable, ids in (rows or {}).items():
         shape = np.shape(ids)
         block = row_blocks[id(variable)].reshape((*shape, *variable.shape[1:]))
-        tensor = torch.tensor(block, requires_grad=True)
+        tensor = torch.from_numpy(block).requires_grad_()  # block is ours: share, not copy
         pulled.rows[variable] = tensor
         pulled._row_sources.append((tensor, variable, np.asarray(ids), shape))
     yield pulled

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from convoy._slices import put_rows, take_rows
 from convoy.distribute._updates import apply_update
 from convoy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 
@@ -117,7 +118,7 @@ class VariableStore:
 
     def _gather(self, name: str, indices: Any) -> np.ndarray:
         target, indices = self._rows(name, indices)
-        return target[indices]
+        return take_rows(target, indices)
 
     def _scatter(self, name: str, indices: Any, values: Any,
                  combine: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> None:
@@ -138,7 +139,7 @@ class VariableStore:
         self._scatter(name, indices, values, np.subtract.at)
 
     def _scatter_update(self, name: str, indices: Any, values: Any) -> None:
-        self._scatter(name, indices, values, _put_rows)
+        self._scatter(name, indices, values, put_rows)
 
     def _apply(self, optimizer: dict[str, Any], updates: list[tuple[str, Any]]) -> None:
         if type(optimizer) is not dict:
@@ -171,10 +172,6 @@ def _numeric(what: str, value: Any) -> np.ndarray:
         raise InvalidArgumentError(f"{what} must be a numeric or boolean array, got dtype "
                                    f"{array.dtype}")
     return array
-
-
-def _put_rows(target: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
-    target[indices] = values
 
 
 _OPERATIONS: dict[str, Callable[..., Any]] = {

@@ -4,7 +4,8 @@
 is an optimizer's plain-data description (``Optimizer.config``); ``gradient`` is a dense
 array or an :class:`IndexedSlices` of rows; ``slot(name, like, initial)`` returns the
 optimizer's state array ``name`` for this variable, creating it filled with ``initial``.
-Sparse updates touch only the rows they name (for Adam, "lazy" Adam).
+Sparse updates touch only the rows they name (for Adam, "lazy" Adam): the dense rule runs on
+copies of those rows, which are then written back.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy._slices import IndexedSlices
+from convoy._slices import IndexedSlices, put_rows, take_rows
 from convoy.errors import InvalidArgumentError
 
 Slot = Callable[[str, np.ndarray, float], np.ndarray]
@@ -40,40 +41,32 @@ def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndar
             f"gradient rows must be in [0, {variable.shape[0]}), got {indices.min()} to "
             f"{indices.max()}"
         )
-    if indices.size == 0:
+    if indices.size < 2:
         return indices, values
     order = np.argsort(indices, kind="stable")
-    unique, starts = np.unique(indices[order], return_index=True)
-    ordered = values[order]
-    counts = np.diff(np.append(starts, indices.size))
-    repeated = np.nonzero(counts > 1)[0]
-    if len(repeated) > _FEW_REPEATS:  # many repeats: one vectorised segment sum
-        return unique, np.add.reduceat(ordered, starts, axis=0)
-    # Few repeats (ids drawn from a large table): take each row's first occurrence and add
-    # the rest; np.add.reduceat is ~5x slower here.
-    summed = ordered[starts]
-    for j in repeated:
-        summed[j] = ordered[starts[j]:starts[j] + counts[j]].sum(axis=0)
-    return unique, summed
+    ordered = indices[order]
+    first = np.empty(indices.size, bool)  # where each row's first occurrence is, in order
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    if starts.size == indices.size:  # no repeats: nothing to sum
+        return indices, values
+    if indices.size - starts.size > _FEW_REPEATS:  # many: one vectorised segment sum
+        return ordered[starts], np.add.reduceat(values[order], starts, axis=0)
+    # Few repeats (ids drawn from a large table): add the later occurrences to the first;
+    # a segment sum over every row costs more.
+    summed = values[order[starts]]
+    later = ~first
+    np.add.at(summed, np.cumsum(first)[later] - 1, values[order[later]])
+    return ordered[starts], summed
 
 
 #: Above this many repeated rows, _unique_rows sums segments with np.add.reduceat.
 _FEW_REPEATS = 64
 
 
-def _sgd(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:
+def _sgd(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot) -> None:
     lr, momentum = config["learning_rate"], config.get("momentum", 0.0)
-    if isinstance(gradient, IndexedSlices):
-        rows, g = _unique_rows(variable, gradient)
-        if momentum:
-            velocity = slot("momentum", variable, 0.0)
-            velocity[rows] = momentum * velocity[rows] - lr * g
-            variable[rows] += (momentum * velocity[rows] - lr * g if config.get("nesterov")
-                               else velocity[rows])
-        else:
-            variable[rows] -= lr * g
-        return
-    g = _dense_gradient(variable, gradient)
     if momentum:
         velocity = slot("momentum", variable, 0.0)
         velocity *= momentum
@@ -83,20 +76,14 @@ def _sgd(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot
         variable -= lr * g
 
 
-def _adagrad(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:
+def _adagrad(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot) -> None:
     lr, eps = config["learning_rate"], config["epsilon"]
     accumulator = slot("accumulator", variable, config["initial_accumulator_value"])
-    if isinstance(gradient, IndexedSlices):
-        rows, g = _unique_rows(variable, gradient)
-        accumulator[rows] += g * g
-        variable[rows] -= lr * g / (np.sqrt(accumulator[rows]) + eps)
-        return
-    g = _dense_gradient(variable, gradient)
     accumulator += g * g
     variable -= lr * g / (np.sqrt(accumulator) + eps)
 
 
-def _adam(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slot) -> None:
+def _adam(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot) -> None:
     lr, beta_1, beta_2, eps = (config[k] for k in ("learning_rate", "beta_1", "beta_2",
                                                    "epsilon"))
     m, v = slot("m", variable, 0.0), slot("v", variable, 0.0)
@@ -104,13 +91,6 @@ def _adam(config: dict[str, Any], variable: np.ndarray, gradient: Any, slot: Slo
     step += 1
     t = float(step)
     lr_t = lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t)
-    if isinstance(gradient, IndexedSlices):
-        rows, g = _unique_rows(variable, gradient)
-        m[rows] = beta_1 * m[rows] + (1 - beta_1) * g
-        v[rows] = beta_2 * v[rows] + (1 - beta_2) * g * g
-        variable[rows] -= lr_t * m[rows] / (np.sqrt(v[rows]) + eps)
-        return
-    g = _dense_gradient(variable, gradient)
     m *= beta_1
     m += (1 - beta_1) * g
     v *= beta_2
@@ -140,4 +120,22 @@ def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
            if isinstance(config.get(key), bool) or not isinstance(config.get(key), int | float)]
     if bad:
         raise InvalidArgumentError(f"optimizer config {config!r:.200} needs numbers for {bad}")
-    rule(config, variable, gradient, slot)
+    if not isinstance(gradient, IndexedSlices):
+        rule(config, variable, _dense_gradient(variable, gradient), slot)
+        return
+    # Sparse ("lazy"): the dense rule on copies of the touched rows of the variable and of
+    # its slots shaped like it, written back after.
+    rows, g = _unique_rows(variable, gradient)
+    part = take_rows(variable, rows)
+    touched: list[tuple[np.ndarray, np.ndarray]] = [(variable, part)]
+
+    def slot_rows(name: str, like: np.ndarray, initial: float) -> np.ndarray:
+        if like is not part:  # a slot of its own shape (Adam's step count)
+            return slot(name, like, initial)
+        whole = slot(name, variable, initial)
+        touched.append((whole, take_rows(whole, rows)))
+        return touched[-1][1]
+
+    rule(config, part, g, slot_rows)
+    for whole, rows_of_whole in touched:
+        put_rows(whole, rows, rows_of_whole)

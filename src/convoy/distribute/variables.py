@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy._slices import IndexedSlices
+from convoy._slices import IndexedSlices, put_rows, take_rows
 from convoy.distribute import _scope
 from convoy.distribute._protocol import LocalStore, execute_all
 from convoy.errors import InvalidArgumentError
@@ -220,10 +220,10 @@ class ShardedVariable(_Ops):
                 f"ids must be in [0, {self.shape[0]}) for {self.name!r}, got values from "
                 f"{ids.min()} to {ids.max()}"
             )
-        shard_of = np.searchsorted(self._offsets, ids, side="right") - 1
+        shard_of = np.searchsorted(self._offsets[1:-1], ids, side="right")
         routes = []
-        for shard in np.unique(shard_of):
-            positions = np.nonzero(shard_of == shard)[0]
+        for shard in np.flatnonzero(np.bincount(shard_of, minlength=len(self._variables))):
+            positions = np.flatnonzero(shard_of == shard)
             routes.append((int(shard), positions, ids[positions] - self._offsets[shard]))
         return routes
 
@@ -237,7 +237,7 @@ class ShardedVariable(_Ops):
                                 [("gather", self._variables[s]._key, rows)])
                                for s, _, rows in routes])
         for (_, positions, _), result in zip(routes, results):
-            out[positions] = result[0]
+            put_rows(out, positions, result[0])
         return out.reshape((*ids.shape, *self.shape[1:]))
 
     def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
@@ -245,7 +245,7 @@ class ShardedVariable(_Ops):
         flat = delta.indices.reshape(-1)
         values = delta.values.reshape((flat.size, *self.shape[1:]))
         execute_all([(self._variables[s]._store,
-                      [(kind, self._variables[s]._key, rows, values[positions])])
+                      [(kind, self._variables[s]._key, rows, take_rows(values, positions))])
                      for s, positions, rows in self.route(flat)])
 
     def __repr__(self) -> str:

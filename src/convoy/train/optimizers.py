@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy._slices import IndexedSlices
+from convoy._slices import IndexedSlices, take_rows
 from convoy.data import _check as check
 from convoy.distribute._protocol import execute_all
 from convoy.distribute.variables import ShardedVariable, Variable
@@ -30,8 +30,11 @@ def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, 
         # Shards without rows get an empty update: per-variable optimizer state (Adam's step
         # count) then advances on every shard, as it would on an unsharded variable.
         nothing = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        return [(IndexedSlices(values[routed.get(s, nothing)[0]], routed.get(s, nothing)[1]),
-                 shard) for s, shard in enumerate(shards)]
+        pairs = []
+        for s, shard in enumerate(shards):
+            positions, rows = routed.get(s, nothing)
+            pairs.append((IndexedSlices(take_rows(values, positions), rows), shard))
+        return pairs
     parts = variable._split(gradient)
     return list(zip(parts, shards))
 

@@ -1,0 +1,71 @@
+"""The optimizer arithmetic run on parameter servers, without a network: sparse rows with and
+without repeats sum like ``np.add.at``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from convoy._slices import IndexedSlices, put_rows, take_rows
+from convoy.distribute._updates import _unique_rows, apply_update
+from convoy.errors import InvalidArgumentError
+
+
+@pytest.mark.parametrize("count, rows", [(0, 10), (1, 10), (2, 1), (1024, 50_000), (1024, 100),
+                                         (300, 300), (65, 2), (5, 5)])
+def test_unique_rows_sum_repeats_like_add_at(count, rows):
+    rng = np.random.default_rng(count + rows)
+    variable = np.zeros((rows, 3), np.float32)
+    indices = rng.integers(0, rows, count)
+    values = rng.normal(size=(count, 3)).astype(np.float32)
+    unique, summed = _unique_rows(variable, IndexedSlices(values, indices))
+    assert len(set(unique.tolist())) == unique.size
+    expected = np.zeros_like(variable)
+    np.add.at(expected, indices, values)
+    got = np.zeros_like(variable)
+    got[unique] = summed
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_sparse_sgd_with_repeated_rows_matches_dense():
+    variable = np.ones((6, 2))
+    gradient = IndexedSlices(np.arange(8.0).reshape(4, 2), np.array([5, 1, 5, 5]))
+    dense = np.zeros_like(variable)
+    np.add.at(dense, gradient.indices, gradient.values)
+    expected = variable - 0.5 * dense
+    apply_update({"name": "SGD", "learning_rate": 0.5}, variable, gradient, None)
+    np.testing.assert_allclose(variable, expected)
+
+
+@pytest.mark.parametrize("config, problem", [
+    ({"name": "Nope"}, "unknown optimizer"),
+    ({"name": "SGD"}, r"numbers for \['learning_rate'\]"),
+    ({"name": "Adam", "learning_rate": 0.1, "beta_1": "x", "beta_2": 0.9, "epsilon": 1.0},
+     r"numbers for \['beta_1'\]"),
+    ({"name": "SGD", "learning_rate": True}, "learning_rate"),
+])
+def test_bad_optimizer_configs(config, problem):
+    with pytest.raises(InvalidArgumentError, match=problem):
+        apply_update(config, np.zeros(2), np.zeros(2), None)
+
+
+def test_rows_out_of_range():
+    with pytest.raises(InvalidArgumentError, match=r"\[0, 4\)"):
+        _unique_rows(np.zeros((4, 2)), IndexedSlices(np.zeros((1, 2)), np.array([4])))
+
+
+@pytest.mark.parametrize("shape, dtype, order", [
+    ((10,), np.float32, "C"), ((10, 4), np.float32, "C"), ((10, 2, 3), np.int64, "C"),
+    ((10, 4), np.float64, "F"), ((10, 0), np.float32, "C"), ((10, 3), np.bool_, "C"),
+])
+@pytest.mark.parametrize("rows", [[], [3], [9, 0, 4], [2, 5, 2]])
+def test_take_and_put_rows_are_fancy_indexing(shape, dtype, order, rows):
+    rng = np.random.default_rng(0)
+    array = np.asarray(rng.integers(0, 100, shape), dtype=dtype, order=order)
+    rows = np.array(rows, dtype=np.int64)
+    np.testing.assert_array_equal(take_rows(array, rows), array[rows])
+    values = np.asarray(rng.integers(0, 100, (len(rows), *shape[1:])), dtype=dtype)
+    expected = array.copy()
+    expected[rows] = values  # a repeated row keeps its last value
+    put_rows(array, rows, values)
+    np.testing.assert_array_equal(array, expected)
