@@ -392,6 +392,37 @@ def test_optimizer_applied_from_scheduled_functions(cluster, make):
     np.testing.assert_allclose(table.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.timeout(120)
+def test_updates_from_a_scheduled_function_land_before_it_counts_as_done(cluster, make):
+    # In a scheduled function apply_gradients only queues its calls; the function still
+    # reads its own updates, is done only once they are applied, and fails if one fails.
+    strategy, coordinator = make(cluster, FixedShardsPartitioner(2))
+    with strategy.scope():
+        table = cv.Variable(np.zeros((6, 2), np.float32), name="table")
+        scale = cv.Variable(np.ones(3, np.float32), name="scale")
+    optimizer = cv.optimizers.SGD(1.0)
+
+    def step(row):
+        optimizer.apply_gradients([(cv.IndexedSlices(-np.ones((1, 2)), [row]), table)])
+        return table.sparse_read([row]).tolist()
+
+    results = [coordinator.schedule(step, args=(row % 6,)) for row in range(60)]
+    coordinator.join()
+    assert all(rows[0][0] >= 1 for rows in coordinator.fetch(results))  # read its own update
+    np.testing.assert_array_equal(table.numpy(), np.full((6, 2), 10.0))
+
+    def bad_step():
+        optimizer.apply_gradients([(np.ones(4, np.float32), scale)])  # wrong shape: the ps says
+        return "returned"
+
+    failed = coordinator.schedule(bad_step)
+    with pytest.raises(InvalidArgumentError, match=r"\[4\].*\[3\]"):
+        coordinator.join()
+    with pytest.raises(InvalidArgumentError):
+        failed.fetch()
+    np.testing.assert_array_equal(scale.numpy(), np.ones(3))
+
+
 # ===== (c) the coordinator =====================================================================
 
 @pytest.mark.timeout(120)

@@ -117,18 +117,48 @@ def run_calls(request: bytes, pool: Executor) -> bytes:
     return encode([_outcome(calls[0]), *(future.result() for future in others)])
 
 
+_queued_updates = threading.local()  # .futures: the updates the running call has queued
+
+
+def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
+    """Apply ``(store, operations)`` calls. In a scheduled function they are only queued: the
+    function counts as done once they are applied, and fails if one fails. Elsewhere this
+    waits for them. (Later operations of this process on the same store see them: each
+    store's calls leave in order.)"""
+    queued = getattr(_queued_updates, "futures", None)
+    if queued is None:
+        execute_all(calls)
+        return
+    queued.extend(store.execute_async(operations) for store, operations in calls)
+
+
 def _outcome(call: Any) -> bytes:
-    try:
-        function, args, kwargs = load_call(call)
-        result: tuple[str, Any] = ("ok", function(*args, **kwargs))
-    except Exception as error:
-        result = ("error", error)
+    result = _run_call(call)
     try:
         return cloudpickle.dumps(result)
     except Exception as error:  # the result or exception does not pickle
         failure = UnknownError(f"{type(result[1]).__name__} from a scheduled function "
                                f"could not be sent back: {error}; it was: {result[1]!r:.200}")
         return cloudpickle.dumps(("error", failure))
+
+
+def _run_call(call: Any) -> tuple[str, Any]:
+    """``("ok", value)`` or ``("error", exception)`` of one call, once its updates landed."""
+    _queued_updates.futures = queued = []
+    try:
+        function, args, kwargs = load_call(call)
+        result: tuple[str, Any] = ("ok", function(*args, **kwargs))
+    except Exception as error:
+        result = ("error", error)
+    finally:
+        _queued_updates.futures = None
+    for future in queued:  # all of them, even after an error: nothing is left in flight
+        try:
+            future.result()
+        except Exception as error:
+            if result[0] == "ok":
+                result = ("error", error)
+    return result
 
 
 def load_outcomes(response: bytes) -> list[tuple[str, Any]]:

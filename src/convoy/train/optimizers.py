@@ -14,7 +14,7 @@ import numpy as np
 
 from convoy._slices import IndexedSlices, take_rows
 from convoy.data import _check as check
-from convoy.distribute._protocol import execute_all
+from convoy.distribute._protocol import send_updates
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
 
@@ -45,7 +45,11 @@ class Optimizer:
     config: dict[str, Any]
 
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> None:
-        """Apply each gradient to its variable; one call per parameter server touched."""
+        """Apply each gradient to its variable; one call per parameter server touched.
+
+        In a scheduled function the calls are sent without waiting for them: the function
+        counts as done once they are applied, and fails with their error if one fails.
+        """
         by_store: dict[Any, list[tuple[str, Any]]] = defaultdict(list)
         stores: dict[int, Any] = {}
         for gradient, variable in grads_and_vars:
@@ -65,8 +69,8 @@ class Optimizer:
                     grad = np.asarray(grad, dtype=var.dtype)
                 stores[id(var._store)] = var._store
                 by_store[id(var._store)].append((var._key, grad))
-        execute_all([(stores[k], [("apply", self.config, updates)])
-                     for k, updates in by_store.items()])
+        send_updates([(stores[k], [("apply", self.config, updates)])
+                      for k, updates in by_store.items()])
 
 
 def _rate(value: Any) -> float:
