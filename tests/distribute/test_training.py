@@ -444,6 +444,9 @@ def test_schedule_join_done_fetch(cluster, make):
     wait_until(coordinator.done, what="done()")
     with pytest.raises(InvalidArgumentError, match="callable"):
         coordinator.schedule(42)
+    for pipelining in (0, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="pipelining"):
+            cv.distribute.ClusterCoordinator(coordinator.strategy, pipelining=pipelining)
 
 
 @pytest.mark.timeout(120)

@@ -161,11 +161,16 @@ class ClusterCoordinator:
     """Runs functions on the workers of ``strategy``'s cluster, asynchronously."""
 
     def __init__(self, strategy: Any, pipelining: int = DEFAULT_PIPELINING) -> None:
+        if isinstance(pipelining, bool) or not isinstance(pipelining, int) or pipelining < 1:
+            raise InvalidArgumentError(f"pipelining must be an int >= 1 (functions in flight "
+                                       f"per worker), got {pipelining!r}")
         self.strategy = strategy
         spec = strategy.cluster_spec
         self._workers = [_Worker(i, spec.task_address("worker", i))
                          for i in range(spec.num_tasks("worker"))]
-        self._cond = threading.Condition()  # guards everything below
+        lock = threading.Lock()  # guards everything below
+        self._cond = threading.Condition(lock)  # progress: functions finished or failed
+        self._work = threading.Condition(lock)  # functions queued, or a worker back
         self._queue: deque[_Closure] = deque()
         self._in_flight = 0
         self._error: BaseException | None = None
@@ -191,7 +196,7 @@ class ClusterCoordinator:
         with self._cond:
             self._raise_error()
             self._queue.append(closure)
-            self._cond.notify()
+            self._work.notify()
         return closure.result
 
     def join(self) -> None:
@@ -249,7 +254,7 @@ class ClusterCoordinator:
             while not self._queue or not worker.up.is_set():
                 if self._closed:
                     return None
-                self._cond.wait(0.5)
+                self._work.wait(0.5)
             up = sum(w.up.is_set() for w in self._workers)
             count = min(self._batch, max(1, len(self._queue) // up))
             self._in_flight += count
@@ -279,14 +284,16 @@ class ClusterCoordinator:
                 for closure in closures:
                     self._fail(closure, error)
                 continue
+            finished = 0
             for closure, (status, value) in zip(closures, outcomes, strict=True):
                 if status == "error":
                     self._fail(closure, value)
-                    continue
-                closure.result._set(value)
-                with self._cond:
-                    self._in_flight -= 1
-                    self._cond.notify_all()
+                else:
+                    closure.result._set(value)
+                    finished += 1
+            with self._cond:
+                self._in_flight -= finished
+                self._cond.notify_all()
 
     def _put_back(self, closures: list[_Closure]) -> None:
         """Return closures a lost worker took to the head of the queue, for another worker
@@ -300,6 +307,7 @@ class ClusterCoordinator:
                     closure.result._set(error=CancelledError(
                         f"cancelled because an earlier function failed: "
                         f"{self._error!r:.200}"))
+            self._work.notify_all()
             self._cond.notify_all()
 
     def _fail(self, closure: _Closure, error: BaseException) -> None:
@@ -357,14 +365,15 @@ class ClusterCoordinator:
                 continue
             log.warning("worker %d is back", worker.index)
             worker.up.set()
-            with self._cond:
-                self._cond.notify_all()
+            with self._work:
+                self._work.notify_all()
             return
 
     def shutdown(self) -> None:
         """Stop the coordinator's threads (queued functions are abandoned)."""
         with self._cond:
             self._closed = True
+            self._work.notify_all()
             self._cond.notify_all()
 
 
