@@ -3,17 +3,20 @@
 Services are declared as tables of :class:`Method` (name, request type, response type); the
 same table builds the server's handlers and the client's stubs, so no generated ``_pb2_grpc``
 code is needed. A response type of ``None`` means the handler returns raw ``bytes`` (the
-element data path, which must not be copied into a protobuf). Exceptions raised by handlers
-travel as gRPC statuses and come back to the caller as the same :mod:`convoy.errors` class.
+element data path, which must not be copied into a protobuf). A ``streamed`` method answers
+each request of one long-lived stream in turn (:class:`Stream`): much cheaper per message than
+a call each, for a client that sends many. Exceptions raised by handlers travel as gRPC
+statuses and come back to the caller as the same :mod:`convoy.errors` class.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,12 +29,21 @@ log = logging.getLogger(__name__)
 
 #: Options for every channel and server: no message size limit (elements can be large); a
 #: lost connection is retried at least every second, as :func:`retry` does (gRPC's default
-#: backoff grows to 2 minutes, so a server back after a long outage went unseen for long).
+#: backoff grows to 2 minutes, so a server back after a long outage went unseen for long);
+#: while calls are open, a peer that stops answering pings for KEEPALIVE_MS fails them (a
+#: stream has no deadline of its own), and servers accept those pings.
+KEEPALIVE_MS = 10_000
 OPTIONS = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
     ("grpc.so_reuseport", 0),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_MS),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_MS),
 ]
 
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
@@ -71,11 +83,13 @@ def check_address(address: str, argument: str) -> str:
 
 @dataclass(frozen=True)
 class Method:
-    """One RPC: its name and message types (``None``: raw bytes, passed through as is)."""
+    """One RPC: its name and message types (``None``: raw bytes, passed through as is);
+    ``streamed``: requests and their responses travel on one stream (see :class:`Stream`)."""
 
     name: str
     request: Any | None
     response: Any | None
+    streamed: bool = False
 
 
 def _identity(data: bytes) -> bytes:
@@ -104,10 +118,15 @@ def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHa
             log.exception("%s failed", method.name)
             context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
 
-    return grpc.unary_unary_rpc_method_handler(
-        handle, request_deserializer=_parser(method.request),
-        response_serializer=_serializer(method.response),
-    )
+    def handle_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        for request in requests:  # a failure ends the stream with its status
+            yield handle(request, context)
+
+    make = (grpc.stream_stream_rpc_method_handler if method.streamed
+            else grpc.unary_unary_rpc_method_handler)
+    return make(handle_stream if method.streamed else handle,
+                request_deserializer=_parser(method.request),
+                response_serializer=_serializer(method.response))
 
 
 def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: int,
@@ -142,16 +161,19 @@ class Client:
         self.address = address
         self._channel = grpc.insecure_channel(address, options=OPTIONS)
         self._stubs = {
-            m.name: self._channel.unary_unary(
+            m.name: (self._channel.stream_stream if m.streamed else self._channel.unary_unary)(
                 f"/{service}/{m.name}",
                 request_serializer=_serializer(m.request),
                 response_deserializer=_parser(m.response),
             )
             for m in methods
         }
+        self._streamed = {m.name for m in methods if m.streamed}
 
     def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
         """Call ``method``; failures raise the matching :mod:`convoy.errors` exception."""
+        if method in self._streamed:
+            raise errors.InvalidArgumentError(f"{method} is streamed: use Client.stream")
         try:
             return self._stubs[method](request, timeout=timeout)
         except grpc.RpcError as error:
@@ -161,8 +183,50 @@ class Client:
         """Start ``method`` without waiting; ``.result()`` raises grpc errors untranslated."""
         return self._stubs[method].future(request, timeout=timeout)
 
+    def stream(self, method: str) -> Stream:
+        """A :class:`Stream` for the streamed ``method``."""
+        return Stream(self._stubs[method], f"{method} at {self.address}")
+
     def close(self) -> None:
         self._channel.close()
+
+
+class Stream:
+    """Requests and their responses, one at a time, over one stream of a streamed method.
+
+    Not thread-safe: one thread makes the calls. A failure ends the stream (the call raises
+    the matching :mod:`convoy.errors` exception); the next call opens a new one.
+    """
+
+    _END = object()
+
+    def __init__(self, stub: Any, where: str) -> None:
+        self._stub = stub
+        self._where = where
+        self._requests: queue.SimpleQueue[Any] | None = None
+        self._responses: Any = None
+
+    def call(self, request: Any) -> Any:
+        """Send ``request`` and wait for its response."""
+        if self._responses is None:
+            self._requests = queue.SimpleQueue()
+            self._responses = self._stub(iter(self._requests.get, self._END))
+        assert self._requests is not None
+        self._requests.put(request)
+        try:
+            return next(self._responses)
+        except grpc.RpcError as error:
+            self.close()
+            raise translate(error, self._where) from None
+        except StopIteration:
+            self.close()
+            raise errors.UnavailableError(f"{self._where}: the server ended the stream") from None
+
+    def close(self) -> None:
+        if self._responses is not None:
+            self._requests.put(self._END)  # type: ignore[union-attr]
+            self._responses.cancel()
+            self._requests = self._responses = None
 
 
 T = TypeVar("T")

@@ -5,9 +5,12 @@ requests are refused with a status while the servers keep serving and lose nothi
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sys
 import threading
+import time
 
 import cloudpickle
 import grpc
@@ -32,6 +35,7 @@ from convoy.errors import (
     DataLossError,
     InvalidArgumentError,
     NotFoundError,
+    UnavailableError,
     UnknownError,
 )
 from convoy.testing import TrainingCluster
@@ -173,13 +177,19 @@ def test_ps_refuses_hostile_requests_and_loses_nothing(cluster, table):
     store.execute([("scatter_add", name, np.array([3]), np.full((1, WIDTH), 2.0))])
     before = store.execute([("read", name)])[0]
     client = _rpc.Client(cluster.cluster["ps"][0], PS_SERVICE, PS_METHODS)
+    stream = client.stream("Execute")
+    refused = answered = 0
     for payload in hostile_payloads(fuzz_seed(), name):
         try:
-            outcomes = decode_one(client.call("Execute", payload, timeout=10))
+            outcomes = decode_one(stream.call(payload))
         except (InvalidArgumentError, DataLossError):
-            continue  # refused as a whole, with a status that says why
+            refused += 1  # refused as a whole, with a status that says why; the stream is
+            continue      # reopened by the next call
+        answered += 1
         for ok, value in outcomes:  # or each operation list refused on its own
             assert not ok and isinstance(value, InvalidArgumentError | NotFoundError), value
+    assert refused > 10 and answered > 10  # both kinds of refusal were exercised
+    assert decode_one(stream.call(encode([[("read", name)]])))[0][0] is True
     client.close()
     np.testing.assert_array_equal(store.execute([("read", name)])[0], before)
 
@@ -244,3 +254,22 @@ def _unused_port() -> int:
 
 
 del grpc
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_ps_fails_calls_instead_of_hanging():
+    # SIGSTOP: the process is there but never answers. Its stream has no deadline; keepalive
+    # pings unanswered for about 2 x KEEPALIVE_MS fail it, and it serves again after SIGCONT.
+    with TrainingCluster(num_workers=1, num_ps=1) as stopped_cluster:
+        store = remote_store(stopped_cluster.cluster["ps"][0], 0)
+        store.execute([("create", "v", np.arange(3.0))])
+        pid = stopped_cluster.servers[("ps", 0)].process.pid
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            with pytest.raises(UnavailableError, match="Execute at"):
+                store.execute([("read", "v")])
+            assert time.monotonic() - started < 4 * _rpc.KEEPALIVE_MS / 1000
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.arange(3.0))

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
-PS_METHODS = [_rpc.Method("Execute", None, None)]
+PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True)]
 WORKER_METHODS = [_rpc.Method("Run", None, None), _rpc.Method("Ping", None, None)]
 
 _encoder = Encoder(None)
@@ -231,9 +231,9 @@ def serve_operations(store: VariableStore, request: bytes) -> bytes:
 class RemoteStore:
     """The store of the parameter server at ``address``; one per address per process.
 
-    Operation lists from all threads of the process share the channel: one ``Execute`` is in
-    flight at a time, carrying every list queued meanwhile. Under load, concurrent training
-    steps so share calls, and the servers' per-call cost is paid once for all of them.
+    Operation lists from all threads of the process travel on one ``Execute`` stream, one
+    message in flight at a time, carrying every list queued meanwhile. Under load, concurrent
+    training steps so share messages, and the per-message cost is paid once for all of them.
     """
 
     _instances: dict[str, RemoteStore] = {}
@@ -244,6 +244,7 @@ class RemoteStore:
         self.task_index = task_index
         self.device = f"/job:ps/replica:0/task:{task_index}/device:CPU:0"
         self._client = _rpc.Client(address, PS_SERVICE, PS_METHODS)
+        self._stream = self._client.stream("Execute")  # used by the sender thread only
         self._queued: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]] = []
         self._wakeup = threading.Condition()
         self._sender: threading.Thread | None = None
@@ -294,7 +295,7 @@ class RemoteStore:
             batch[0][1].set_exception(_unpicklable(batch[0][0]))
             return
         try:
-            outcomes = decode_one(self._client.call("Execute", request, timeout=60))
+            outcomes = decode_one(self._stream.call(request))
         except Exception as error:
             for _, future in batch:
                 future.set_exception(error)

@@ -26,6 +26,9 @@ from convoy.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
+#: Processes that can use one parameter server at once (each keeps a stream open).
+PS_STREAMS = 1024
+
 
 class WorkerContext:
     """What a function running on a worker can know about where it runs."""
@@ -102,7 +105,9 @@ class Server:
             methods = {WORKER_METHODS[0]: lambda r: run_calls(r, pool),
                        WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
         service = PS_SERVICE if self.job_name == "ps" else WORKER_SERVICE
-        self._server, _ = _rpc.serve(service, methods, port, max_workers=32)
+        # A ps holds a thread for each process's Execute stream: room for many clients.
+        threads = PS_STREAMS if self.job_name == "ps" else 32
+        self._server, _ = _rpc.serve(service, methods, port, max_workers=threads)
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
 
     def join(self) -> None:
