@@ -282,7 +282,13 @@ class RemoteStore:
                 while not self._queued:
                     self._wakeup.wait()
                 batch, self._queued = self._queued, []
-            self._send(batch)
+            try:
+                self._send(batch)
+            except Exception as error:  # e.g. an answer of the wrong shape: no caller hangs
+                failure = DataLossError(f"Execute at {self.address}: a bad answer: {error}")
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(failure)
 
     def _send(self, batch: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]]) -> None:
         try:
