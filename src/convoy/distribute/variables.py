@@ -189,6 +189,9 @@ class ShardedVariable(_Ops):
         self.dtype = first.dtype
         self.trainable = first.trainable
 
+    def __reduce__(self) -> Any:  # just the shards: a handle pickles small and fast
+        return (ShardedVariable, (self._variables, self.name))
+
     @property
     def variables(self) -> list[Variable]:
         return list(self._variables)
