@@ -201,19 +201,19 @@ def no_op():
 @pytest.mark.timeout(120)
 def test_worker_refuses_hostile_requests_and_keeps_serving(cluster):
     client = _rpc.Client(cluster.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    run = client.stream("Run")
     rng = random.Random(fuzz_seed())
     good = run_request([call_message(no_op, (), {})])
     for payload in [b"", rng.randbytes(64), good[:-3], encode([]), encode("calls"), encode(5)]:
         with pytest.raises((InvalidArgumentError, DataLossError)):
-            client.call("Run", payload, timeout=10)
+            run.call(payload)
     bad_calls = [(b"a", b"b"), (b"digest", b"not a pickle", b"nor this"), ("a", "b", "c"), 7]
-    outcomes = load_outcomes(client.call("Run", encode([*bad_calls, call_message(no_op, (), {})]),
-                                         timeout=10))
+    outcomes = load_outcomes(run.call(encode([*bad_calls, call_message(no_op, (), {})])))
     assert [status for status, _ in outcomes] == ["error"] * len(bad_calls) + ["ok"]
     assert all(isinstance(error, InvalidArgumentError | UnknownError | Exception)
                for _, error in outcomes[:-1])
     assert outcomes[-1] == ("ok", "ran")
-    assert load_outcomes(client.call("Run", good, timeout=10)) == [("ok", "ran")]
+    assert load_outcomes(run.call(good)) == [("ok", "ran")]
     client.close()
 
 
@@ -233,7 +233,7 @@ def test_a_run_request_runs_its_calls_at_once(cluster):
 
     key = f"barrier-{random.randrange(2**32)}"
     calls = [call_message(meet, (key,), {}) for _ in range(3)]
-    outcomes = load_outcomes(client.call("Run", run_request(calls), timeout=30))
+    outcomes = load_outcomes(client.stream("Run").call(run_request(calls)))
     assert outcomes == [("ok", "met")] * 3
     client.close()
 

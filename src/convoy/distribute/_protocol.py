@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
 PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True)]
-WORKER_METHODS = [_rpc.Method("Run", None, None), _rpc.Method("Ping", None, None)]
+WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None)]
 
 _encoder = Encoder(None)
 

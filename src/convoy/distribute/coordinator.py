@@ -121,11 +121,31 @@ class _Worker:
         self.up = threading.Event()
         self.up.set()
         self.recovering = threading.Lock()
+        self._streams_lock = threading.Lock()
+        self._idle_streams: list[_rpc.Stream] = []  # Run streams no thread is using
+        self._closed = False
 
     def run_all(self, calls: list[Call]) -> list[tuple[str, Any]]:
         """Run calls at once; their ``(status, value)`` outcomes. Raises UnavailableError if
         the worker cannot be reached."""
-        return load_outcomes(self.client.call("Run", run_request(calls), timeout=None))
+        with self._streams_lock:
+            stream = self._idle_streams.pop() if self._idle_streams else self.client.stream("Run")
+        try:
+            return load_outcomes(stream.call(run_request(calls)))
+        finally:
+            with self._streams_lock:
+                if self._closed:
+                    stream.close()
+                else:
+                    self._idle_streams.append(stream)
+
+    def close(self) -> None:
+        """End the Run streams (one still in use ends when its call returns)."""
+        with self._streams_lock:
+            self._closed = True
+            idle, self._idle_streams = self._idle_streams, []
+        for stream in idle:
+            stream.close()
 
     def run(self, call: Call) -> Any:
         """Run one call; its value, or its error raised as a :class:`_FunctionError`."""
@@ -375,6 +395,8 @@ class ClusterCoordinator:
             self._closed = True
             self._work.notify_all()
             self._cond.notify_all()
+        for worker in self._workers:
+            worker.close()
 
 
 class PerWorkerDataset:

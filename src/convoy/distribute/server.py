@@ -26,8 +26,9 @@ from convoy.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
-#: Processes that can use one parameter server at once (each keeps a stream open).
-PS_STREAMS = 1024
+#: Streams a task serves at once: Execute streams (one per process using a ps) and Run
+#: streams (one per coordinator thread using a worker).
+STREAMS = 1024
 
 
 class WorkerContext:
@@ -105,9 +106,8 @@ class Server:
             methods = {WORKER_METHODS[0]: lambda r: run_calls(r, pool),
                        WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
         service = PS_SERVICE if self.job_name == "ps" else WORKER_SERVICE
-        # A ps holds a thread for each process's Execute stream: room for many clients.
-        threads = PS_STREAMS if self.job_name == "ps" else 32
-        self._server, _ = _rpc.serve(service, methods, port, max_workers=threads)
+        # A thread for each open stream (a process's Execute, a coordinator thread's Run).
+        self._server, _ = _rpc.serve(service, methods, port, max_workers=STREAMS)
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
 
     def join(self) -> None:
