@@ -15,6 +15,7 @@ import logging
 import queue
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
@@ -205,28 +206,96 @@ class Stream:
         self._where = where
         self._requests: queue.SimpleQueue[Any] | None = None
         self._responses: Any = None
+        self._lock = threading.Lock()  # with the deadline watchdog
+        self._calls = 0  # calls made; the watchdog names the one it expires by this count
+        self._waiting: int | None = None  # the call waiting for its response
+        self._expired: int | None = None  # the call the watchdog cancelled
 
-    def call(self, request: Any) -> Any:
-        """Send ``request`` and wait for its response."""
-        if self._responses is None:
+    def call(self, request: Any, timeout: float | None = None) -> Any:
+        """Send ``request`` and wait for its response, for at most ``timeout`` seconds (then
+        :class:`~convoy.errors.DeadlineExceededError`)."""
+        if self._responses is None or self._expired is not None:
+            self.close()
             self._requests = queue.SimpleQueue()
             self._responses = self._stub(iter(self._requests.get, self._END))
         assert self._requests is not None
+        with self._lock:
+            self._calls += 1
+            self._waiting = serial = self._calls
+        if timeout is not None:
+            _watchdog.watch(self, serial, time.monotonic() + timeout)
         self._requests.put(request)
         try:
             return next(self._responses)
         except grpc.RpcError as error:
+            expired = self._expired == serial
             self.close()
+            if expired:
+                raise errors.DeadlineExceededError(
+                    f"{self._where}: no answer within {timeout} s") from None
             raise translate(error, self._where) from None
         except StopIteration:
             self.close()
             raise errors.UnavailableError(f"{self._where}: the server ended the stream") from None
+        except BaseException:  # e.g. KeyboardInterrupt: grpc leaves the call unusable
+            self.close()
+            raise
+        finally:
+            with self._lock:
+                self._waiting = None
+            if timeout is not None:
+                _watchdog.unwatch(self)
+
+    def _expire(self, serial: int) -> None:
+        with self._lock:
+            if self._waiting != serial:
+                return  # answered meanwhile
+            self._expired = serial
+            responses = self._responses
+        responses.cancel()
 
     def close(self) -> None:
         if self._responses is not None:
             self._requests.put(self._END)  # type: ignore[union-attr]
             self._responses.cancel()
             self._requests = self._responses = None
+        self._expired = None
+
+
+class _Watchdog:
+    """Cancels stream calls past their deadline (a stream has no per-message deadline)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deadlines: dict[Stream, tuple[int, float]] = {}
+        self._thread: threading.Thread | None = None
+
+    def watch(self, stream: Stream, serial: int, deadline: float) -> None:
+        with self._lock:
+            self._deadlines[stream] = (serial, deadline)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="convoy-stream-deadlines")
+                self._thread.start()
+
+    def unwatch(self, stream: Stream) -> None:
+        with self._lock:
+            self._deadlines.pop(stream, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            with self._lock:
+                expired = [(s, serial) for s, (serial, deadline) in self._deadlines.items()
+                           if deadline <= now]
+                for stream, _ in expired:
+                    del self._deadlines[stream]
+            for stream, serial in expired:
+                stream._expire(serial)
+
+
+_watchdog = _Watchdog()
 
 
 T = TypeVar("T")

@@ -38,20 +38,30 @@ class IndexedSlices(NamedTuple):
         return IndexedSlices(values, indices, self.dense_shape)
 
 
-def take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``array[rows]``: np.take copies rows about twice as fast as fancy indexing."""
-    return np.take(array, rows, axis=0)
+def take_rows(array: np.ndarray, rows: Any) -> np.ndarray:
+    """``array[rows]`` for integer ``rows`` within bounds: np.take copies rows about twice as
+    fast as fancy indexing."""
+    return np.take(array, _positions(rows), axis=0)
 
 
-def put_rows(array: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
-    """``array[rows] = values`` (a repeated row gets its last value). Whole rows are put as
-    single items of a C-contiguous array, about twice as fast as fancy indexing."""
+def put_rows(array: np.ndarray, rows: Any, values: Any) -> None:
+    """``array[rows] = values`` for integer ``rows`` within bounds (a repeated row gets its last
+    value). Whole rows of a C-contiguous array are put as single items, about twice as fast as
+    fancy indexing."""
+    rows = _positions(rows)
     values = np.asarray(values, dtype=array.dtype)
-    row_bytes = array.strides[0] if array.ndim else 0
-    if array.ndim < 2 or not array.flags.c_contiguous or row_bytes == 0 or not len(rows):
+    row_bytes = array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+    if array.ndim < 2 or not array.flags.c_contiguous or not row_bytes or rows.ndim != 1:
         array[rows] = values
         return
-    item = np.dtype((np.void, row_bytes))
-    flat_values = np.ascontiguousarray(values).reshape(len(rows), -1)
-    np.put(array.reshape(len(array), -1).view(item).reshape(-1), rows,
-           flat_values.view(item).reshape(-1))
+    if rows.size:
+        width = row_bytes // array.itemsize
+        item = np.dtype((np.void, row_bytes))
+        flat_values = np.ascontiguousarray(values).reshape(rows.size, width)
+        np.put(array.reshape(len(array), width).view(item).reshape(-1), rows,
+               flat_values.view(item).reshape(-1))
+
+
+def _positions(rows: Any) -> np.ndarray:
+    rows = np.asarray(rows)
+    return rows if rows.dtype == np.intp else rows.astype(np.intp)  # np.put takes no uint64

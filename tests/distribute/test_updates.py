@@ -58,14 +58,31 @@ def test_rows_out_of_range():
     ((10,), np.float32, "C"), ((10, 4), np.float32, "C"), ((10, 2, 3), np.int64, "C"),
     ((10, 4), np.float64, "F"), ((10, 0), np.float32, "C"), ((10, 3), np.bool_, "C"),
 ])
-@pytest.mark.parametrize("rows", [[], [3], [9, 0, 4], [2, 5, 2]])
-def test_take_and_put_rows_are_fancy_indexing(shape, dtype, order, rows):
+@pytest.mark.parametrize("rows, index_dtype", [
+    ([], np.int64), ([3], np.int64), (3, np.int64), ([9, 0, 4], np.int64), ([2, 5, 2], np.int32),
+    ([9, 0, 4], np.uint64), ([[1, 2], [3, 1]], np.int64),
+])
+def test_take_and_put_rows_are_fancy_indexing(shape, dtype, order, rows, index_dtype):
     rng = np.random.default_rng(0)
     array = np.asarray(rng.integers(0, 100, shape), dtype=dtype, order=order)
-    rows = np.array(rows, dtype=np.int64)
+    rows = np.array(rows, dtype=index_dtype)
     np.testing.assert_array_equal(take_rows(array, rows), array[rows])
-    values = np.asarray(rng.integers(0, 100, (len(rows), *shape[1:])), dtype=dtype)
+    values = np.asarray(rng.integers(0, 100, (*rows.shape, *shape[1:])), dtype=dtype)
     expected = array.copy()
-    expected[rows] = values  # a repeated row keeps its last value
+    expected[rows.astype(np.intp)] = values  # a repeated row keeps its last value
     put_rows(array, rows, values)
     np.testing.assert_array_equal(array, expected)
+
+
+def test_put_rows_on_a_single_row_with_unusual_strides():
+    array = np.zeros((1, 6), np.float32)[:, ::1]
+    weird = np.lib.stride_tricks.as_strided(array, shape=(1, 6), strides=(4, 4))  # C-contiguous
+    put_rows(weird, np.array([0]), np.ones((1, 6)))
+    np.testing.assert_array_equal(array, np.ones((1, 6)))
+
+
+def test_sparse_update_with_unsigned_ids():
+    variable = np.zeros((4, 2))
+    gradient = IndexedSlices(np.ones((3, 2)), np.array([3, 0, 3], np.uint64))
+    apply_update({"name": "SGD", "learning_rate": 1.0}, variable, gradient, None)
+    np.testing.assert_array_equal(variable, [[-1, -1], [0, 0], [0, 0], [-2, -2]])

@@ -36,6 +36,7 @@ from convoy.distribute._protocol import (
 from convoy.distribute.server import ResourceRef, worker_context
 from convoy.errors import (
     CancelledError,
+    DataLossError,
     FailedPreconditionError,
     InvalidArgumentError,
     UnavailableError,
@@ -131,13 +132,19 @@ class _Worker:
         with self._streams_lock:
             stream = self._idle_streams.pop() if self._idle_streams else self.client.stream("Run")
         try:
-            return load_outcomes(stream.call(run_request(calls)))
-        finally:
-            with self._streams_lock:
-                if self._closed:
-                    stream.close()
-                else:
-                    self._idle_streams.append(stream)
+            outcomes = load_outcomes(stream.call(run_request(calls)))
+        except BaseException:
+            stream.close()  # not back to the pool: it may be unusable
+            raise
+        with self._streams_lock:
+            if self._closed:
+                stream.close()
+            else:
+                self._idle_streams.append(stream)
+        if len(outcomes) != len(calls):
+            raise DataLossError(f"{len(calls)} calls got {len(outcomes)} outcomes from worker "
+                                f"{self.index}")
+        return outcomes
 
     def close(self) -> None:
         """End the Run streams (one still in use ends when its call returns)."""
@@ -275,7 +282,7 @@ class ClusterCoordinator:
                 if self._closed:
                     return None
                 self._work.wait(0.5)
-            up = sum(w.up.is_set() for w in self._workers)
+            up = max(1, sum(w.up.is_set() for w in self._workers))  # _recover races this
             count = min(self._batch, max(1, len(self._queue) // up))
             self._in_flight += count
             return [self._queue.popleft() for _ in range(count)]

@@ -87,6 +87,7 @@ class Server:
         self.address = self.cluster_spec.task_address(job_name, task_index)
         self.incarnation = uuid.uuid4().hex
         self._server: Any = None
+        self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
         self._stopped = threading.Event()
         if start:
             self.start()
@@ -102,7 +103,8 @@ class Server:
         else:
             global _context
             _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
-            pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
+            pool = self._pool = ThreadPoolExecutor(max_workers=32,
+                                                   thread_name_prefix="convoy-call")
             methods = {WORKER_METHODS[0]: lambda r: run_calls(r, pool),
                        WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
         service = PS_SERVICE if self.job_name == "ps" else WORKER_SERVICE
@@ -119,6 +121,8 @@ class Server:
         self._stopped.set()
         if self._server is not None:
             self._server.stop(grace=None).wait()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Server:
         return self

@@ -1,0 +1,68 @@
+"""Streamed methods of the one RPC helper, on a real in-process gRPC server: responses in
+order, a handler's error ends only its stream, a deadline turns a stuck server into
+DeadlineExceededError, and a stream reopens after any failure."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from convoy import _rpc
+from convoy.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from convoy.testing import free_port
+
+ECHO = _rpc.Method("Echo", None, None, streamed=True)
+PING = _rpc.Method("Ping", None, None)
+release = threading.Event()
+
+
+def echo(request: bytes) -> bytes:
+    if request == b"bad":
+        raise InvalidArgumentError("bad request")
+    if request == b"stuck":
+        release.wait(30)
+    return request.upper()
+
+
+@pytest.fixture(scope="module")
+def client():
+    server, port = _rpc.serve("test.Echo", {ECHO: echo, PING: echo}, free_port(),
+                              host="localhost")
+    client = _rpc.Client(f"localhost:{port}", "test.Echo", [ECHO, PING])
+    yield client
+    release.set()
+    client.close()
+    server.stop(None)
+
+
+@pytest.mark.timeout(60)
+def test_responses_in_order_and_errors_end_only_their_stream(client):
+    stream = client.stream("Echo")
+    assert [stream.call(r) for r in (b"a", b"b", b"c")] == [b"A", b"B", b"C"]
+    with pytest.raises(InvalidArgumentError, match="bad request"):
+        stream.call(b"bad")
+    assert stream.call(b"again") == b"AGAIN"  # a new stream
+    with pytest.raises(InvalidArgumentError, match="streamed"):
+        client.call("Echo", b"x")
+
+
+@pytest.mark.timeout(60)
+def test_a_deadline_fails_a_stuck_call_and_the_stream_reopens(client):
+    release.clear()
+    stream = client.stream("Echo")
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceededError, match="no answer within 0.5 s"):
+        stream.call(b"stuck", timeout=0.5)
+    assert time.monotonic() - started < 5
+    release.set()
+    assert stream.call(b"fine", timeout=10) == b"FINE"
+    assert client.call("Ping", b"p") == b"P"
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_server_is_unavailable():
+    stream = _rpc.Client(f"localhost:{free_port()}", "test.Echo", [ECHO]).stream("Echo")
+    with pytest.raises(UnavailableError, match="Echo at"):
+        stream.call(b"x", timeout=30)
