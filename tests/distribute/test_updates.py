@@ -86,3 +86,29 @@ def test_sparse_update_with_unsigned_ids():
     gradient = IndexedSlices(np.ones((3, 2)), np.array([3, 0, 3], np.uint64))
     apply_update({"name": "SGD", "learning_rate": 1.0}, variable, gradient, None)
     np.testing.assert_array_equal(variable, [[-1, -1], [0, 0], [0, 0], [-2, -2]])
+
+
+def test_apply_gradients_sends_arrays_of_its_own(monkeypatch):
+    # In a scheduled function the updates leave after apply_gradients returns: the caller
+    # may reuse its gradient buffers at once (as zero_grad does).
+    import convoy as cv
+    from convoy.train import optimizers
+
+    sent = []
+    monkeypatch.setattr(optimizers, "send_updates", sent.extend)
+    dense_variable = cv.Variable(np.zeros(3, np.float32))
+    table = cv.Variable(np.zeros((4, 2), np.float32))
+    sharded = cv.distribute.ShardedVariable([cv.Variable(np.zeros((2, 2), np.float32)),
+                                             cv.Variable(np.zeros((2, 2), np.float32))])
+    dense, rows, ids = np.ones(3, np.float32), np.ones((2, 2), np.float32), np.array([0, 3])
+    whole = np.ones((4, 2), np.float32)
+    cv.optimizers.SGD(0.1).apply_gradients([
+        (dense, dense_variable), (cv.IndexedSlices(rows, ids), table),
+        (cv.IndexedSlices(rows, ids), sharded), (whole, sharded)])
+    arrays = [array for _, operations in sent for _, _, updates in operations
+              for _, gradient in updates
+              for array in (gradient if isinstance(gradient, IndexedSlices) else [gradient])
+              if isinstance(array, np.ndarray)]
+    assert len(arrays) == 1 + 2 + 4 + 2
+    for caller_array in (dense, rows, ids, whole):
+        assert not any(np.shares_memory(caller_array, a) for a in arrays)

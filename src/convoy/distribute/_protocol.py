@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import pickle
 import threading
 import weakref
 from collections import OrderedDict
@@ -210,22 +209,16 @@ def remote_store(address: str, task_index: int) -> RemoteStore:
     return RemoteStore.get(address, task_index)
 
 
-def execute_request(messages: list[bytes]) -> bytes:
-    """A parameter server's ``Execute`` request: encoded operation lists."""
-    return encode([pickle.PickleBuffer(message) for message in messages])
-
-
 def serve_operations(store: VariableStore, request: bytes) -> bytes:
     """A parameter server's ``Execute``: run each operation list of the request atomically,
     in order, and answer ``(True, results)`` or ``(False, error)`` for each."""
     batch = decode_one(request)
     if type(batch) is not list:
-        raise InvalidArgumentError(f"Execute takes a list of encoded operation lists, got "
+        raise InvalidArgumentError(f"Execute takes a list of operation lists, got "
                                    f"{type(batch).__name__}")
     outcomes: list[tuple[bool, Any]] = []
-    for message in batch:
+    for operations in batch:
         try:
-            operations = decode_one(message)
             if type(operations) is not list:
                 raise InvalidArgumentError(f"operations must be a list, got "
                                            f"{type(operations).__name__}")
@@ -259,7 +252,7 @@ class RemoteStore:
         self.device = f"/job:ps/replica:0/task:{task_index}/device:CPU:0"
         self._client = _rpc.Client(address, PS_SERVICE, PS_METHODS)
         self._stream = self._client.stream("Execute")  # used by the sender thread only
-        self._queued: list[tuple[bytes, Future[list[Any]]]] = []
+        self._queued: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]] = []
         self._wakeup = threading.Condition()
         self._sender: threading.Thread | None = None
 
@@ -280,15 +273,10 @@ class RemoteStore:
 
     def execute_async(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
         """Queue ``operations`` for the next message; the future's result is their results.
-        They are encoded at once: arrays changed afterwards are sent as they were."""
-        try:
-            message = encode(list(operations))
-        except InvalidArgumentError as error:
-            raise InvalidArgumentError(f"a variable operation cannot be sent to its parameter "
-                                       f"server: {error}") from None
+        Their arrays are read when the message is sent: leave them unchanged until then."""
         future: Future[list[Any]] = Future()
         with self._wakeup:
-            self._queued.append((message, future))
+            self._queued.append((list(operations), future))
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_forever, daemon=True,
                                                 name=f"convoy-ps{self.task_index}-sender")
@@ -310,11 +298,18 @@ class RemoteStore:
                     if not future.done():
                         future.set_exception(failure)
 
-    def _send(self, batch: list[tuple[bytes, Future[list[Any]]]]) -> None:
+    def _send(self, batch: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]]) -> None:
         try:
-            answer = self._stream.call(execute_request([message for message, _ in batch]),
-                                       timeout=EXECUTE_TIMEOUT_S)
-            outcomes = decode_one(answer)
+            request = encode([operations for operations, _ in batch])
+        except InvalidArgumentError:  # somebody's operations do not pickle: fail only theirs
+            if len(batch) > 1:
+                for one in batch:
+                    self._send([one])
+                return
+            batch[0][1].set_exception(_unpicklable(batch[0][0]))
+            return
+        try:
+            outcomes = decode_one(self._stream.call(request, timeout=EXECUTE_TIMEOUT_S))
             if type(outcomes) is not list or len(outcomes) != len(batch):
                 raise DataLossError(f"Execute at {self.address}: {len(batch)} operation lists "
                                     f"got an answer that is not {len(batch)} outcomes")
@@ -327,3 +322,12 @@ class RemoteStore:
                 future.set_result(value)
             else:
                 future.set_exception(value)
+
+
+def _unpicklable(operations: list[tuple[Any, ...]]) -> InvalidArgumentError:
+    try:
+        encode(operations)
+    except InvalidArgumentError as error:
+        return InvalidArgumentError(f"a variable operation cannot be sent to its parameter "
+                                    f"server: {error}")
+    return InvalidArgumentError("a variable operation cannot be sent to its parameter server")

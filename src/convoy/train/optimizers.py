@@ -20,7 +20,7 @@ from convoy.errors import InvalidArgumentError
 
 
 def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, Variable]]:
-    """A gradient for a sharded variable as gradients for its shards."""
+    """A gradient for a sharded variable as gradients for its shards (arrays of its own)."""
     shards = variable.variables
     if isinstance(gradient, IndexedSlices):
         delta = gradient.checked("gradient", variable.shape[1:])
@@ -35,8 +35,17 @@ def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, 
             positions, rows = routed.get(s, nothing)
             pairs.append((IndexedSlices(take_rows(values, positions), rows), shard))
         return pairs
-    parts = variable._split(gradient)
+    parts = [np.array(part) for part in variable._split(gradient)]
     return list(zip(parts, shards))
+
+
+def _own(gradient: Any) -> Any:
+    """A copy of the caller's gradient: a scheduled function's updates are sent after
+    ``apply_gradients`` returns, and the caller may reuse its buffers (``zero_grad``)."""
+    if isinstance(gradient, IndexedSlices):
+        return IndexedSlices(np.array(gradient.values), np.array(gradient.indices),
+                             gradient.dense_shape)
+    return np.array(gradient)
 
 
 class Optimizer:
@@ -56,7 +65,7 @@ class Optimizer:
             if gradient is None:
                 continue
             pairs = (_split_sharded(gradient, variable) if isinstance(variable, ShardedVariable)
-                     else [(gradient, variable)])
+                     else [(_own(gradient), variable)])
             for grad, var in pairs:
                 if not isinstance(var, Variable):
                     raise InvalidArgumentError(
