@@ -209,12 +209,12 @@ class Stream:
         self._lock = threading.Lock()  # with the deadline watchdog
         self._calls = 0  # calls made; the watchdog names the one it expires by this count
         self._waiting: int | None = None  # the call waiting for its response
-        self._expired: int | None = None  # the call the watchdog cancelled
+        self._expired = False  # the watchdog cancelled the waiting call
 
     def call(self, request: Any, timeout: float | None = None) -> Any:
         """Send ``request`` and wait for its response, for at most ``timeout`` seconds (then
         :class:`~convoy.errors.DeadlineExceededError`)."""
-        if self._responses is None or self._expired is not None:
+        if self._responses is None or self._expired:
             self.close()
             self._requests = queue.SimpleQueue()
             self._responses = self._stub(iter(self._requests.get, self._END))
@@ -228,7 +228,7 @@ class Stream:
         try:
             return next(self._responses)
         except grpc.RpcError as error:
-            expired = self._expired == serial
+            expired = self._expired
             self.close()
             if expired:
                 raise errors.DeadlineExceededError(
@@ -250,7 +250,7 @@ class Stream:
         with self._lock:
             if self._waiting != serial:
                 return  # answered meanwhile
-            self._expired = serial
+            self._expired = True
             responses = self._responses
         responses.cancel()
 
@@ -259,7 +259,7 @@ class Stream:
             self._requests.put(self._END)  # type: ignore[union-attr]
             self._responses.cancel()
             self._requests = self._responses = None
-        self._expired = None
+        self._expired = False
 
 
 class _Watchdog:

@@ -288,17 +288,8 @@ class ClusterCoordinator:
             return [self._queue.popleft() for _ in range(count)]
 
     def _serve(self, worker: _Worker) -> None:
-        while True:
-            closures = self._take(worker)
-            if closures is None:
-                return
-            calls = []
-            for closure in list(closures):
-                try:
-                    calls.append(closure.call(worker.index))
-                except Exception as error:  # e.g. arguments that do not pickle
-                    closures.remove(closure)
-                    self._fail(closure, error)
+        while (taken := self._take(worker)) is not None:
+            closures, calls = self._calls(taken, worker.index)
             if not closures:
                 continue
             try:
@@ -321,6 +312,19 @@ class ClusterCoordinator:
             with self._cond:
                 self._in_flight -= finished
                 self._cond.notify_all()
+
+    def _calls(self, closures: list[_Closure], worker_index: int
+               ) -> tuple[list[_Closure], list[Call]]:
+        """The closures whose calls could be made, and their calls; the others fail."""
+        kept, calls = [], []
+        for closure in closures:
+            try:
+                calls.append(closure.call(worker_index))
+            except Exception as error:  # e.g. arguments that do not pickle
+                self._fail(closure, error)
+                continue
+            kept.append(closure)
+        return kept, calls
 
     def _put_back(self, closures: list[_Closure]) -> None:
         """Return closures a lost worker took to the head of the queue, for another worker

@@ -5,7 +5,6 @@ iterators) between them."""
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -88,7 +87,6 @@ class Server:
         self.incarnation = uuid.uuid4().hex
         self._server: Any = None
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
-        self._stopped = threading.Event()
         if start:
             self.start()
 
@@ -118,7 +116,6 @@ class Server:
             self._server.wait_for_termination()
 
     def stop(self) -> None:
-        self._stopped.set()
         if self._server is not None:
             self._server.stop(grace=None).wait()
         if self._pool is not None:
