@@ -52,12 +52,12 @@ def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndar
     if starts.size == indices.size:  # no repeats: nothing to sum
         return indices, values
     if indices.size - starts.size > _FEW_REPEATS:  # many: one vectorised segment sum
-        return ordered[starts], np.add.reduceat(values[order], starts, axis=0)
+        return ordered[starts], np.add.reduceat(take_rows(values, order), starts, axis=0)
     # Few repeats (ids drawn from a large table): add the later occurrences to the first;
     # a segment sum over every row costs more.
-    summed = values[order[starts]]
+    summed = take_rows(values, order[starts])
     later = ~first
-    np.add.at(summed, np.cumsum(first)[later] - 1, values[order[later]])
+    np.add.at(summed, np.cumsum(first)[later] - 1, take_rows(values, order[later]))
     return ordered[starts], summed
 
 
