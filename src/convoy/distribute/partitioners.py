@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy.data import _check
+from convoy import _check
 from convoy.errors import InvalidArgumentError
 
 __all__ = [

@@ -24,7 +24,7 @@ import cloudpickle
 
 from convoy import _rpc
 from convoy.codec import decode, validate_compression
-from convoy.data import _check as check
+from convoy import _check as check
 from convoy.data._dataset import Dataset
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._split import source_units

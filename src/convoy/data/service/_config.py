@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from convoy import _rpc
-from convoy.data import _check as check
+from convoy import _check as check
 from convoy.errors import InvalidArgumentError
 
 
