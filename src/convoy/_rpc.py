@@ -145,6 +145,100 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
     return server, bound
 
 
+class ServerBase:
+    """A gRPC server for one method table: ``start``, ``stop``, ``join``, and a context manager.
+
+    Subclasses name their ``service``, give their handlers in :meth:`_methods`, and add what
+    they run beside it in :meth:`_on_start` (after the port is bound) and :meth:`_on_stop`.
+    """
+
+    service: str = ""
+    max_workers: int = 16
+
+    def __init__(self, port: int = 0, host: str = "[::]") -> None:
+        self._server: grpc.Server | None = None
+        self._port = port
+        self._host = host
+
+    @property
+    def port(self) -> int:
+        """The bound port (the requested one before :meth:`start`)."""
+        return self._port
+
+    @property
+    def started(self) -> bool:
+        return self._server is not None
+
+    def _methods(self) -> Mapping[Method, Callable[[Any], Any]]:
+        raise NotImplementedError
+
+    def _on_start(self) -> None:
+        """Called once the port is bound; an exception stops the server and propagates."""
+
+    def _on_stop(self) -> None:
+        """Called after the server stopped answering."""
+
+    def start(self) -> None:
+        """Bind and serve (no-op if already started)."""
+        if self._server is not None:
+            return
+        self._server, self._port = serve(self.service, self._methods(), self._port,
+                                         self._host, self.max_workers)
+        try:
+            self._on_start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop answering (calls in flight get ``grace`` seconds), then :meth:`_on_stop`."""
+        if self._server is not None:
+            self._server.stop(grace=grace).wait()
+        self._on_stop()
+
+    def join(self) -> None:
+        """Block until the server stops."""
+        if self._server is not None:
+            self._server.wait_for_termination()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One piece of work's result inside a message that carries several: its value, or the
+    error it raised instead. (A failure of the whole call travels as the call's gRPC status.)
+    """
+
+    value: Any = None
+    error: BaseException | None = None
+
+    @classmethod
+    def of(cls, function: Callable[..., Any], *args: Any) -> Outcome:
+        """Run ``function(*args)``; its value, or the exception it raised."""
+        try:
+            return cls(function(*args))
+        except Exception as error:
+            return cls(error=error)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def unwrap(self) -> Any:
+        """The value; raises the error instead if there is one."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def __reduce__(self) -> Any:  # cheaper than the dataclass default
+        return (Outcome, (self.value, self.error))
+
+
 def translate(error: grpc.RpcError, where: str) -> errors.ConvoyError:
     """The convoy exception for a failed call to ``where``."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
