@@ -60,6 +60,15 @@ class Channel(Generic[T]):
             self._cond.notify_all()
             return True
 
+    def wait_for_room(self, timeout: float | None = None) -> bool:
+        """Wait until a ``put`` would not block; False if the consumer cancelled. Raises
+        :class:`TimeoutError` if still full after ``timeout``. (For a single producer that
+        must make an item only once there is room for it.)"""
+        with self._cond:
+            if not self._wait(lambda: not self._full() or self._cancelled, timeout):
+                raise TimeoutError(f"{self.name}: still full after {timeout} s")
+            return not self._cancelled
+
     def close(self) -> None:
         """No more items: consumers get :class:`Closed` once they have taken the rest."""
         with self._cond:
@@ -88,7 +97,9 @@ class Channel(Generic[T]):
         any is there), waiting up to ``timeout`` for the first: ``[]`` if none came in time.
         Raises :class:`Closed` at the end, or the producer's error."""
         with self._cond:
-            self._wait(lambda: bool(self._items) or self._closed or self._cancelled, timeout)
+            if not self._items:
+                self._wait(lambda: bool(self._items) or self._closed or self._cancelled,
+                           timeout)
             if self._cancelled:
                 raise Closed(f"{self.name}: cancelled")
             taken: list[T] = []

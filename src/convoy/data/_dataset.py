@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from convoy import nest
 from convoy import _check as check
+from convoy import nest
 from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp

@@ -4,89 +4,40 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from convoy._channel import Channel
 from convoy.data._op import Node, Op, PassNode
 
 
-class _Buffer:
-    """Elements handed from the producer thread to the consumer.
-
-    ``cond`` guards ``items``, ``finished``, ``error`` and ``stopped``.
-    """
-
-    __slots__ = ("cond", "items", "size", "finished", "error", "stopped")
-
-    def __init__(self, size: int, items: list[Any]) -> None:
-        self.cond = threading.Condition()
-        self.items: deque[Any] = deque(items)
-        self.size = size
-        self.finished = False
-        self.error: BaseException | None = None
-        self.stopped = False
-
-    def stop(self) -> None:
-        with self.cond:
-            self.stopped = True
-            self.cond.notify_all()
-
-
-def _produce(upstream: Iterator[Any], buffer: _Buffer, step: threading.Lock) -> None:
-    cond, items = buffer.cond, buffer.items
+def _produce(upstream: Iterator[Any], channel: Channel[Any], step: threading.Lock) -> None:
     try:
-        while True:
-            with cond:
-                while len(items) >= buffer.size and not buffer.stopped:
-                    cond.wait()
-                if buffer.stopped:
-                    return
+        while channel.wait_for_room():
             # `step` makes "take one element upstream and buffer it" atomic for state_dict().
             with step:
-                element = next(upstream)
-                with cond:
-                    items.append(element)
-                    cond.notify_all()
+                if not channel.put(next(upstream)):
+                    return
     except StopIteration:
-        with cond:
-            buffer.finished = True
-            cond.notify_all()
+        channel.close()
     except BaseException as error:  # handed to the consumer, raised there
-        with cond:
-            buffer.error = error
-            cond.notify_all()
-
-
-def _consume(buffer: _Buffer) -> Iterator[Any]:
-    cond, items = buffer.cond, buffer.items
-    while True:
-        with cond:
-            while not items and not buffer.finished and buffer.error is None:
-                cond.wait()
-            if items:
-                element = items.popleft()
-                cond.notify_all()
-            elif buffer.error is not None:
-                raise buffer.error
-            else:
-                return
-        yield element
+        channel.fail(error)
 
 
 class PrefetchNode(Node):
     """Runs its input on a daemon thread; stops it when closed or garbage-collected."""
 
-    __slots__ = ("input", "_buffer", "_step", "__weakref__")
+    __slots__ = ("input", "_channel", "_step", "__weakref__")
 
     def __init__(self, input: Node, size: int, buffered: list[Any]) -> None:
         self.input = input
-        self._buffer = _Buffer(size, buffered)
+        self._channel: Channel[Any] = Channel("prefetched elements", max_items=size,
+                                              items=buffered)
         self._step = threading.Lock()
-        self.gen = _consume(self._buffer)
-        thread = threading.Thread(target=_produce, args=(input.gen, self._buffer, self._step),
+        self.gen = iter(self._channel)
+        thread = threading.Thread(target=_produce, args=(input.gen, self._channel, self._step),
                                   name="convoy-prefetch", daemon=True)
-        weakref.finalize(self, self._buffer.stop)
+        weakref.finalize(self, self._channel.cancel)
         thread.start()
 
     @classmethod
@@ -97,11 +48,11 @@ class PrefetchNode(Node):
         return cls(make_input(state["input"]), size, state["buffer"])
 
     def state_dict(self) -> Any:
-        with self._step, self._buffer.cond:
-            return {"input": self.input.state_dict(), "buffer": list(self._buffer.items)}
+        with self._step:
+            return {"input": self.input.state_dict(), "buffer": self._channel.snapshot()}
 
     def close(self) -> None:
-        self._buffer.stop()
+        self._channel.cancel()
         with self._step:
             self.input.close()
 

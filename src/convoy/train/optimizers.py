@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from convoy._slices import IndexedSlices, take_rows
 from convoy import _check as check
+from convoy._slices import IndexedSlices, take_rows
 from convoy.distribute._protocol import send_updates
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError

@@ -22,9 +22,9 @@ from typing import Any
 
 import cloudpickle
 
+from convoy import _check as check
 from convoy import _rpc
 from convoy.codec import decode, validate_compression
-from convoy import _check as check
 from convoy.data._dataset import Dataset
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._split import source_units

@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from convoy import _rpc
 from convoy import _check as check
+from convoy import _rpc
 from convoy.errors import InvalidArgumentError
 
 
