@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: test demo bench lint proto clean
+.PHONY: test demo bench lint typecheck proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

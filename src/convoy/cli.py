@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import convoy
 
@@ -46,7 +47,7 @@ def _reuse_large_allocations() -> None:
     mallopt(m_trim_threshold, 512 << 20)
 
 
-def _serve_until_signalled(server: object, role: str, address: str) -> int:
+def _serve_until_signalled(server: Any, role: str, address: str) -> int:
     """Print where ``server`` listens, then serve until SIGTERM or SIGINT stops it."""
     _reuse_large_allocations()
     stop = threading.Event()
@@ -59,9 +60,9 @@ def _serve_until_signalled(server: object, role: str, address: str) -> int:
             break  # started by a test or demo harness that is gone
         if getattr(server, "error", None) is not None:
             print(f"convoy {role} stopped: {server.error}", file=sys.stderr, flush=True)
-            server.stop()  # type: ignore[attr-defined]
+            server.stop()
             return 1
-    server.stop()  # type: ignore[attr-defined]
+    server.stop()
     return 0
 
 

@@ -319,7 +319,7 @@ def decode(payload: bytes | bytearray | memoryview) -> list[Any]:
             f"({inband_len} bytes) need {inband_end} bytes, the message has {size}"
         )
     (crc,) = _CRC.unpack_from(view, head_end)
-    inband = view[inband_start:inband_end]
+    inband: bytes | memoryview = view[inband_start:inband_end]
     if zlib.crc32(inband, zlib.crc32(view[:head_end])) != crc:
         raise DataLossError("corrupt message: header or pickle stream checksum mismatch")
 
@@ -351,7 +351,7 @@ def decode(payload: bytes | bytearray | memoryview) -> list[Any]:
         )
 
     if flags & _COMPRESSED:
-        inband = _decompress(inband, inband_raw, "the pickle stream")
+        inband = _decompress(view[inband_start:inband_end], inband_raw, "the pickle stream")
     elif inband_raw != inband_len:
         raise DataLossError(
             f"corrupt message: uncompressed pickle stream of {inband_len} bytes claims "

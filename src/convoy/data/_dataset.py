@@ -145,8 +145,9 @@ class Dataset:
                    seed: int | None = None) -> Dataset:
         """File names (as bytes) matching glob pattern(s); shuffled unless ``shuffle=False``."""
         single = isinstance(file_pattern, (str, os.PathLike))
-        patterns = [file_pattern] if single or not isinstance(file_pattern, (list, tuple)) \
-            else list(file_pattern)
+        patterns: list[Any] = (
+            [file_pattern] if single or not isinstance(file_pattern, (list, tuple))
+            else list(file_pattern))
         for pattern in patterns:
             if not isinstance(pattern, (str, os.PathLike)):
                 raise InvalidArgumentError(

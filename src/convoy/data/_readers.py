@@ -7,7 +7,7 @@ without re-reading, and a list of files is a splittable source (one split per fi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from convoy import nest
@@ -18,7 +18,7 @@ from convoy.data.tfrecord import open_stream, read_records
 class FileReaderOp(Op):
     """Reads every file of ``files`` in order; subclasses say how to read one file."""
 
-    def __init__(self, files: list[bytes | str], compression_type: str | None) -> None:
+    def __init__(self, files: Sequence[bytes | str], compression_type: str | None) -> None:
         self.files = [os.fsdecode(f) for f in files]
         self.compression_type = compression_type or None
 

@@ -221,7 +221,7 @@ class _RepeatNode(Node):
         count = self.op.count
         while count < 0 or self.epoch < count:
             fresh = self.input is None
-            if fresh:
+            if self.input is None:
                 self.input = self.op.input.iterator(None, derive_key(self.key, self.epoch))
             produced = False
             for element in self.input.gen:

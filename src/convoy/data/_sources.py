@@ -29,10 +29,10 @@ class RangeIterNode(Node):
         self._range = indices
         self.gen = iter(indices)
         if position:
-            self.gen.__setstate__(position)
+            self.gen.__setstate__(position)  # type: ignore[attr-defined]
 
     def state_dict(self) -> int:
-        return self.gen.__reduce__()[2]
+        return int(self.gen.__reduce__()[2])
 
 
 class IndexSource(Op):

@@ -49,7 +49,7 @@ _MAX_SINGLE_READ = 16 * 1024 * 1024
 _WBITS: dict[str, int | None] = {"": None, "ZLIB": zlib.MAX_WBITS, "GZIP": zlib.MAX_WBITS | 16}
 
 
-def masked_crc32c(data: bytes) -> int:
+def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """The masked CRC32C of ``data``, as stored in TFRecord files."""
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
@@ -91,7 +91,7 @@ class _DeflateSink:
         self._file = file
         self._compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, wbits)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         out = self._compressor.compress(data)
         if out:
             self._file.write(out)
