@@ -75,7 +75,8 @@ def _consume(buffer: _Buffer) -> Iterator[Any]:
 
 
 class PrefetchNode(Node):
-    """Runs its input on a daemon thread; stops it when closed or garbage-collected."""
+    """Runs its input on a daemon thread; stops it when closed, or once its ``gen`` is
+    garbage-collected."""
 
     __slots__ = ("input", "_buffer", "_step", "__weakref__")
 
@@ -86,7 +87,8 @@ class PrefetchNode(Node):
         self.gen = _consume(self._buffer)
         thread = threading.Thread(target=_produce, args=(input.gen, self._buffer, self._step),
                                   name="convoy-prefetch", daemon=True)
-        weakref.finalize(self, self._buffer.stop)
+        # Stopped once nobody can read on: whoever holds `gen` (a task may hold it alone).
+        weakref.finalize(self.gen, self._buffer.stop)
         thread.start()
 
     @classmethod
