@@ -25,7 +25,8 @@ def _produce(upstream: Iterator[Any], channel: Channel[Any], step: threading.Loc
 
 
 class PrefetchNode(Node):
-    """Runs its input on a daemon thread; stops it when closed or garbage-collected."""
+    """Runs its input on a daemon thread; stops it when closed, or once its ``gen`` is
+    garbage-collected."""
 
     __slots__ = ("input", "_channel", "_step", "__weakref__")
 
@@ -37,7 +38,8 @@ class PrefetchNode(Node):
         self.gen = iter(self._channel)
         thread = threading.Thread(target=_produce, args=(input.gen, self._channel, self._step),
                                   name="convoy-prefetch", daemon=True)
-        weakref.finalize(self, self._channel.cancel)
+        # Stopped once nobody can read on: whoever holds `gen` (a task may hold it alone).
+        weakref.finalize(self.gen, self._channel.cancel)
         thread.start()
 
     @classmethod

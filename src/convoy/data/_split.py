@@ -1,29 +1,60 @@
-"""Splitting a pipeline's source, for dynamic sharding by the data service.
+"""Splitting a pipeline into units, for dynamic sharding by the data service.
 
-A pipeline's *source* is the op at the end of its spine (first inputs, followed upstream).
-Sources made of numbered units are splittable: the elements of range and from_tensor_slices,
-the file names of list_files, the files of a file reader. A *split* is a range ``[start,
-stop)`` of units. :func:`read_splits` rebuilds a pipeline so that its source produces only
-the units of the splits it is handed, in the order handed, from any split supplier.
+Under DYNAMIC the dispatcher hands out *splits*: ranges ``[start, stop)`` of a pipeline's
+*units*, numbered from 0 to :func:`split_units` for each pass. A unit is an element of range,
+from_tensor_slices, from_tensors or list_files, a file of a file reader, or a whole
+from_generator. Ops that combine datasets lay their inputs' units out in one numbering:
+
+- ``concatenate``: the first input's units, then the second's;
+- ``zip``, ``sample_from_datasets``, the datasets of ``choose_from_datasets``: in lock-step,
+  unit ``u`` is unit ``u`` of every input that has one (their count is the largest input's);
+  the choice dataset of ``choose_from_datasets`` is read whole by every worker, as in
+  TensorFlow, so each worker makes its own choices;
+- ``repeat(count)`` inside one of them: ``count`` copies of its input's units, one per epoch.
+
+Every other transformation runs on each worker over the units that worker was handed (so
+``take``, ``batch``, ``enumerate`` ... apply per worker, as in TensorFlow). A ``repeat`` that
+is not inside a combining op repeats the whole pass: each of its epochs is a new repetition
+with splits of its own. What cannot be split this way is refused by :func:`split_units`, with
+an error naming the op, before a DYNAMIC job is created: nothing is ever read twice.
+
+On a worker, :func:`read_splits` rebuilds the pipeline so that each source reads only the
+units of the splits it is handed. All sources of a pass share its splits (one list per pass,
+pulled from the dispatcher as the first reader needs them); each reads the part of every split
+that falls in its own window of units. Splits come in increasing order, so a source whose
+window lies wholly before a split has nothing more to read in this pass.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
 
-from convoy.data._op import Node, Op
+from convoy.data._cache import CacheOp
+from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._op import Node, Op, derive_key
 from convoy.data._readers import FileReaderOp
-from convoy.data._sources import IndexSource
-from convoy.errors import UnimplementedError
+from convoy.data._slicing import RepeatOp
+from convoy.data._sources import GeneratorOp, IndexSource
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 
-#: ``supplier(repetition)`` yields the splits of one pass over the source.
+#: ``supplier(repetition)`` yields the splits of one pass over the pipeline's units.
 SplitSupplier = Callable[[int], Iterator[tuple[int, int]]]
+
+_COMBINING = (ConcatenateOp, ZipOp, SampleOp, ChooseOp)
+_PUBLIC_NAMES = {
+    "TensorSlices": "from_tensor_slices", "Tensors": "from_tensors", "Generator":
+    "from_generator", "TextLine": "TextLineDataset", "TFRecord": "TFRecordDataset",
+    "Sample": "sample_from_datasets", "Choose": "choose_from_datasets",
+    "DataService": "distribute", "_Options": "with_options",
+}
 
 
 def spine(op: Op) -> Iterator[Op]:
-    """``op`` and every op upstream of it along first inputs, ending at the source."""
+    """``op`` and every op upstream of it along first inputs, ending at a source."""
     while True:
         yield op
         if not op.inputs:
@@ -31,54 +62,270 @@ def spine(op: Op) -> Iterator[Op]:
         op = op.inputs[0]
 
 
-def source_units(op: Op) -> int:
-    """How many splittable units the pipeline's source has, or -1 if it cannot be split."""
-    source = list(spine(op))[-1]
-    if isinstance(source, IndexSource):
-        return source.num_elements()
-    if isinstance(source, FileReaderOp):
-        return len(source.files)
-    return -1
+def split_units(op: Op) -> int:
+    """How many units DYNAMIC sharding hands out per pass of the pipeline ``op``.
 
+    Raises InvalidArgumentError naming the first op (from the output back) that cannot be
+    split, and why.
+    """
+    return _units(op, "")
+
+
+def source_units(op: Op) -> int:
+    """:func:`split_units`, or -1 when the pipeline cannot be split (what a dataset is
+    registered with, before anyone asks for a sharding policy)."""
+    try:
+        return split_units(op)
+    except InvalidArgumentError:
+        return -1
+
+
+def _op_name(op: Op) -> str:
+    """The name users know ``op`` by: ``zip``, ``take_while``, ``from_tensor_slices`` ..."""
+    name = type(op).__name__.removesuffix("Op")
+    return _PUBLIC_NAMES.get(name) or re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _refuse(op: Op, why: str, how: str = "") -> InvalidArgumentError:
+    """The error for ``op``; ``how`` says which use of it is refused ("to a file")."""
+    return InvalidArgumentError(f"DYNAMIC sharding cannot split `{_op_name(op)}`{how}: {why}")
+
+
+def _units(op: Op, within: str) -> int:
+    """``within``: the combining op this one is an input of (directly or not), or ""."""
+    if op.remote:
+        raise _refuse(op, "it reads another data service job, which has no units to hand "
+                          "out; read that job with OFF, or distribute the pipeline it reads")
+    if isinstance(op, IndexSource):
+        return op.num_elements()
+    if isinstance(op, FileReaderOp):
+        return len(op.files)
+    if isinstance(op, GeneratorOp):
+        return 1  # the whole generator, run by the worker handed unit 0
+    if isinstance(op, ConcatenateOp):
+        return sum(_units(i, "concatenate") for i in op.inputs)
+    if isinstance(op, _COMBINING):
+        return max(_units(i, _op_name(op)) for i in _split_inputs(op))
+    if isinstance(op, CacheOp) and op.filename:
+        raise _refuse(op, "every worker would fill and replay the same file, holding only "
+                          "the splits it was handed; cache in memory (filename='') or use OFF",
+                      " to a file")
+    if isinstance(op, RepeatOp) and within:
+        if op.count < 0:
+            raise _refuse(op, f"each pass of `{within}` needs a finite number of units; "
+                              f"give repeat a count, or repeat after `{within}`",
+                          f" without a count inside `{within}`")
+        return op.count * _units(op.input, within)
+    if not op.inputs:
+        raise _refuse(op, "it is not a source whose elements can be numbered (range, "
+                          "from_tensor_slices, from_tensors, list_files, from_generator, "
+                          "the file readers)")
+    if len(op.inputs) > 1:
+        raise _refuse(op, "it combines datasets in a way DYNAMIC sharding does not know")
+    return _units(op.input, within)
+
+
+def _split_inputs(op: Op) -> tuple[Op, ...]:
+    """The inputs of a combining op whose units are handed out (all but a choice dataset)."""
+    return op.inputs[1:] if isinstance(op, ChooseOp) else op.inputs
+
+
+# ----- reading the splits on a worker ------------------------------------------------------------
 
 def read_splits(op: Op, supplier: SplitSupplier) -> Op:
-    """``op`` with its source replaced by one that reads the splits ``supplier`` gives."""
+    """``op`` rebuilt so that its sources read the units of the splits ``supplier`` gives.
+
+    Each new iteration of its first source or combining op (from the output back) is the
+    next pass, a repetition with splits of its own, as a ``repeat`` above it asks for.
+    """
+    split_units(op)
+    return _rebuild_top(op, _Feed(supplier))
+
+
+def _rebuild_top(op: Op, feed: _Feed) -> Op:
+    if op.inputs and not isinstance(op, _COMBINING):
+        return op.with_inputs((_rebuild_top(op.input, feed),))
+    return _PassOp(_rebuild(op, feed, 0, ()), feed)
+
+
+def _rebuild(op: Op, feed: _Feed, start: int, shifts: tuple[_Shift, ...]) -> Op:
+    """``op`` (inside the pass) with each source reading its window of units from ``start``
+    on, moved on by the current epoch of each enclosing ``repeat`` (``shifts``)."""
     if not op.inputs:
-        if source_units(op) < 0:
-            raise UnimplementedError(
-                f"cannot split a pipeline whose source is {type(op).__name__[:-2]}; "
-                f"DYNAMIC sharding needs range, from_tensor_slices, list_files or a file reader"
-            )
-        return _SplitReaderOp(op, supplier)
-    return op.with_inputs((read_splits(op.inputs[0], supplier), *op.inputs[1:]))
+        return _ReaderOp(op, feed, start, shifts)
+    if isinstance(op, ConcatenateOp):
+        first, second = op.inputs
+        return op.with_inputs((_rebuild(first, feed, start, shifts),
+                               _rebuild(second, feed, start + _inner_units(first), shifts)))
+    if isinstance(op, _COMBINING):
+        split = _split_inputs(op)
+        kept = op.inputs[:len(op.inputs) - len(split)]
+        return op.with_inputs((*kept, *(_rebuild(i, feed, start, shifts) for i in split)))
+    if isinstance(op, RepeatOp):  # inside a combining op, so with a count (split_units checked)
+        shift = _Shift()
+        return _EpochsOp(_rebuild(op.input, feed, start, (*shifts, shift)), op.count,
+                         _inner_units(op.input), shift)
+    return op.with_inputs((_rebuild(op.input, feed, start, shifts),))
 
 
-class _SplitReaderOp(Op):
-    """The units of ``source`` named by the supplied splits. Each new iterator is the next
-    pass (repetition) over the source, as a ``repeat()`` downstream asks for."""
+def _inner_units(op: Op) -> int:
+    """The units of ``op``, an input of a combining op (already found splittable)."""
+    return _units(op, "a combining op")
 
-    def __init__(self, source: Op, supplier: SplitSupplier) -> None:
-        self.source = source
+
+class _Feed:
+    """The splits of the current pass, shared by every source of the pipeline."""
+
+    def __init__(self, supplier: SplitSupplier) -> None:
         self.supplier = supplier
         self.passes = 0
+        self.current = _Pass(iter(()), -1)
+
+    def next_pass(self) -> None:
+        self.current = _Pass(iter(self.supplier(self.passes)), self.passes)
+        self.passes += 1
+
+
+class _Pass:
+    """The splits of one repetition, pulled from the supplier as readers need them."""
+
+    def __init__(self, supplier: Iterator[tuple[int, int]], repetition: int) -> None:
+        self.supplier = supplier
+        self.repetition = repetition
+        self.splits: list[tuple[int, int]] = []
+        self.ended = False
+        self.closed: list[tuple[int, int]] = []  # windows whose reader stopped early
+        self.lock = threading.Lock()
+
+    def window(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """The parts of this pass's splits within units ``[start, stop)``, shifted to count
+        from ``start``."""
+        index = 0
+        while start < stop:
+            split = self._split(index)
+            if split is None:
+                return
+            index += 1
+            if split[0] >= stop:  # later splits all come after the window too
+                with self.lock:
+                    self.closed.append((start, stop))
+                return
+            a, b = max(split[0], start), min(split[1], stop)
+            if a < b:
+                yield a - start, b - start
+
+    def _split(self, index: int) -> tuple[int, int] | None:
+        if index < len(self.splits):
+            return self.splits[index]
+        with self.lock:
+            while index >= len(self.splits):
+                split = None if self.ended else next(self.supplier, None)
+                if split is None:
+                    self.ended = True
+                    return None
+                self._check_in_order(split)
+                self.splits.append(split)
+            return self.splits[index]
+
+    def _check_in_order(self, split: tuple[int, int]) -> None:
+        for start, stop in self.closed:
+            if split[0] < stop and start < split[1]:
+                raise FailedPreconditionError(
+                    f"split {list(split)} of repetition {self.repetition} came after a later "
+                    f"one, when the reader of units [{start}, {stop}) had already finished: "
+                    f"this pipeline needs its splits in increasing order"
+                )
+
+
+class _Shift:
+    """The current epoch's offset of a ``repeat`` inside a combining op."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self) -> None:
+        self.offset = 0
+
+
+class _PassOp(Op):
+    """Each iteration starts the next pass over the pipeline's units."""
+
+    def __init__(self, input: Op, feed: _Feed) -> None:
+        self.inputs = (input,)
+        self.feed = feed
 
     def iterator(self, state: Any, key: int) -> Node:
-        if state is not None:
-            raise UnimplementedError("iterators over dynamically sharded splits cannot be "
-                                     "restored from a checkpoint")
-        repetition = self.passes
-        self.passes += 1
-        splits = self.supplier(repetition)
-        if isinstance(self.source, FileReaderOp):
-            reader = self.source
-            files = (reader.read(reader.files[i], 0) for a, b in splits for i in range(a, b))
-            return _UnsavableNode(element for f in files for element, _ in f)
-        element_at = self.source.element_at  # type: ignore[attr-defined]
-        return _UnsavableNode(chain.from_iterable(map(element_at, range(a, b))
-                                                  for a, b in splits))
+        _refuse_state(state)
+        self.feed.next_pass()
+        return self.input.iterator(None, key)
+
+    def static_spec(self) -> Any:
+        return self.input.static_spec()
+
+
+class _ReaderOp(Op):
+    """The units of ``source`` that fall in its window of the current pass's splits."""
+
+    def __init__(self, source: Op, feed: _Feed, start: int, shifts: tuple[_Shift, ...]) -> None:
+        self.source = source
+        self.feed = feed
+        self.start = start
+        self.shifts = shifts
+        self.count = split_units(source)
+        self.read = _unit_reader(source)
+
+    def iterator(self, state: Any, key: int) -> Node:
+        _refuse_state(state)
+        start = self.start + sum(shift.offset for shift in self.shifts)
+        ranges = self.feed.current.window(start, start + self.count)
+        return _UnsavableNode(chain.from_iterable(self.read(a, b, key) for a, b in ranges))
 
     def static_spec(self) -> Any:
         return self.source.static_spec()
+
+
+def _unit_reader(source: Op) -> Callable[[int, int, int], Iterator[Any]]:
+    """``read(a, b, key)``: the elements of units ``[a, b)`` of ``source``."""
+    if isinstance(source, IndexSource):
+        return lambda a, b, key: map(source.element_at, range(a, b))
+    if isinstance(source, FileReaderOp):
+        files = source.files
+        return lambda a, b, key: (element for i in range(a, b)
+                                  for element, _ in source.read(files[i], 0))
+    assert isinstance(source, GeneratorOp)  # split_units knows no other source
+    return lambda a, b, key: source.iterator(None, key).gen
+
+
+class _EpochsOp(Op):
+    """``repeat(count)`` inside a combining op: epoch ``e`` reads the units ``e * stride``
+    further on."""
+
+    def __init__(self, input: Op, count: int, stride: int, shift: _Shift) -> None:
+        self.inputs = (input,)
+        self.count = count
+        self.stride = stride
+        self.shift = shift
+
+    def iterator(self, state: Any, key: int) -> Node:
+        _refuse_state(state)
+        return _UnsavableNode(self._epochs(key))
+
+    def _epochs(self, key: int) -> Iterator[Any]:
+        for epoch in range(self.count):
+            self.shift.offset = epoch * self.stride
+            node = self.input.iterator(None, derive_key(key, epoch))
+            try:
+                yield from node.gen
+            finally:
+                node.close()
+
+    def static_spec(self) -> Any:
+        return self.input.static_spec()
+
+
+def _refuse_state(state: Any) -> None:
+    if state is not None:
+        raise UnimplementedError("iterators over dynamically sharded splits cannot be "
+                                 "restored from a checkpoint")
 
 
 class _UnsavableNode(Node):
@@ -89,3 +336,8 @@ class _UnsavableNode(Node):
 
     def state_dict(self) -> Any:
         raise UnimplementedError("iterators over dynamically sharded splits cannot be saved")
+
+    def close(self) -> None:
+        close = getattr(self.gen, "close", None)
+        if close is not None:
+            close()

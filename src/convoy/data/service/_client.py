@@ -27,7 +27,7 @@ from convoy import _rpc
 from convoy.codec import decode, validate_compression
 from convoy.data._dataset import Dataset
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
-from convoy.data._split import source_units
+from convoy.data._split import source_units, split_units
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._config import ShardingPolicy, sharding_policy
 from convoy.data.service._protocol import (
@@ -306,6 +306,8 @@ def distribute(processing_mode: Any, service: str | tuple[str, str], job_name: s
 
     def apply(dataset: Dataset) -> Dataset:
         registration = _Registration.of(dataset, compression, with_spec=False)
+        if options.processing_mode is ShardingPolicy.DYNAMIC:
+            split_units(dataset._op)  # refuses what it cannot split, naming the op
         return Dataset(DataServiceOp(options, registration, "", None, dataset.cardinality(),
                                      input_op=dataset._op))
 
