@@ -62,6 +62,8 @@ class Optimizer:
     TensorFlow requires of optimizers), it is a variable on a parameter server that every
     worker's steps count on, saved and restored with a Checkpoint holding the optimizer.
     Made outside any scope it lives in this process and counts only this process's calls.
+    A call is counted when its updates are sent (in the same message as those for the
+    counter's parameter server): one refused by another parameter server still counts.
     """
 
     config: dict[str, Any]

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import convoy as cv
 from convoy.distribute import ShardedVariable
@@ -273,3 +275,40 @@ def test_numpy():  # ShardedVariableTest.test_numpy
     sv1_np = sharded([1.], [2.]).numpy()
     assert isinstance(sv1_np, np.ndarray)
     assert sv1_np.tolist() == [1., 2.]
+
+
+# ----- beyond TensorFlow's cases: any slice, and integer scatter_div ------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+       start=st.none() | st.integers(-12, 12), stop=st.none() | st.integers(-12, 12),
+       step=st.none() | st.integers(-5, 5).filter(bool))
+def test_any_row_slice_reads_as_numpy(sizes, start, stop, step):
+    whole = np.arange(sum(sizes) * 2).reshape(-1, 2)
+    offsets = np.cumsum([0, *sizes])
+    sv = ShardedVariable([V(whole[a:b]) for a, b in zip(offsets[:-1], offsets[1:])])
+    key = slice(start, stop, step)
+    np.testing.assert_array_equal(sv[key], whole[key])
+    np.testing.assert_array_equal(sv[key, 1], whole[key, 1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(-7, 7).filter(bool)), max_size=12),
+       st.sampled_from([np.int32, np.int64]))
+def test_integer_scatter_div_truncates_each_division_in_turn(updates, dtype):
+    # TensorFlow's ScatterDiv on integers divides as C++ does, toward zero, for each update
+    start = np.arange(-30, 30, 10, dtype=dtype)
+    expected = start.copy()
+    for row, divisor in updates:
+        expected[row] = int(expected[row] / divisor)
+    v = V(start)
+    indices = np.array([row for row, _ in updates], np.int64)
+    v.scatter_div(cv.IndexedSlices(np.array([d for _, d in updates], dtype), indices))
+    np.testing.assert_array_equal(v.numpy(), expected)
+
+
+def test_integer_scatter_div_by_zero_fails():
+    v = V(np.array([4, 5]))
+    with pytest.raises(ValueError, match="division by zero"):
+        v.scatter_div(cv.IndexedSlices(np.array([0]), np.array([1])))
+    assert v.numpy().tolist() == [4, 5]
