@@ -86,7 +86,8 @@ def _file(path: str | os.PathLike[str]) -> str:
 
 
 def _read_state(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The state file of ``directory`` (paths made absolute), or None if there is none."""
+    """The state file of ``directory`` (its names joined to the directory), or None if
+    there is none."""
     path = os.path.join(directory, _STATE)
     try:
         with open(path) as file:
@@ -129,16 +130,15 @@ def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> str | None:
     return state["latest"]
 
 
-def _numbered(prefix: str) -> dict[int, str]:
-    """The existing checkpoint files ``<prefix>-<n>``, by number."""
+def _numbers(prefix: str) -> list[int]:
+    """The numbers of the existing checkpoint files ``<prefix>-<n>``."""
     directory, base = os.path.split(prefix)
     pattern = re.compile(rf"^{re.escape(base)}-(\d+){re.escape(_SUFFIX)}$")
     try:
         names = os.listdir(directory or ".")
     except FileNotFoundError:
-        return {}
-    return {int(m[1]): os.path.join(directory, name) for name in names
-            if (m := pattern.match(name))}
+        return []
+    return [int(m[1]) for name in names if (m := pattern.match(name))]
 
 
 class Checkpoint:
@@ -182,7 +182,7 @@ class Checkpoint:
         TensorFlow, a fresh Checkpoint never overwrites an earlier run's files."""
         counter = self._save_counter
         if number is None:
-            number = max([counter, *_numbered(file_prefix)]) + 1
+            number = max([counter, *_numbers(file_prefix)]) + 1
             self._save_counter = number
         else:
             self._save_counter = counter + 1
