@@ -21,7 +21,7 @@ PUBLIC = {
                         "ParameterServerStrategy", "ReduceOp", "RemoteValue", "Server",
                         "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
                         "experimental", "partitioners"},
-    convoy.train: {"Checkpoint", "CheckpointManager", "optimizers"},
+    convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
 }
 
 

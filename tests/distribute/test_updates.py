@@ -105,8 +105,8 @@ def test_apply_gradients_sends_arrays_of_its_own(monkeypatch):
     cv.optimizers.SGD(0.1).apply_gradients([
         (dense, dense_variable), (cv.IndexedSlices(rows, ids), table),
         (cv.IndexedSlices(rows, ids), sharded), (whole, sharded)])
-    arrays = [array for _, operations in sent for _, _, updates in operations
-              for _, gradient in updates
+    arrays = [array for _, operations in sent for kind, _, updates in operations
+              if kind == "apply" for _, gradient in updates
               for array in (gradient if isinstance(gradient, IndexedSlices) else [gradient])
               if isinstance(array, np.ndarray)]
     assert len(arrays) == 1 + 2 + 4 + 2

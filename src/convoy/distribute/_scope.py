@@ -1,4 +1,5 @@
-"""Which strategy's scope is active (the innermost ``with strategy.scope():``)."""
+"""Which strategy's scope is active (the innermost ``with strategy.scope():``), and whether
+this process is a cluster's chief (a strategy was made here)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import threading
 from typing import Any
 
 _local = threading.local()
+_chief = False
 
 
 def current() -> Any:
@@ -22,3 +24,12 @@ def push(strategy: Any) -> None:
 
 def pop() -> None:
     _local.stack.pop()
+
+
+def become_chief() -> None:
+    global _chief
+    _chief = True
+
+
+def is_chief() -> bool:
+    return _chief

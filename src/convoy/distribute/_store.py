@@ -141,6 +141,18 @@ class VariableStore:
     def _scatter_update(self, name: str, indices: Any, values: Any) -> None:
         self._scatter(name, indices, values, put_rows)
 
+    def _scatter_mul(self, name: str, indices: Any, values: Any) -> None:
+        self._scatter(name, indices, values, np.multiply.at)
+
+    def _scatter_div(self, name: str, indices: Any, values: Any) -> None:
+        self._scatter(name, indices, values, _divide_at)
+
+    def _scatter_min(self, name: str, indices: Any, values: Any) -> None:
+        self._scatter(name, indices, values, np.minimum.at)
+
+    def _scatter_max(self, name: str, indices: Any, values: Any) -> None:
+        self._scatter(name, indices, values, np.maximum.at)
+
     def _apply(self, optimizer: dict[str, Any], updates: list[tuple[str, Any]]) -> None:
         if type(optimizer) is not dict:
             raise InvalidArgumentError(f"apply takes an optimizer config dict, got "
@@ -166,6 +178,23 @@ class VariableStore:
         self.slots[(name, slot)] = _numeric(f"slot {slot!r} of {name!r}", value)
 
 
+def _divide_at(target: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+    """``target[i] /= v`` for each index and value in turn; integers divide truncating
+    toward zero, as TensorFlow's ScatterDiv does (dividing by a product of divisors once
+    equals dividing by each in turn)."""
+    if target.dtype.kind not in "iu":
+        np.divide.at(target, indices, values)
+        return
+    rows, position = np.unique(indices.reshape(-1), return_inverse=True)
+    divisors = np.ones((rows.size, *target.shape[1:]), target.dtype)
+    np.multiply.at(divisors, position, values.reshape((position.size, *target.shape[1:])))
+    if not divisors.all():
+        raise InvalidArgumentError("scatter_div: integer division by zero")
+    dividends = take_rows(target, rows)
+    quotients = np.abs(dividends) // np.abs(divisors)
+    put_rows(target, rows, np.where((dividends < 0) != (divisors < 0), -quotients, quotients))
+
+
 def _numeric(what: str, value: Any) -> np.ndarray:
     array = np.array(value, copy=True)
     if array.dtype.kind not in "biufc":
@@ -184,6 +213,10 @@ _OPERATIONS: dict[str, Callable[..., Any]] = {
     "scatter_add": VariableStore._scatter_add,
     "scatter_sub": VariableStore._scatter_sub,
     "scatter_update": VariableStore._scatter_update,
+    "scatter_mul": VariableStore._scatter_mul,
+    "scatter_div": VariableStore._scatter_div,
+    "scatter_min": VariableStore._scatter_min,
+    "scatter_max": VariableStore._scatter_max,
     "apply": VariableStore._apply,
     "slots": VariableStore._slots_of,
     "set_slot": VariableStore._set_slot,

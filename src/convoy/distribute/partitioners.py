@@ -272,7 +272,7 @@ def partition_count(partitioner: Callable[..., Sequence[int]], shape: Sequence[i
     """
     if not callable(partitioner):
         raise InvalidArgumentError(
-            f"variable partitioner must be callable, got {partitioner!r} "
+            f"variable_partitioner must be callable, got {partitioner!r} "
             f"({type(partitioner).__name__})"
         )
     dims = _shape(shape)
@@ -293,7 +293,7 @@ def partition_count(partitioner: Callable[..., Sequence[int]], shape: Sequence[i
         problem = "1 for every axis but the first (only the first axis can be partitioned)"
     if problem is not None:
         raise InvalidArgumentError(
-            f"variable partitioner {_describe(partitioner)} returned {answer!r} for shape "
+            f"variable_partitioner {_describe(partitioner)} returned {answer!r} for shape "
             f"{list(dims)} and dtype {dtype!r}; it must return {problem}"
         )
     return min(int(counts[0]), dims[0])

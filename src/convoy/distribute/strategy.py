@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import inspect
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +26,8 @@ from convoy.distribute.partitioners import partition_count, shard_offsets, shard
 from convoy.distribute.server import worker_context
 from convoy.distribute.variables import ShardedVariable, Variable, initial_array
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
+
+log = logging.getLogger(__name__)
 
 
 class ReduceOp(enum.Enum):
@@ -57,12 +60,12 @@ class InputContext:
         return global_batch_size // self.num_replicas_in_sync
 
 
-def _accepts(function: Callable[..., Any], name: str) -> bool:
+def _parameters(function: Callable[..., Any]) -> dict[str, inspect.Parameter] | None:
+    """``function``'s parameters, or None if its signature cannot be read."""
     try:
-        parameters = inspect.signature(function).parameters
+        return dict(inspect.signature(function).parameters)
     except (TypeError, ValueError):
-        return False
-    return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        return None
 
 
 class ParameterServerStrategy:
@@ -84,6 +87,10 @@ class ParameterServerStrategy:
         self._names: dict[str, int] = {}
         self._token = uuid.uuid4().hex[:8]  # keeps two strategies' variables apart on a ps
         self._lock = threading.Lock()
+        self._colocation = threading.local()  # .variable: where colocate_vars_with places
+        self.extended = StrategyExtended(self)
+        if worker_context() is None:
+            _scope.become_chief()
 
     def __reduce__(self) -> Any:
         # Functions sent to workers capture the strategy; there it is rebuilt from the
@@ -118,10 +125,21 @@ class ParameterServerStrategy:
             self._names[name] = count + 1
         return name if count == 0 else f"{name}_{count}"
 
+    def _owns(self, variable: Any) -> bool:
+        return isinstance(variable, Variable) and variable._key.endswith(f"@{self._token}")
+
+    def _colocated(self) -> Variable | None:
+        """The variable new ones go next to (``extended.colocate_vars_with``), or None."""
+        return getattr(self._colocation, "variable", None)
+
     def _place(self, key: str, value: np.ndarray, trainable: bool, name: str) -> Variable:
-        with self._lock:
-            store = self._stores[self._next_store % len(self._stores)]
-            self._next_store += 1
+        colocated = self._colocated()
+        if colocated is not None:
+            store = colocated._store
+        else:
+            with self._lock:
+                store = self._stores[self._next_store % len(self._stores)]
+                self._next_store += 1
         key = f"{key}@{self._token}"
         store.execute([("create", key, value)])
         return Variable._in_store(store, key, name, value.shape, value.dtype, trainable)
@@ -130,7 +148,7 @@ class ParameterServerStrategy:
                          dtype: Any = None, shape: Any = None, trainable: bool = True,
                          **_: Any) -> Variable | ShardedVariable:
         name = self._unique(name or "Variable")
-        if self._partitioner is None:
+        if self._partitioner is None or self._colocated() is not None:
             return self._place(name, initial_array(initial_value, dtype, shape), trainable,
                                name)
         if initial_value is None:
@@ -162,10 +180,12 @@ class ParameterServerStrategy:
     # ----- running functions ---------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
         """Run ``fn`` as the one replica of this worker (call it inside a scheduled function)."""
+        _warn_unless_on_worker()
         return fn(*args, **(kwargs or {}))
 
     def reduce(self, reduce_op: ReduceOp | str, value: Any, axis: int | None) -> Any:
         """Reduce ``value`` across replicas (one per worker function) and along ``axis``."""
+        _warn_unless_on_worker()
         op = ReduceOp(reduce_op.value if isinstance(reduce_op, ReduceOp) else reduce_op.upper())
         if axis is None:
             return value
@@ -190,6 +210,13 @@ def _rebuild(cluster_spec: ClusterSpec, partitioner: Any) -> ParameterServerStra
     return ParameterServerStrategy(SimpleClusterResolver(cluster_spec), partitioner)
 
 
+def _warn_unless_on_worker() -> None:
+    if worker_context() is None:
+        log.warning("a ParameterServerStrategy method (run or reduce) is called outside a "
+                    "scheduled function, so it runs here on the coordinator; to run on the "
+                    "workers, call it inside a function passed to ClusterCoordinator.schedule")
+
+
 def _dataset_context(method: str) -> Any:
     context = worker_context()
     if context is None or not context.creating_dataset:
@@ -203,12 +230,22 @@ def _dataset_context(method: str) -> Any:
 def _shard_value(initial_value: Callable[..., Any], shape: tuple[int, ...], offset: int,
                  full_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """One shard's initial value, without building the whole tensor when the initializer can
-    make a part of it."""
-    info = ShardInfo(shape, (offset, *([0] * (len(shape) - 1))))
-    if _accepts(initial_value, "shard_info"):
-        value = initial_value(shard_info=info)
-    elif _accepts(initial_value, "partition_shape"):
-        value = initial_value(partition_shape=shape, partition_offset=info.offset)
+    make a part of it: as TensorFlow does, ``shard_info`` goes to an initializer that names
+    that parameter, ``partition_shape``/``partition_offset`` to one that takes them (named, or
+    through ``**kwargs``, falling back to a plain call if it refuses them with TypeError or
+    ValueError, as Keras initializers that cannot partition do); any other initializer is
+    called plainly and its full value sliced."""
+    offsets = (offset, *([0] * (len(shape) - 1)))
+    parameters = _parameters(initial_value)
+    if parameters is not None and "shard_info" in parameters:
+        value = initial_value(shard_info=ShardInfo(shape, offsets))
+    elif parameters is not None and {"partition_shape", "partition_offset"} <= set(parameters):
+        value = initial_value(partition_shape=shape, partition_offset=offsets)
+    elif parameters is None or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        try:
+            value = initial_value(partition_shape=shape, partition_offset=offsets)
+        except (TypeError, ValueError):
+            value = initial_value()
     else:
         value = initial_value()
     array = np.asarray(value, dtype=dtype)
@@ -220,3 +257,37 @@ def _shard_value(initial_value: Callable[..., Any], shape: tuple[int, ...], offs
             f"{list(shape)}"
         )
     return array
+
+
+class StrategyExtended:
+    """``strategy.extended``: placement controls beyond ``scope()``."""
+
+    def __init__(self, strategy: ParameterServerStrategy) -> None:
+        self._strategy = strategy
+
+    def variable_created_in_scope(self, v: Any) -> bool:
+        """Whether ``v`` was created in this strategy's scope."""
+        shards = v.variables if isinstance(v, ShardedVariable) else [v]
+        return all(self._strategy._owns(shard) for shard in shards)
+
+    @contextlib.contextmanager
+    def colocate_vars_with(self, colocate_with_variable: Variable) -> Iterator[None]:
+        """Inside it (and inside ``strategy.scope()``), new variables are placed on the
+        parameter server of ``colocate_with_variable`` and never partitioned."""
+        strategy = self._strategy
+        if _scope.current() is not strategy:
+            raise FailedPreconditionError(
+                "colocate_vars_with must be used inside this strategy's scope(): "
+                "with strategy.scope(): with strategy.extended.colocate_vars_with(v): ..."
+            )
+        if not strategy._owns(colocate_with_variable):
+            raise InvalidArgumentError(
+                f"colocate_vars_with takes a variable created in this strategy's scope "
+                f"(one shard of a ShardedVariable), got {colocate_with_variable!r:.200}"
+            )
+        previous = strategy._colocated()
+        strategy._colocation.variable = colocate_with_variable
+        try:
+            yield
+        finally:
+            strategy._colocation.variable = previous

@@ -10,6 +10,7 @@ use the same parameter-server variables.
 from __future__ import annotations
 
 import itertools
+import numbers
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,9 @@ import numpy as np
 
 from convoy._slices import IndexedSlices, put_rows, take_rows
 from convoy.distribute import _scope
+from convoy.distribute._arithmetic import ReadsAsArray
 from convoy.distribute._protocol import LocalStore, execute_all
+from convoy.distribute.server import worker_context
 from convoy.errors import InvalidArgumentError
 
 _local_names = itertools.count()
@@ -42,11 +45,19 @@ def initial_array(initial_value: Any, dtype: Any, shape: Any) -> np.ndarray:
     return array
 
 
-class _Ops:
+class _Ops(ReadsAsArray):
     """What Variable and ShardedVariable offer alike, on top of their ``read_value``,
-    ``_update(kind, value)`` and ``_scatter(kind, delta)``."""
+    ``sparse_read``, ``_update(kind, value)`` and ``_scatter(kind, delta)``. Updates return
+    the variable, as TensorFlow's do; their ``use_locking``, ``name`` and ``read_value``
+    arguments are accepted for TensorFlow's sake and change nothing (every operation is
+    atomic where the variable lives)."""
+
+    shape: tuple[int, ...]
 
     def read_value(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def sparse_read(self, indices: Any) -> np.ndarray:
         raise NotImplementedError
 
     def _update(self, kind: str, value: Any) -> None:
@@ -62,23 +73,79 @@ class _Ops:
         value = self.read_value()
         return value if dtype is None else value.astype(dtype)
 
-    def assign(self, value: Any) -> None:
+    def __getitem__(self, key: Any) -> Any:
+        """``v[2:5]``, ``v[3]``, ``v[1:, 0]``...: an integer or a slice first reads only
+        those rows (from the shards that hold them); any other key reads the whole value."""
+        parts = key if isinstance(key, tuple) else (key,)
+        first, rest = (parts[0], parts[1:]) if parts else (Ellipsis, ())
+        if not self.shape or not isinstance(first, (slice, numbers.Integral)) or \
+                isinstance(first, bool):
+            return self.read_value()[key]
+        rows = self.shape[0]
+        if isinstance(first, slice):
+            return self.sparse_read(np.arange(*first.indices(rows)))[(slice(None), *rest)]
+        if not -rows <= first < rows:
+            raise IndexError(f"index {first} is out of bounds for axis 0 of {self.name!r} "
+                             f"with size {rows}")
+        return self.sparse_read(np.array([first % rows]))[(0, *rest)]
+
+    def assign(self, value: Any, use_locking: bool = False, name: str | None = None,
+               read_value: bool = True) -> Any:
         self._update("assign", value)
+        return self
 
-    def assign_add(self, delta: Any) -> None:
+    def assign_add(self, delta: Any, use_locking: bool = False, name: str | None = None,
+               read_value: bool = True) -> Any:
         self._update("assign_add", delta)
+        return self
 
-    def assign_sub(self, delta: Any) -> None:
+    def assign_sub(self, delta: Any, use_locking: bool = False, name: str | None = None,
+               read_value: bool = True) -> Any:
         self._update("assign_sub", delta)
+        return self
 
-    def scatter_add(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_add", sparse_delta)
+    def scatter_add(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                    name: str | None = None) -> Any:
+        return self._scattered("scatter_add", sparse_delta)
 
-    def scatter_sub(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_sub", sparse_delta)
+    def scatter_sub(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                    name: str | None = None) -> Any:
+        return self._scattered("scatter_sub", sparse_delta)
 
-    def scatter_update(self, sparse_delta: IndexedSlices) -> None:
-        self._scatter("scatter_update", sparse_delta)
+    def scatter_update(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                       name: str | None = None) -> Any:
+        return self._scattered("scatter_update", sparse_delta)
+
+    def scatter_mul(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                    name: str | None = None) -> Any:
+        return self._scattered("scatter_mul", sparse_delta)
+
+    def scatter_div(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                    name: str | None = None) -> Any:
+        return self._scattered("scatter_div", sparse_delta)
+
+    def scatter_min(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                    name: str | None = None) -> Any:
+        return self._scattered("scatter_min", sparse_delta)
+
+    def scatter_max(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                    name: str | None = None) -> Any:
+        return self._scattered("scatter_max", sparse_delta)
+
+    def batch_scatter_update(self, sparse_delta: IndexedSlices, use_locking: bool = False,
+                             name: str | None = None) -> Any:
+        """``scatter_update`` for rows named by a vector of indices (TensorFlow's batched
+        form, with indices of higher rank, is not supported)."""
+        if isinstance(sparse_delta, IndexedSlices) and np.ndim(sparse_delta.indices) != 1:
+            raise InvalidArgumentError(
+                f"batch_scatter_update takes a vector of indices, got indices of shape "
+                f"{list(np.shape(sparse_delta.indices))}"
+            )
+        return self._scattered("scatter_update", sparse_delta)
+
+    def _scattered(self, kind: str, sparse_delta: IndexedSlices) -> Any:
+        self._scatter(kind, sparse_delta)
+        return self
 
 
 class _VariableMeta(type):
@@ -101,6 +168,7 @@ class Variable(_Ops, metaclass=_VariableMeta):
             unique = f"{name or 'Variable'}:{next(_local_names)}"
         self._bind(LocalStore(), unique, name or "Variable", value.shape, value.dtype,
                    trainable)
+        self._device = _local_device()
         self._store.execute([("create", unique, value)])
 
     @classmethod
@@ -113,7 +181,7 @@ class Variable(_Ops, metaclass=_VariableMeta):
 
     def _bind(self, store: Any, key: str, name: str, shape: tuple[int, ...], dtype: np.dtype,
               trainable: bool) -> None:
-        self._store, self._key = store, key
+        self._store, self._key, self._device = store, key, store.device
         self.name, self.shape, self.dtype, self.trainable = name, shape, dtype, trainable
 
     def __reduce__(self) -> Any:
@@ -129,7 +197,7 @@ class Variable(_Ops, metaclass=_VariableMeta):
     @property
     def device(self) -> str:
         """Where the variable lives, as a TensorFlow device string."""
-        return self._store.device
+        return self._device
 
     def _call(self, kind: str, *arguments: Any) -> Any:
         return self._store.execute([(kind, self._key, *arguments)])[0]
@@ -154,6 +222,17 @@ class Variable(_Ops, metaclass=_VariableMeta):
                 f"device={self.device}>")
 
 
+def _local_device() -> str:
+    """Where a variable made outside any strategy's scope lives, as TensorFlow names it: on
+    a worker task in a scheduled function; on the chief once a strategy has connected this
+    process to its cluster; else on the local host."""
+    context = worker_context()
+    if context is not None:
+        return f"/job:worker/replica:0/task:{context.task_index}/device:CPU:0"
+    job = "chief" if _scope.is_chief() else "localhost"
+    return f"/job:{job}/replica:0/task:0/device:CPU:0"
+
+
 def _variable_in_store(*arguments: Any) -> Variable:
     # module level, so a pickled handle names this function instead of carrying its code
     return Variable._in_store(*arguments)
@@ -171,16 +250,18 @@ class ShardedVariable(_Ops):
     """One logical variable stored as row blocks (shards) on several stores."""
 
     def __init__(self, variables: Sequence[Variable], name: str | None = None) -> None:
+        if not isinstance(variables, Sequence) or not variables or \
+                not all(isinstance(v, Variable) for v in variables):
+            raise TypeError(f"variables should be a non-empty list of cv.Variable, got "
+                            f"{variables!r:.200}")
         variables = list(variables)
-        if not variables:
-            raise InvalidArgumentError("ShardedVariable needs at least one variable")
         first = variables[0]
-        for v in variables[1:]:
-            if v.shape[1:] != first.shape[1:] or v.dtype != first.dtype:
-                raise InvalidArgumentError(
-                    "all shards must have the same dtype and the same shape after the first "
-                    f"axis, got {[list(s.shape) for s in variables]}"
-                )
+        if any(v.dtype != first.dtype for v in variables):
+            raise InvalidArgumentError(f"all shards must have the same dtype, got "
+                                       f"{[v.dtype.name for v in variables]}")
+        if any(v.shape[1:] != first.shape[1:] or not v.shape for v in variables):
+            raise InvalidArgumentError(f"all shards must have the same shapes except on the "
+                                       f"first axis, got {[list(v.shape) for v in variables]}")
         self._variables = variables
         self.name = name or first.name.rsplit("/part_", 1)[0]
         rows = [v.shape[0] for v in variables]

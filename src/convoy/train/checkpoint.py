@@ -5,24 +5,37 @@
 is saved as one logical tensor, so it restores into any number of shards, or into an
 unsharded variable. Optimizer slots are saved beside their variable as
 ``<path>/.slots/<slot>``.
+
+As in TensorFlow, ``save(prefix)`` numbers its files (``prefix-1``, ``prefix-2``, ...) with a
+counter that is saved in the checkpoint, ``write(prefix)`` does not number, and a directory's
+state file (``checkpoint.json``: the latest checkpoint and those a CheckpointManager keeps)
+tells :func:`latest_checkpoint` which is the newest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import operator
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from convoy.distribute.variables import ShardedVariable, Variable
-from convoy.errors import InvalidArgumentError, NotFoundError
+from convoy.errors import DataLossError, InvalidArgumentError, NotFoundError
+
+log = logging.getLogger(__name__)
 
 _SLOTS = "/.slots/"
+_SUFFIX = ".safetensors"
+_STATE = "checkpoint.json"
 
 
 def _variables(value: Any, path: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
@@ -66,13 +79,79 @@ def _restore_slot(variable: Variable | ShardedVariable, slot: str, value: np.nda
         variable._store.execute([("set_slot", variable._key, slot, value)])
 
 
+def _file(path: str | os.PathLike[str]) -> str:
+    """The checkpoint file of ``path``, given with or without its suffix."""
+    path = os.fspath(path)
+    return path if path.endswith(_SUFFIX) else path + _SUFFIX
+
+
+def _read_state(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The state file of ``directory`` (its names joined to the directory), or None if
+    there is none."""
+    path = os.path.join(directory, _STATE)
+    try:
+        with open(path) as file:
+            state = json.load(file)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise DataLossError(f"checkpoint state file {path} cannot be read: {error}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("latest"), str) or \
+            not isinstance(state.get("all"), list):
+        raise DataLossError(f"checkpoint state file {path} does not hold "
+                            f'{{"latest": name, "all": [names]}}')
+    return {"latest": os.path.join(directory, state["latest"]),
+            "all": [os.path.join(directory, name) for name in state["all"]]}
+
+
+def _write_state(directory: str | os.PathLike[str], latest: str, kept: list[str]) -> None:
+    """Record ``latest`` and the ``kept`` (managed) checkpoints, relative to ``directory``."""
+    def name(path: str) -> str:
+        relative = os.path.relpath(path, directory)
+        return path if relative.startswith(os.pardir) else relative
+
+    target = os.path.join(directory, _STATE)
+    temporary = target + ".tmp"
+    with open(temporary, "w") as file:
+        json.dump({"latest": name(latest), "all": [name(p) for p in kept]}, file)
+    os.replace(temporary, target)
+
+
+def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> str | None:
+    """The newest checkpoint that ``save`` or a CheckpointManager wrote in ``checkpoint_dir``,
+    or None if there is none (or its file is gone)."""
+    state = _read_state(checkpoint_dir)
+    if state is None:
+        return None
+    if not os.path.exists(state["latest"]):
+        log.warning("the latest checkpoint in %s, %s, does not exist", checkpoint_dir,
+                    state["latest"])
+        return None
+    return state["latest"]
+
+
+def _numbers(prefix: str) -> list[int]:
+    """The numbers of the existing checkpoint files ``<prefix>-<n>``."""
+    directory, base = os.path.split(prefix)
+    pattern = re.compile(rf"^{re.escape(base)}-(\d+){re.escape(_SUFFIX)}$")
+    try:
+        names = os.listdir(directory or ".")
+    except FileNotFoundError:
+        return []
+    return [int(m[1]) for name in names if (m := pattern.match(name))]
+
+
 class Checkpoint:
     """Saves and restores the variables reachable from ``objects``."""
 
     def __init__(self, **objects: Any) -> None:
-        if not objects:
-            raise InvalidArgumentError("Checkpoint needs at least one object, e.g. model=...")
         self._objects = objects
+        self._save_counter = 0
+
+    @property
+    def save_counter(self) -> int:
+        """How many times ``save`` has numbered a checkpoint (restored with a checkpoint)."""
+        return self._save_counter
 
     def _named(self) -> dict[str, Any]:
         seen: set[int] = set()
@@ -82,26 +161,50 @@ class Checkpoint:
         return named
 
     def write(self, file_prefix: str | os.PathLike[str]) -> str:
-        """Write a checkpoint to ``<file_prefix>.safetensors``; returns that path."""
+        """Write a checkpoint to ``<file_prefix>.safetensors`` (replacing one that is there);
+        returns that path."""
         tensors: dict[str, np.ndarray] = {}
         for path, variable in self._named().items():
             tensors[path] = _contiguous(variable.read_value())
             for slot, value in _slots(variable).items():
                 tensors[f"{path}{_SLOTS}{slot}"] = _contiguous(value)
-        target = f"{os.fspath(file_prefix)}.safetensors"
+        target = _file(file_prefix)
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         temporary = target + ".tmp"
-        save_file(tensors, temporary, metadata={"format": "convoy-checkpoint-1"})
+        save_file(tensors, temporary, metadata={"format": "convoy-checkpoint-1",
+                                                "save_counter": str(self._save_counter)})
         os.replace(temporary, target)
         return target
 
-    save = write
+    def _numbered_write(self, file_prefix: str, number: int | None) -> str:
+        """Write ``<file_prefix>-<number>``, counting the save. Without a number, the next
+        after the counter and after any ``<file_prefix>-<n>`` file there is: unlike
+        TensorFlow, a fresh Checkpoint never overwrites an earlier run's files."""
+        counter = self._save_counter
+        if number is None:
+            number = max([counter, *_numbers(file_prefix)]) + 1
+            self._save_counter = number
+        else:
+            self._save_counter = counter + 1
+        try:
+            return self.write(f"{file_prefix}-{number}")
+        except BaseException:
+            self._save_counter = counter
+            raise
 
-    def read(self, save_path: str | os.PathLike[str]) -> Checkpoint:
-        """Restore every variable (and slot) from a checkpoint written by :meth:`write`."""
-        path = os.fspath(save_path)
-        if not path.endswith(".safetensors"):
-            path += ".safetensors"
+    def save(self, file_prefix: str | os.PathLike[str]) -> str:
+        """Write the next numbered checkpoint ``<file_prefix>-<n>.safetensors`` and record it
+        as its directory's latest; returns its path."""
+        path = self._numbered_write(os.fspath(file_prefix), None)
+        _write_state(os.path.dirname(path) or ".", path, [])
+        return path
+
+    def read(self, save_path: str | os.PathLike[str] | None) -> Checkpoint:
+        """Restore every variable (and slot, and the save counter) from a checkpoint written
+        by :meth:`write` or :meth:`save`; ``None`` (no checkpoint yet) restores nothing."""
+        if save_path is None:
+            return self
+        path = _file(save_path)
         if not os.path.exists(path):
             raise NotFoundError(f"no checkpoint at {path}")
         tensors = load_file(path)
@@ -120,56 +223,67 @@ class Checkpoint:
             for key, slot_value in tensors.items():
                 if key.startswith(prefix):
                     _restore_slot(variable, key[len(prefix):], slot_value)
+        with safe_open(path, "np") as file:
+            counter = (file.metadata() or {}).get("save_counter")
+        if counter is not None:
+            self._save_counter = int(counter)
         return self
 
     restore = read
 
 
 class CheckpointManager:
-    """Numbered checkpoints in ``directory``, keeping the newest ``max_to_keep``."""
+    """Numbered checkpoints ``<directory>/<checkpoint_name>-<n>``, keeping the newest
+    ``max_to_keep`` of those it saved (None: all); its list survives restarts in the
+    directory's state file."""
 
     def __init__(self, checkpoint: Checkpoint, directory: str | os.PathLike[str],
-                 max_to_keep: int | None = 5, checkpoint_name: str = "ckpt") -> None:
+                 max_to_keep: int | None = 5, checkpoint_name: str = "ckpt",
+                 init_fn: Callable[[], Any] | None = None) -> None:
         if max_to_keep is not None and max_to_keep < 1:
             raise InvalidArgumentError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
         self.checkpoint = checkpoint
-        self.directory = Path(directory)
+        self.directory = os.fspath(directory)
         self.max_to_keep = max_to_keep
-        self._name = checkpoint_name
-        self._pattern = re.compile(rf"^{re.escape(checkpoint_name)}-(\d+)\.safetensors$")
+        self._prefix = os.path.join(self.directory, checkpoint_name)
+        self._init_fn = init_fn
+        state = _read_state(self.directory)
+        self._latest = state["latest"] if state else None
+        self._kept: list[str] = state["all"] if state else []
 
     @property
     def checkpoints(self) -> list[str]:
-        """Paths of the kept checkpoints, oldest first."""
-        if not self.directory.exists():
-            return []
-        found = [(int(m[1]), str(self.directory / p.name)) for p in self.directory.iterdir()
-                 if (m := self._pattern.match(p.name))]
-        return [path for _, path in sorted(found)]
+        """Paths of the checkpoints this manager keeps, oldest first."""
+        return list(self._kept)
 
     @property
     def latest_checkpoint(self) -> str | None:
-        kept = self.checkpoints
-        return kept[-1] if kept else None
+        """The newest checkpoint in the directory, or None."""
+        return self._latest
 
     def save(self, checkpoint_number: int | None = None) -> str:
-        """Write the next checkpoint and delete the oldest beyond ``max_to_keep``."""
-        if checkpoint_number is None:
-            latest = self.latest_checkpoint
-            checkpoint_number = 1 if latest is None else int(
-                self._pattern.match(Path(latest).name)[1]) + 1  # type: ignore[index]
-        path = self.checkpoint.write(self.directory / f"{self._name}-{checkpoint_number}")
-        kept = self.checkpoints
-        if self.max_to_keep is not None:
-            for old in kept[:-self.max_to_keep]:
-                os.remove(old)
-        (self.directory / "checkpoint.json").write_text(json.dumps(
-            {"latest": Path(path).name, "all": [Path(p).name for p in self.checkpoints]}))
+        """Write the next checkpoint (numbered ``checkpoint_number`` if given, else by the
+        checkpoint's save counter) and delete the oldest beyond ``max_to_keep``."""
+        if checkpoint_number is not None:
+            checkpoint_number = operator.index(checkpoint_number)
+        path = self.checkpoint._numbered_write(self._prefix, checkpoint_number)
+        self._kept = [p for p in self._kept if p != path] + [path]
+        self._latest = path
+        _write_state(self.directory, path, self._kept)  # before deleting: safe if stopped
+        if self.max_to_keep is not None and len(self._kept) > self.max_to_keep:
+            for old in self._kept[:-self.max_to_keep]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(old)
+            self._kept = self._kept[-self.max_to_keep:]
+            _write_state(self.directory, path, self._kept)
         return path
 
     def restore_or_initialize(self) -> str | None:
-        """Restore the latest checkpoint if there is one; returns its path or None."""
-        latest = self.latest_checkpoint
-        if latest is not None:
-            self.checkpoint.read(latest)
-        return latest
+        """Restore the latest checkpoint and return its path; with none, call ``init_fn``
+        (if given) and return None."""
+        if self._latest is not None:
+            self.checkpoint.read(self._latest)
+            return self._latest
+        if self._init_fn is not None:
+            self._init_fn()
+        return None

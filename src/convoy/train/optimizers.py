@@ -2,10 +2,13 @@
 
 ``apply_gradients(grads_and_vars)`` sends, per store (parameter server), one call holding all
 of that store's updates; dense gradients are arrays, sparse ones :class:`IndexedSlices`.
+Each call also adds one to the optimizer's ``iterations`` counter, in the same call when the
+counter's parameter server has updates anyway.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -14,9 +17,12 @@ import numpy as np
 
 from convoy import _check as check
 from convoy._slices import IndexedSlices, take_rows
-from convoy.distribute._protocol import send_updates
+from convoy.distribute._protocol import LocalStore, send_updates
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
+
+log = logging.getLogger(__name__)
+_ONE = np.int64(1)
 
 
 def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, Variable]]:
@@ -49,17 +55,43 @@ def _own(gradient: Any) -> Any:
 
 
 class Optimizer:
-    """Base: subclasses set ``config``, the plain-data description the servers apply."""
+    """Base: subclasses set ``config``, the plain-data description the servers apply, then
+    call ``super().__init__()``.
+
+    ``iterations`` counts ``apply_gradients`` calls. Made in a strategy's scope (as
+    TensorFlow requires of optimizers), it is a variable on a parameter server that every
+    worker's steps count on, saved and restored with a Checkpoint holding the optimizer.
+    Made outside any scope it lives in this process and counts only this process's calls.
+    A call is counted when its updates are sent (in the same message as those for the
+    counter's parameter server): one refused by another parameter server still counts.
+    """
 
     config: dict[str, Any]
 
+    def __init__(self) -> None:
+        self.iterations: Variable | None = Variable(np.int64(0), name="iterations",
+                                                    trainable=False)
+        self._warned = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.iterations is not None and isinstance(self.iterations._store, LocalStore):
+            if not self._warned:
+                self._warned = True
+                log.warning("an optimizer made outside strategy.scope() is used on workers: "
+                            "its iterations counter lives in this process and does not count "
+                            "their steps; create the optimizer inside strategy.scope()")
+            state["iterations"] = None
+        return state
+
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> None:
-        """Apply each gradient to its variable; one call per parameter server touched.
+        """Apply each gradient to its variable and count one iteration; one call per
+        parameter server touched.
 
         In a scheduled function the calls are sent without waiting for them: the function
         counts as done once they are applied, and fails with their error if one fails.
         """
-        by_store: dict[Any, list[tuple[str, Any]]] = defaultdict(list)
+        by_store: dict[int, list[tuple[str, Any]]] = defaultdict(list)
         stores: dict[int, Any] = {}
         for gradient, variable in grads_and_vars:
             if gradient is None:
@@ -78,8 +110,13 @@ class Optimizer:
                     grad = np.asarray(grad, dtype=var.dtype)
                 stores[id(var._store)] = var._store
                 by_store[id(var._store)].append((var._key, grad))
-        send_updates([(stores[k], [("apply", self.config, updates)])
-                      for k, updates in by_store.items()])
+        operations = {k: [("apply", self.config, updates)] for k, updates in by_store.items()}
+        counter = self.iterations
+        if operations and counter is not None:
+            stores.setdefault(id(counter._store), counter._store)
+            operations.setdefault(id(counter._store), []).append(
+                ("assign_add", counter._key, _ONE))
+        send_updates([(stores[k], ops) for k, ops in operations.items()])
 
 
 def _rate(value: Any) -> float:
@@ -98,6 +135,7 @@ class SGD(Optimizer):
         self.config = {"name": "SGD", "learning_rate": _rate(learning_rate),
                        "momentum": float(momentum),
                        "nesterov": check.boolean("nesterov", nesterov)}
+        super().__init__()
 
 
 class Adagrad(Optimizer):
@@ -111,6 +149,7 @@ class Adagrad(Optimizer):
         self.config = {"name": "Adagrad", "learning_rate": _rate(learning_rate),
                        "initial_accumulator_value": float(initial_accumulator_value),
                        "epsilon": float(epsilon)}
+        super().__init__()
 
 
 class Adam(Optimizer):
@@ -124,3 +163,4 @@ class Adam(Optimizer):
         self.config = {"name": "Adam", "learning_rate": _rate(learning_rate),
                        "beta_1": float(beta_1), "beta_2": float(beta_2),
                        "epsilon": float(epsilon)}
+        super().__init__()
