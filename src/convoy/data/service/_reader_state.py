@@ -139,6 +139,7 @@ class ReaderState:
 
     @property
     def done(self) -> bool:
+        """The dispatcher said the iteration finished; every task ended, none in flight."""
         return self.iteration_finished and all(t.ended and not t.in_flight
                                                for t in self.tasks.values())
 
