@@ -41,7 +41,7 @@ import lz4.frame
 
 from convoy.errors import DataLossError, InvalidArgumentError
 
-__all__ = ["Encoder", "decode", "validate_compression"]
+__all__ = ["COMPRESSIONS", "Encoder", "decode", "validate_compression"]
 
 _MAGIC = b"CVC"
 _VERSION = 1
@@ -67,7 +67,8 @@ _LZ4_MAX_RATIO = 256
 _LZ4_SLACK = 1024
 _LZ4_BLOCK_SIZE = lz4.frame.BLOCKSIZE_MAX1MB
 
-_ALLOWED = ("AUTO", "LZ4")
+#: The compressions an encoder can be asked for (besides None: never compress).
+COMPRESSIONS = ("AUTO", "LZ4")
 
 
 def validate_compression(compression: str | None) -> str | None:
@@ -80,7 +81,7 @@ def validate_compression(compression: str | None) -> str | None:
         return None
     if isinstance(compression, str):
         canonical = compression.upper()
-        if canonical in _ALLOWED:
+        if canonical in COMPRESSIONS:
             return canonical
     raise InvalidArgumentError(
         "compression must be None, 'AUTO' or 'LZ4' (case-insensitive), "

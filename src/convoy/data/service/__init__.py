@@ -6,18 +6,14 @@ processes run the pipelines; trainers read with :func:`distribute` or
 :func:`register_dataset` + :func:`from_dataset_id`.
 """
 
-from convoy.data.service._client import (
-    CrossTrainerCache,
-    distribute,
-    from_dataset_id,
-    register_dataset,
-)
+from convoy.data.service._client import distribute, from_dataset_id, register_dataset
 from convoy.data.service._config import (
     DispatcherConfig,
     ShardingPolicy,
     WorkerConfig,
 )
 from convoy.data.service._dispatcher import DispatchServer
+from convoy.data.service._options import CrossTrainerCache
 from convoy.data.service._worker import WorkerServer
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Configuration values of the data service: sharding policies and server configs."""
+"""Configuration values of the data service: the tables of supported options (sharding
+policies, target workers, compressions) and the server configs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 from convoy import _check as check
 from convoy import _rpc
-from convoy.errors import InvalidArgumentError
+from convoy.codec import COMPRESSIONS
+from convoy.errors import InvalidArgumentError, UnimplementedError
 
 
 class ShardingPolicy(enum.IntEnum):
@@ -28,6 +30,14 @@ _MODE_NAMES = {"parallel_epochs": ShardingPolicy.OFF,
 #: Policies this version runs; the others are accepted, validated and refused at job creation.
 SUPPORTED_POLICIES = (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC)
 
+#: Which workers a trainer reads from (TensorFlow's values).
+TARGET_WORKERS = ("AUTO", "ANY", "LOCAL")
+
+#: The values of the wire's string enums: "" (first) is AUTO for target_workers and no
+#: compression for compressions.
+WIRE_TARGET_WORKERS = ("", *TARGET_WORKERS)
+WIRE_COMPRESSIONS = ("", *COMPRESSIONS)
+
 
 def sharding_policy(value: Any) -> ShardingPolicy:
     """A ShardingPolicy from the enum, its name or TensorFlow's two processing-mode strings."""
@@ -42,6 +52,15 @@ def sharding_policy(value: Any) -> ShardingPolicy:
         "processing_mode should be a convoy.data.service.ShardingPolicy, \"parallel_epochs\" "
         f"or \"distributed_epoch\". Got {value!r}."
     )
+
+
+def require_supported(policy: ShardingPolicy) -> None:
+    """Raise UnimplementedError for a policy this version does not run."""
+    if policy not in SUPPORTED_POLICIES:
+        raise UnimplementedError(
+            f"sharding policy {policy.name} is not available yet; use "
+            f"{' or '.join(p.name for p in SUPPORTED_POLICIES)}"
+        )
 
 
 def _port(value: Any) -> int:

@@ -15,16 +15,14 @@ from typing import Any
 from convoy import _rpc
 from convoy.data.service import _dispatcher_state as st
 from convoy.data.service import service_pb2 as pb
+from convoy.data.service._config import WIRE_COMPRESSIONS as _COMPRESSIONS
+from convoy.data.service._config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
 from convoy.data.service._config import DispatcherConfig
 from convoy.data.service._journal import Journal, LocalStorage
 from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 log = logging.getLogger(__name__)
-
-#: The values of the wire's string enums ("" for no compression; "" target_workers is AUTO).
-_COMPRESSIONS = ("", "AUTO", "LZ4")
-_TARGET_WORKERS = ("", "AUTO", "ANY", "LOCAL")
 
 
 def _methods(handler: Any) -> dict[_rpc.Method, Any]:

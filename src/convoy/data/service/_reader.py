@@ -1,0 +1,189 @@
+"""The threads of one consumer's reading of one iteration.
+
+:meth:`Reader.open` joins (or creates) the job and the iteration ``(job, repetition)``; then
+a heartbeat thread keeps the task list fresh and learns when the iteration has finished, and
+reader threads pull batches of elements from the workers' tasks into a bounded channel the
+consumer takes them from. What to do next is decided by :class:`ReaderState`; these threads
+only carry its instructions out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from convoy import _rpc
+from convoy._channel import Channel
+from convoy.codec import decode
+from convoy.data.service import service_pb2 as pb
+from convoy.data.service._options import ReadOptions
+from convoy.data.service._protocol import ELEMENTS, END_OF_SEQUENCE, WORKER, WORKER_METHODS
+from convoy.data.service._reader_state import (
+    CancelResults,
+    Close,
+    ElementsArrived,
+    EndOfSequence,
+    EndResults,
+    FailResults,
+    HeartbeatFailed,
+    HeartbeatNow,
+    HeartbeatView,
+    NextRead,
+    Read,
+    ReaderState,
+    ReadFailed,
+    StopReading,
+    WorkerUnreachable,
+)
+from convoy.errors import ConvoyError, UnavailableError
+
+#: How often an iterator asks the dispatcher for its task list.
+HEARTBEAT_INTERVAL_S = 0.2
+#: Elements and bytes asked for per GetElements call.
+ELEMENTS_PER_CALL = 2048
+BYTES_PER_CALL = 16 << 20
+#: How long a worker that could not be reached is left alone.
+UNREACHABLE_BACKOFF_S = 0.5
+
+
+class Reader:
+    """One consumer's reading of one iteration. ``_cond`` guards ``_state`` and ``_workers``."""
+
+    def __init__(self, options: ReadOptions, dispatcher: _rpc.Client, client_id: int) -> None:
+        self._options = options
+        self._dispatcher = dispatcher
+        self._client_id = client_id
+        self._cond = threading.Condition()
+        self._state = ReaderState(UNREACHABLE_BACKOFF_S)
+        self._workers: dict[str, _rpc.Client] = {}
+        self._wake = threading.Event()  # set to heartbeat now rather than at the next interval
+        #: Batches of elements, in the order they arrived.
+        self.results: Channel[list[Any]] = Channel(
+            "elements read from the data service",
+            max_items=2 * options.max_outstanding_requests)
+
+    @classmethod
+    def open(cls, dispatcher: _rpc.Client, options: ReadOptions, dataset_id: str,
+             repetition: int) -> Reader:
+        """Join the iteration ``repetition`` of the job reading ``dataset_id``; start reading."""
+
+        def call(method: str, request: Any) -> Any:
+            return _rpc.retry(lambda: dispatcher.call(method, request), options.timeout_s,
+                              f"{method} at dispatcher {dispatcher.address}")
+
+        job = call("GetOrCreateJob", pb.GetOrCreateJobRequest(
+            dataset_id=dataset_id, job_name=options.job_name, options=options.job_options()))
+        iteration = call("GetOrCreateIteration", pb.GetOrCreateIterationRequest(
+            job_id=job.job_id, repetition=repetition))
+        reader = cls(options, dispatcher, iteration.client_id)
+        reader._heartbeat()
+        threading.Thread(target=reader._heartbeat_loop, daemon=True,
+                         name="convoy-client-heartbeat").start()
+        for _ in range(options.max_outstanding_requests):
+            threading.Thread(target=reader._read_loop, daemon=True,
+                             name="convoy-client-reader").start()
+        return reader
+
+    def elements(self) -> Iterator[Any]:
+        """The iteration's elements, for the consumer; raises the error that ended it."""
+        for batch in self.results:
+            yield from batch
+
+    def close(self) -> None:
+        """Stop reading and tell the dispatcher this consumer has gone."""
+        if self._apply(Close()) is None:
+            return  # already closed
+        self._wake.set()
+        try:
+            self._dispatcher.call("ReleaseClient",
+                                  pb.ReleaseClientRequest(client_id=self._client_id), timeout=2)
+        except ConvoyError:
+            pass  # the dispatcher forgets silent clients by itself
+
+    def _apply(self, event: Any) -> Any:
+        """Apply ``event`` and carry out the instruction it calls for."""
+        with self._cond:
+            instruction = self._state.apply(event)
+            self._cond.notify_all()
+            if isinstance(instruction, EndResults):
+                self.results.close()
+            elif isinstance(instruction, FailResults):
+                self.results.fail(instruction.error)
+            elif isinstance(instruction, CancelResults):
+                self.results.cancel()
+            elif isinstance(instruction, HeartbeatNow):
+                self._wake.set()
+            return instruction
+
+    # ----- the dispatcher's side ------------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        request = pb.ClientHeartbeatRequest(client_id=self._client_id)
+        response = _rpc.retry(lambda: self._dispatcher.call("ClientHeartbeat", request),
+                              self._options.timeout_s,
+                              f"heartbeat to dispatcher {self._dispatcher.address}",
+                              lambda: self._state.closed)
+        self._apply(HeartbeatView(
+            tuple((info.task_id, info.worker_address) for info in response.tasks),
+            response.iteration_finished))
+
+    def _heartbeat_loop(self) -> None:
+        while True:
+            self._wake.wait(HEARTBEAT_INTERVAL_S)
+            self._wake.clear()
+            with self._cond:
+                if self._state.over:
+                    return
+            try:
+                self._heartbeat()
+            except ConvoyError as error:
+                self._apply(HeartbeatFailed(error))
+                return
+
+    # ----- the workers' side ----------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        request = pb.GetElementsRequest(consumer_index=-1, max_elements=ELEMENTS_PER_CALL,
+                                        max_bytes=BYTES_PER_CALL)
+        while True:
+            with self._cond:
+                read = self._next_read()
+                if read is None:
+                    return
+                worker = self._worker(read.worker_address)
+            request.task_id = read.task_id
+            self._apply(self._read(read.task_id, worker, request))
+
+    def _next_read(self) -> Read | None:
+        """The next task to read, waiting (holding ``_cond``) while none is ready."""
+        while True:
+            now = time.monotonic()
+            step = self._state.apply(NextRead(now))
+            if isinstance(step, Read):
+                return step
+            if isinstance(step, StopReading):
+                return None
+            wait = HEARTBEAT_INTERVAL_S if step.until is None else step.until - now
+            self._cond.wait(min(wait, HEARTBEAT_INTERVAL_S))
+
+    def _worker(self, address: str) -> _rpc.Client:
+        worker = self._workers.get(address)
+        if worker is None:
+            worker = self._workers[address] = _rpc.Client(address, WORKER, WORKER_METHODS)
+        return worker
+
+    def _read(self, task_id: int, worker: _rpc.Client, request: pb.GetElementsRequest) -> Any:
+        """One GetElements call; what came of it, as an event (its elements are in
+        ``results`` by then, so a task's elements keep their order)."""
+        try:
+            reply = worker.call("GetElements", request, timeout=None)
+            if reply[:1] == END_OF_SEQUENCE:
+                return EndOfSequence(task_id)
+            elements = decode(memoryview(reply)[1:]) if reply[:1] == ELEMENTS else []
+        except UnavailableError:
+            return WorkerUnreachable(task_id, time.monotonic())
+        except ConvoyError as error:
+            return ReadFailed(task_id, error)
+        if elements:
+            self.results.put(elements)  # refused only once the consumer has gone
+        return ElementsArrived(task_id, len(elements))
