@@ -136,6 +136,22 @@ def test_an_unknown_task_is_refused_after_a_bounded_time_without_heartbeats(
     assert "task 7" in refusal(ask(state, 7, now=1.0 + ws.UNKNOWN_TASK_TIMEOUT_S))
 
 
+def test_a_consumer_that_keeps_asking_is_refused_even_when_heartbeats_are_slow(
+        state: ws.WorkerState) -> None:
+    slow = tick(state, 1.0)
+    timeout = ws.UNKNOWN_TASK_TIMEOUT_S
+    assert ask(state, 7, now=1.0).answer == ws.NotReady()
+    assert ask(state, 7, now=1.0 + timeout - 1).answer == ws.NotReady()
+    answer(state, slow, now=1.0 + timeout + 0.5)  # sent before the asks: proves nothing
+    assert "task 7" in refusal(ask(state, 7, now=1.0 + timeout + 0.6))
+
+
+def test_a_task_asked_for_long_ago_is_forgotten(state: ws.WorkerState) -> None:
+    ask(state, 7, now=1.0)
+    answer(state, tick(state, 1.0), now=2.0 + ws.UNKNOWN_TASK_TIMEOUT_S)
+    assert state.unknown == {}
+
+
 # ----- the end of a task ------------------------------------------------------------------------
 
 
@@ -181,6 +197,7 @@ class ModelDispatcher:
 
     def __init__(self) -> None:
         self.finished: dict[int, bool] = {}  # assigned task -> finished
+        self.ever_assigned: set[int] = set()  # task ids are never used twice
 
     def heartbeat(self, current: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         new = tuple(t for t, done in self.finished.items() if t not in current and not done)
@@ -211,7 +228,8 @@ class Run:
         self.state = ws.WorkerState(ADDRESS, INTERVAL, 1e9, self.now)
         self.started: list[int] = []
         self.ended: set[int] = set()  # a consumer got END_OF_SEQUENCE
-        self.not_ready_since: dict[int, float] = {}
+        self.not_ready_since: dict[int, float] = {}  # of a consumer that keeps asking
+        self.last_asked: dict[int, float] = {}
         self.outbox: list[ws.Instruction] = []  # calls for the next tick, as the shell's
 
     def apply(self, event: Any) -> ws.Result:
@@ -227,7 +245,9 @@ class Run:
         getattr(self, "_" + kind)(value)
 
     def _assign(self, task_id: int) -> None:
-        self.dispatcher.finished.setdefault(task_id, False)
+        if task_id not in self.dispatcher.ever_assigned:
+            self.dispatcher.ever_assigned.add(task_id)
+            self.dispatcher.finished[task_id] = False
 
     def _finish(self, task_id: int) -> None:
         if task_id in self.dispatcher.finished:
@@ -291,6 +311,9 @@ class Run:
             assert answer == ws.EndOfSequence()
         if isinstance(answer, ws.Refused):
             assert f"task {task_id}" in str(answer.error) and ADDRESS in str(answer.error)
+        if self.now - self.last_asked.get(task_id, self.now) > ws.UNKNOWN_TASK_TIMEOUT_S:
+            self.not_ready_since.pop(task_id, None)  # it stopped asking for a while
+        self.last_asked[task_id] = self.now
         if isinstance(answer, ws.NotReady):
             since = self.not_ready_since.setdefault(task_id, self.now)
             assert self.now - since < ws.UNKNOWN_TASK_TIMEOUT_S

@@ -170,6 +170,7 @@ class TaskRecord:
 class _Unknown:
     first_asked: float
     heartbeats_sent: int  # by then: only a later heartbeat can tell
+    last_asked: float
 
 
 class WorkerState:
@@ -235,8 +236,9 @@ class WorkerState:
             self.tasks[task_id] = TaskRecord(definition)
             self.unknown.pop(task_id, None)
             instructions.append(StartTask(definition))
+        # forget tasks no consumer asked for lately (a consumer that keeps asking is refused)
         self.unknown = {task_id: asked for task_id, asked in self.unknown.items()
-                        if event.now - asked.first_asked <= self.unknown_task_timeout}
+                        if event.now - asked.last_asked <= self.unknown_task_timeout}
         return Result(instructions=tuple(instructions))
 
     def _on_HeartbeatFailed(self, event: HeartbeatFailed) -> Result:
@@ -274,8 +276,9 @@ class WorkerState:
                 f"task {task_id} was deleted from worker {self.address} by the dispatcher")))
         asked = self.unknown.get(task_id)
         if asked is None:
-            self.unknown[task_id] = _Unknown(event.now, self.heartbeats_sent)
+            self.unknown[task_id] = _Unknown(event.now, self.heartbeats_sent, event.now)
             return Result(NotReady(), self._request_heartbeat())
+        asked.last_asked = event.now
         waited = event.now - asked.first_asked
         if self.heartbeats_answered > asked.heartbeats_sent or waited >= self.unknown_task_timeout:
             del self.unknown[task_id]
