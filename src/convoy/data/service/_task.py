@@ -1,20 +1,19 @@
-"""A worker's task: one iteration's pipeline running on a thread into a bounded buffer.
+"""A worker's task: one iteration's pipeline running on a thread into a bounded channel.
 
-Consumers take elements from the buffer in batches (:meth:`Task.take`); each element goes to
+Consumers take elements from the channel in batches (:meth:`Task.take`); each element goes to
 exactly one consumer, first come first served.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
 from convoy import nest
+from convoy._channel import Channel, Closed
 from convoy.codec import Encoder
 from convoy.data._op import Op
 from convoy.data._split import SplitSupplier, read_splits
@@ -39,8 +38,8 @@ def element_size(element: Any) -> int:
 
 
 class Task:
-    """Runs ``dataset`` (a pickled op) for one task; DYNAMIC tasks read their source's splits
-    from ``splits``."""
+    """Runs ``dataset`` (a pickled op) for one task on its own thread; DYNAMIC tasks read their
+    source's splits from ``splits``."""
 
     def __init__(self, task_id: int, dataset: bytes, compression: str | None,
                  splits: SplitSupplier | None) -> None:
@@ -48,36 +47,21 @@ class Task:
         self.encoder = Encoder(compression or None)
         self._dataset = dataset
         self._splits = splits
-        self._cond = threading.Condition()  # guards everything below
-        self._items: deque[tuple[Any, int]] = deque()
-        self._bytes = 0
-        self._finished = False
-        self._error: BaseException | None = None
-        self._stopped = False
+        self._elements: Channel[Any] = Channel(
+            f"elements of task {task_id}", MAX_BUFFERED_ELEMENTS, MAX_BUFFERED_BYTES,
+            element_size)
         threading.Thread(target=self._produce, name=f"convoy-task-{task_id}",
                          daemon=True).start()
 
     def _produce(self) -> None:
         try:
-            elements: Iterator[Any] = self._load().iterator(None, 0).gen
-            for element in elements:
-                size = element_size(element)
-                with self._cond:
-                    while self._full() and not self._stopped:
-                        self._cond.wait()
-                    if self._stopped:
-                        return
-                    self._items.append((element, size))
-                    self._bytes += size
-                    self._cond.notify_all()
+            for element in self._load().iterator(None, 0).gen:
+                if not self._elements.put(element):
+                    return  # stopped
         except BaseException as error:  # handed to the consumer, raised in its call
-            with self._cond:
-                self._error = error
-                self._cond.notify_all()
+            self._elements.fail(error)
             return
-        with self._cond:
-            self._finished = True
-            self._cond.notify_all()
+        self._elements.close()
 
     def _load(self) -> Op:
         """The task's pipeline. Loading runs on the task's thread, so a dataset that cannot be
@@ -94,31 +78,14 @@ class Task:
             ) from error
         return op
 
-    def _full(self) -> bool:
-        return len(self._items) >= MAX_BUFFERED_ELEMENTS or self._bytes >= MAX_BUFFERED_BYTES
-
-    def take(self, max_elements: int, max_bytes: int, wait_s: float) -> tuple[list[Any], bool]:
-        """Up to ``max_elements`` elements (at least one, unless at the end or none came
-        within ``wait_s``) and whether the task has ended. Raises the pipeline's error."""
-        with self._cond:
-            if not self._items and not self._finished and self._error is None:
-                self._cond.wait(wait_s)
-            taken: list[Any] = []
-            size = 0
-            items = self._items
-            while items and len(taken) < max_elements and (not taken or size < max_bytes):
-                element, element_bytes = items.popleft()
-                taken.append(element)
-                size += element_bytes
-            self._bytes -= size
-            if taken:
-                self._cond.notify_all()
-            elif self._error is not None:
-                raise self._error
-            return taken, self._finished and not items
+    def take(self, max_elements: int, max_bytes: int, wait_s: float) -> list[Any] | None:
+        """Up to ``max_elements`` elements (about ``max_bytes``): ``[]`` if none came within
+        ``wait_s``, None once the task has ended or was stopped. Raises the pipeline's error."""
+        try:
+            return self._elements.get_many(max_elements, max_bytes, timeout=wait_s)
+        except Closed:
+            return None
 
     def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._items.clear()
-            self._cond.notify_all()
+        """Drop the buffered elements and end the producer thread (at its next element)."""
+        self._elements.cancel()

@@ -1,14 +1,24 @@
-"""WorkerServer: runs tasks the dispatcher assigns and serves their elements over gRPC."""
+"""WorkerServer: the gRPC shell around :class:`~._worker_state.WorkerState`.
+
+The worker runs the tasks the dispatcher assigns and serves their elements. Handlers turn
+requests into events, apply them under one lock and carry out the instructions: task threads
+start and stop at once; heartbeats and TaskFinished reports go to the dispatcher from the
+worker's control thread, GetSplits calls from the threads of DYNAMIC tasks. A consumer's
+GetElements call never waits for a dispatcher RPC longer than it waits for elements.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from convoy import _rpc
+from convoy.data.service import _worker_state as ws
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._config import ShardingPolicy, WorkerConfig
 from convoy.data.service._protocol import (
@@ -21,38 +31,44 @@ from convoy.data.service._protocol import (
     WORKER_METHODS,
 )
 from convoy.data.service._task import Task
-from convoy.errors import InvalidArgumentError, UnavailableError
+from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
 
-#: How long a GetElements call waits for a first element before answering "not ready".
+#: How long a GetElements call waits for a first element (or for the heartbeat that may bring
+#: its task) before answering "not ready".
 ELEMENT_WAIT_S = 0.5
 #: Splits asked of the dispatcher per GetSplits call.
 SPLITS_PER_REQUEST = 8
 #: A GetElements call never carries more than this many elements ...
 MAX_ELEMENTS_PER_CALL = 65_536
+#: A heartbeat or TaskFinished call waits this long for its answer at most.
+CALL_TIMEOUT_S = 30.0
 
 
-class WorkerServer:
+class WorkerServer(_rpc.ServerBase):
     """A data service worker: it heartbeats to the dispatcher, runs the tasks it is given and
     answers consumers' GetElements calls."""
+
+    service = WORKER
 
     def __init__(self, config: WorkerConfig, start: bool = True) -> None:
         if not isinstance(config, WorkerConfig):
             raise InvalidArgumentError(
                 f"config must be a WorkerConfig, got {type(config).__name__}"
             )
+        super().__init__(config.port)
         self._config = config
         self._uid = uuid.uuid4().hex
         self._dispatcher = _rpc.Client(config.dispatcher_address, DISPATCHER,
                                        DISPATCHER_METHODS)
-        self._lock = threading.Lock()  # guards _tasks and _finished
-        self._tasks: dict[int, Task] = {}
-        self._finished: set[int] = set()
-        self._heartbeat_lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._server: Any = None
-        self._port = config.port
+        self._lock = threading.Lock()  # guards everything below
+        self._wake = threading.Condition(self._lock)  # for the control thread
+        self._answered = threading.Condition(self._lock)  # a heartbeat was answered
+        self._state: ws.WorkerState | None = None  # made once the port is bound
+        self._tasks: dict[int, Task] = {}  # the running tasks
+        self._outbox: list[ws.Instruction] = []  # calls for the control thread to make
+        self._stopping = False
         self.error: BaseException | None = None
         if start:
             self.start()
@@ -60,155 +76,219 @@ class WorkerServer:
     @property
     def _address(self) -> str:
         if self._config.worker_address:
-            return self._config.worker_address.replace("%port%", str(self._port))
-        return f"localhost:{self._port}"
+            return self._config.worker_address.replace("%port%", str(self.port))
+        return f"localhost:{self.port}"
 
-    def start(self) -> None:
-        """Start serving and register with the dispatcher (no-op if already started)."""
-        if self._server is not None:
-            return
-        self._server, self._port = _rpc.serve(
-            WORKER, {WORKER_METHODS[0]: self._get_elements}, self._config.port)
-        try:  # registered before returning, as TensorFlow's worker: jobs created next see it
-            self._heartbeat(self._config.dispatcher_timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        threading.Thread(target=self._heartbeat_loop, name="convoy-worker-heartbeat",
+    def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
+        return {WORKER_METHODS[0]: self._get_elements}
+
+    def _on_start(self) -> None:
+        # Registered before returning, as TensorFlow's worker: jobs created next see it.
+        config = self._config
+        with self._lock:
+            self._state = ws.WorkerState(self._address, config.heartbeat_interval_s,
+                                         config.dispatcher_timeout_s, time.monotonic())
+            self._apply(ws.Tick(time.monotonic()))
+            (heartbeat,) = self._outbox
+            self._outbox.clear()
+        assert isinstance(heartbeat, ws.SendHeartbeat)
+        response = _rpc.retry(
+            lambda: self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat)),
+            config.dispatcher_timeout_s, f"worker {self._address} registering with dispatcher "
+            f"{config.dispatcher_address}", lambda: self._stopping)
+        self._heartbeat_answered(heartbeat, response)
+        threading.Thread(target=self._control_loop, name="convoy-worker-control",
                          daemon=True).start()
         log.info("worker serving at %s", self._address)
 
-    # ----- control plane --------------------------------------------------------------------
-    def _heartbeat_loop(self) -> None:
-        interval = self._config.heartbeat_interval_s
-        while not self._stopped.is_set():
-            try:
-                self._heartbeat(self._config.dispatcher_timeout_s)
-            except UnavailableError as error:
-                log.error("worker %s stops: %s", self._address, error)
-                self.error = error
-                self.stop()
-                return
-            except Exception:
-                log.exception("worker heartbeat failed")
-            self._stopped.wait(interval)
+    # ----- the state and its instructions -------------------------------------------------------
+    def _apply(self, event: Any) -> ws.Result:
+        """Apply ``event`` (holding the lock) and carry out its instructions: tasks start and
+        stop here; calls to the dispatcher go to the control thread."""
+        assert self._state is not None
+        result = self._state.apply(event)
+        for instruction in result.instructions:
+            if isinstance(instruction, ws.StartTask):
+                self._start_task(instruction.definition)
+            elif isinstance(instruction, ws.StopTask):
+                task = self._tasks.pop(instruction.task_id, None)
+                if task is not None:
+                    task.stop()
+            elif isinstance(instruction, ws.Shutdown):
+                log.error("worker %s stops: %s", self._address, instruction.reason)
+                self.error = UnavailableError(instruction.reason)
+                self._stopping = True
+            elif not isinstance(instruction, ws.HeartbeatNow):
+                self._outbox.append(instruction)
+        if result.instructions:
+            self._wake.notify()
+        return result
 
-    def _heartbeat(self, timeout_s: float) -> None:
-        with self._heartbeat_lock:
-            with self._lock:
-                current = list(self._tasks)
-            request = pb.WorkerHeartbeatRequest(worker_address=self._address,
-                                                worker_uid=self._uid, current_tasks=current)
-            response = _rpc.retry(lambda: self._dispatcher.call("WorkerHeartbeat", request),
-                                  timeout_s, f"worker {self._address} heartbeat to dispatcher "
-                                  f"{self._config.dispatcher_address}", self._stopped.is_set)
-            for task_def in response.new_tasks:
-                self._add_task(task_def)
-            for task_id in response.tasks_to_delete:
-                self._remove_task(task_id)
-
-    def _add_task(self, task_def: pb.TaskDef) -> None:
-        with self._lock:
-            if task_def.task_id in self._tasks:
-                return
-            self._finished.discard(task_def.task_id)
+    def _start_task(self, definition: ws.TaskDefinition) -> None:
         splits = None
-        if task_def.processing_mode == ShardingPolicy.DYNAMIC.name:
-            iteration_id = task_def.iteration_id
-            splits = lambda repetition: self._splits(iteration_id, repetition)  # noqa: E731
-        task = Task(task_def.task_id, task_def.dataset, task_def.compression, splits)
-        with self._lock:
-            self._tasks[task_def.task_id] = task
+        if definition.processing_mode == ShardingPolicy.DYNAMIC.name:
+            splits = functools.partial(self._splits, definition.task_id,
+                                       definition.iteration_id)
+        self._tasks[definition.task_id] = Task(definition.task_id, definition.dataset,
+                                               definition.compression, splits)
 
-    def _remove_task(self, task_id: int) -> None:
-        with self._lock:
-            task = self._tasks.pop(task_id, None)
-        if task is not None:
-            task.stop()
+    # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
+    def _control_loop(self) -> None:
+        try:
+            while (calls := self._next_calls()) is not None:
+                for call in calls:
+                    if isinstance(call, ws.SendHeartbeat):
+                        self._send_heartbeat(call)
+                    elif isinstance(call, ws.ReportFinished):
+                        self._report_finished(call.task_id)
+        except BaseException as error:  # a bug: stop loudly rather than go silent
+            log.exception("worker %s control thread failed", self._address)
+            self.error = error
+        if self.error is not None:
+            self.stop()
 
-    def _splits(self, iteration_id: int, repetition: int) -> Iterator[tuple[int, int]]:
+    def _next_calls(self) -> list[ws.Instruction] | None:
+        """The calls to make now, waiting until some are due; None once stopping."""
+        with self._lock:
+            assert self._state is not None
+            while not self._stopping:
+                now = time.monotonic()
+                self._apply(ws.Tick(now))
+                if self._outbox:
+                    calls, self._outbox = self._outbox, []
+                    return calls
+                self._wake.wait(max(0.0, self._state.next_heartbeat() - now))
+            return None
+
+    def _send_heartbeat(self, heartbeat: ws.SendHeartbeat) -> None:
+        try:
+            response = self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat))
+        except ConvoyError as error:
+            log.warning("worker %s heartbeat failed: %s", self._address, error)
+            with self._lock:
+                self._apply(ws.HeartbeatFailed(heartbeat.seq, str(error), time.monotonic()))
+            return
+        self._heartbeat_answered(heartbeat, response)
+
+    def _heartbeat_request(self, heartbeat: ws.SendHeartbeat) -> pb.WorkerHeartbeatRequest:
+        return pb.WorkerHeartbeatRequest(worker_address=self._address, worker_uid=self._uid,
+                                         current_tasks=heartbeat.current_tasks)
+
+    def _heartbeat_answered(self, heartbeat: ws.SendHeartbeat,
+                            response: pb.WorkerHeartbeatResponse) -> None:
+        event = ws.HeartbeatAnswered(heartbeat.seq,
+                                     tuple(_definition(t) for t in response.new_tasks),
+                                     tuple(response.tasks_to_delete), time.monotonic())
+        with self._lock:
+            self._apply(event)
+            self._answered.notify_all()
+
+    def _report_finished(self, task_id: int) -> None:
+        request = pb.TaskFinishedRequest(worker_address=self._address, task_id=task_id)
+        event: Any = ws.FinishAcknowledged(task_id)
+        try:
+            self._call("TaskFinished", request)
+        except _rpc.RETRYABLE as error:
+            log.info("worker %s will report task %d finished again: %s", self._address,
+                     task_id, error)
+            event = ws.FinishReportFailed(task_id)
+        except ConvoyError as error:  # say, a dispatcher restarted without its state
+            log.warning("dispatcher refused the report that task %d finished on worker %s: %s",
+                        task_id, self._address, error)
+        with self._lock:
+            self._apply(event)
+
+    def _call(self, method: str, request: Any) -> Any:
+        timeout = min(CALL_TIMEOUT_S, self._config.dispatcher_timeout_s)
+        return self._dispatcher.call(method, request, timeout=timeout)
+
+    # ----- task threads: the splits of DYNAMIC tasks -------------------------------------------
+    def _splits(self, task_id: int, iteration_id: int,
+                repetition: int) -> Iterator[tuple[int, int]]:
         request = pb.GetSplitsRequest(iteration_id=iteration_id, repetition=repetition,
                                       max_splits=SPLITS_PER_REQUEST)
+        # read without the lock: one dict lookup is atomic
+        stopped = lambda: self._stopping or task_id not in self._tasks
         while True:
             response = _rpc.retry(lambda: self._dispatcher.call("GetSplits", request),
                                   self._config.dispatcher_timeout_s,
-                                  f"worker {self._address} asking for splits")
+                                  f"worker {self._address} asking for splits of task {task_id}",
+                                  stopped)
             for split in response.splits:
                 yield split.start, split.stop
             if response.end_of_splits:
                 return
 
-    # ----- data plane -------------------------------------------------------------------------
-    def _task(self, task_id: int) -> Task | None:
-        with self._lock:
-            task = self._tasks.get(task_id)
-            if task is not None or task_id in self._finished:
-                return task
-        self._heartbeat(timeout_s=5.0)  # a task this worker has not heard of yet
-        with self._lock:
-            task = self._tasks.get(task_id)
-        if task is None and task_id not in self._finished:
-            raise UnavailableError(f"task {task_id} is not (yet) known to worker {self._address}")
-        return task
-
+    # ----- consumers ---------------------------------------------------------------------------
     def _get_elements(self, request: pb.GetElementsRequest) -> bytes:
         if request.max_elements <= 0 or request.max_bytes <= 0:
             raise InvalidArgumentError(
                 f"GetElements needs max_elements > 0 and max_bytes > 0, got "
                 f"{request.max_elements} and {request.max_bytes}"
             )
-        task = self._task(request.task_id)
-        if task is None:
+        deadline = time.monotonic() + ELEMENT_WAIT_S
+        answer, task = self._answer(request.task_id, deadline)
+        if task is not None:
+            elements = task.take(min(request.max_elements, MAX_ELEMENTS_PER_CALL),
+                                 request.max_bytes, max(0.0, deadline - time.monotonic()))
+            if elements:
+                return ELEMENTS + task.encoder.encode(elements)
+            if elements is not None:
+                return NOT_READY
+            with self._lock:
+                self._check_serving()
+                answer = self._apply(ws.TaskEnded(task.task_id, time.monotonic())).answer
+        if isinstance(answer, ws.EndOfSequence):
             return END_OF_SEQUENCE
-        elements, ended = task.take(min(request.max_elements, MAX_ELEMENTS_PER_CALL),
-                                    request.max_bytes, ELEMENT_WAIT_S)
-        if elements:
-            return ELEMENTS + task.encoder.encode(elements)
-        if not ended:
+        if isinstance(answer, ws.NotReady):
             return NOT_READY
-        self._finish(task)
-        return END_OF_SEQUENCE
+        assert isinstance(answer, ws.Refused)
+        raise answer.error
 
-    def _finish(self, task: Task) -> None:
+    def _answer(self, task_id: int, deadline: float) -> tuple[ws.Answer | None, Task | None]:
+        """The state's answer to a request for ``task_id`` and the task to serve it from, if
+        running. For a task not known yet, waits (until ``deadline``) for the heartbeat that
+        may bring it."""
         with self._lock:
-            if task.task_id in self._finished:
-                return
-        # Tell the dispatcher before forgetting the task: a heartbeat that no longer lists a
-        # task the dispatcher still thinks unfinished would get it back and run it again.
-        request = pb.TaskFinishedRequest(worker_address=self._address, task_id=task.task_id)
-        _rpc.retry(lambda: self._dispatcher.call("TaskFinished", request),
-                   self._config.dispatcher_timeout_s, f"worker {self._address} reporting "
-                   f"task {task.task_id} finished", self._stopped.is_set)
-        with self._lock:
-            self._finished.add(task.task_id)
-            self._tasks.pop(task.task_id, None)
+            self._check_serving()
+            answer = self._apply(ws.ElementsRequested(task_id, time.monotonic())).answer
+            while (isinstance(answer, ws.NotReady) and not self._stopping
+                   and self._answered.wait(max(0.0, deadline - time.monotonic()))):
+                answer = self._apply(ws.ElementsRequested(task_id, time.monotonic())).answer
+            if isinstance(answer, ws.Serve):
+                return answer, self._tasks[task_id]
+            return answer, None
+
+    def _check_serving(self) -> None:
+        if self._stopping or self._state is None:
+            raise UnavailableError(f"worker {self._address} is "
+                                   f"{'stopping' if self._stopping else 'starting'}")
 
     # ----- lifecycle ---------------------------------------------------------------------------
-    def join(self) -> None:
-        """Block until the server stops; raises the error that stopped it, if any."""
-        if self._server is not None:
-            self._server.wait_for_termination()
-        if self.error is not None:
-            raise self.error
+    def stop(self, grace: float | None = None) -> None:
+        """Stop serving and drop all tasks (calls in flight get ``grace`` seconds, by default
+        the config's shutdown quiet period)."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+            self._answered.notify_all()
+        if grace is None:
+            grace = self._config.shutdown_quiet_period_ms / 1000 or None
+        super().stop(grace)
 
-    def stop(self) -> None:
-        """Stop serving and drop all tasks."""
-        self._stopped.set()
-        if self._server is not None:
-            self._server.stop(grace=self._config.shutdown_quiet_period_ms / 1000 or None)
+    def _on_stop(self) -> None:
         with self._lock:
             tasks, self._tasks = list(self._tasks.values()), {}
         for task in tasks:
             task.stop()
 
-    def _num_tasks(self) -> int:
-        with self._lock:
-            return len(self._tasks)
-
-    def __enter__(self) -> WorkerServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def join(self) -> None:
+        """Block until the server stops; raises the error that stopped it, if any."""
+        super().join()
+        if self.error is not None:
+            raise self.error
 
 
+def _definition(task: pb.TaskDef) -> ws.TaskDefinition:
+    return ws.TaskDefinition(task.task_id, task.iteration_id, task.dataset,
+                             task.processing_mode, task.compression)
