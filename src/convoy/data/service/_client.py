@@ -227,7 +227,8 @@ class _ServiceNode(Node):
     def __init__(self, reader: Reader) -> None:
         self._reader = reader
         self.gen = reader.elements()
-        weakref.finalize(self, reader.close)
+        # Closed once nobody can read on: whoever holds `gen` (it may be held alone).
+        weakref.finalize(self.gen, reader.close)
 
     def state_dict(self) -> Any:
         raise UnimplementedError("data service iterators cannot be saved yet")

@@ -55,9 +55,13 @@ class Task:
 
     def _produce(self) -> None:
         try:
-            for element in self._load().iterator(None, 0).gen:
-                if not self._elements.put(element):
-                    return  # stopped
+            node = self._load().iterator(None, 0)
+            try:  # the node owns what runs beside it (prefetch threads, service readers)
+                for element in node.gen:
+                    if not self._elements.put(element):
+                        return  # stopped
+            finally:
+                node.close()
         except BaseException as error:  # handed to the consumer, raised in its call
             self._elements.fail(error)
             return
