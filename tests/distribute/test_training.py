@@ -624,6 +624,43 @@ def test_worker_killed_mid_training_then_restarted(make):
 
 
 @pytest.mark.timeout(120)
+def test_a_dataset_a_restarted_worker_cannot_rebuild_makes_join_raise(make, tmp_path):
+    with TrainingCluster(num_workers=2, num_ps=1) as cluster:
+        _, coordinator = make(cluster)
+        gone = tmp_path / "gone"  # once it exists, a new worker process cannot build
+
+        def dataset_fn():
+            if gone.exists():
+                raise OSError("the dataset's files are gone")
+            return cv.data.Dataset.range(1_000_000)
+
+        iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+        def step(it):
+            time.sleep(0.02)
+            return task_index(), int(next(it))
+
+        coordinator.fetch([coordinator.schedule(step, args=(iterator,)) for _ in range(8)])
+        cluster.kill_task("worker", 0)
+        gone.touch()
+        cluster.start_task("worker", 0)
+        restarted = time.monotonic()
+        with pytest.raises(FailedPreconditionError) as raised:
+            while time.monotonic() - restarted < 60:  # until a Run finds worker 0 gone
+                for _ in range(8):
+                    coordinator.schedule(step, args=(iterator,))
+                coordinator.join()
+        assert time.monotonic() - restarted < 60
+        message = str(raised.value)
+        assert "worker 0" in message and "per-worker dataset" in message
+        assert "files are gone" in message and isinstance(raised.value.__cause__, OSError)
+        # the other worker keeps training; worker 0 takes nothing until it restarts again
+        ran_on = coordinator.fetch([coordinator.schedule(step, args=(iterator,))
+                                    for _ in range(8)])
+        assert {index for index, _ in ran_on} == {1}
+
+
+@pytest.mark.timeout(120)
 def test_ps_killed_schedule_and_join_raise_unavailable(make):
     with TrainingCluster(num_workers=2, num_ps=2) as cluster:
         strategy, coordinator = make(cluster)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from convoy import _rpc
+from convoy._rpc import Outcome
 from convoy.codec import Encoder
 from convoy.distribute._protocol import (
     PS_METHODS,
@@ -61,16 +62,16 @@ def table(cluster, request):
 
 
 def counting_calls(store):
-    """Wrap the store's client so the number of Execute RPCs can be read."""
+    """Wrap the store's Execute stream so the number of messages sent can be read."""
     counted = {"calls": 0}
-    call = store._client.call
+    call = store._stream.call
 
     def counting(*args, **kwargs):
         counted["calls"] += 1
         return call(*args, **kwargs)
 
-    store._client.call = counting
-    return counted, lambda: setattr(store._client, "call", call)
+    store._stream.call = counting
+    return counted, lambda: delattr(store._stream, "call")
 
 
 @pytest.mark.timeout(60)
@@ -112,7 +113,7 @@ def test_queued_operation_lists_share_calls(table):
         assert [f.result(timeout=30) for f in futures] == [[None]] * 200
     finally:
         restore()
-    assert counted["calls"] < 100, "queued operation lists were not sent together"
+    assert 0 < counted["calls"] < 100, "queued operation lists were not sent together"
     assert store.execute([("read", name)])[0].sum() == 200 * WIDTH
 
 
@@ -190,11 +191,11 @@ def test_ps_refuses_hostile_requests_and_loses_nothing(cluster, table):
             refused += 1  # refused as a whole, with a status that says why; the stream is
             continue      # reopened by the next call
         answered += 1
-        for ok, value in outcomes:  # or each operation list refused on its own
-            assert not ok and isinstance(value, InvalidArgumentError | NotFoundError
-                                         | DataLossError), value
+        for outcome in outcomes:  # or each operation list refused on its own
+            assert isinstance(outcome.error, InvalidArgumentError | NotFoundError
+                              | DataLossError), outcome
     assert refused > 10 and answered > 10  # both kinds of refusal were exercised
-    assert decode_one(stream.call(request([("read", name)])))[0][0] is True
+    assert decode_one(stream.call(request([("read", name)])))[0].ok
     client.close()
     np.testing.assert_array_equal(store.execute([("read", name)])[0], before)
 
@@ -214,11 +215,11 @@ def test_worker_refuses_hostile_requests_and_keeps_serving(cluster):
             run.call(payload)
     bad_calls = [(b"a", b"b"), (b"digest", b"not a pickle", b"nor this"), ("a", "b", "c"), 7]
     outcomes = load_outcomes(run.call(encode([*bad_calls, call_message(no_op, (), {})])))
-    assert [status for status, _ in outcomes] == ["error"] * len(bad_calls) + ["ok"]
-    assert all(isinstance(error, InvalidArgumentError | UnknownError | Exception)
-               for _, error in outcomes[:-1])
-    assert outcomes[-1] == ("ok", "ran")
-    assert load_outcomes(run.call(good)) == [("ok", "ran")]
+    assert [outcome.ok for outcome in outcomes] == [False] * len(bad_calls) + [True]
+    assert all(isinstance(outcome.error, InvalidArgumentError | UnknownError | Exception)
+               for outcome in outcomes[:-1])
+    assert outcomes[-1] == Outcome("ran")
+    assert load_outcomes(run.call(good)) == [Outcome("ran")]
     client.close()
 
 
@@ -239,7 +240,7 @@ def test_a_run_request_runs_its_calls_at_once(cluster):
     key = f"barrier-{random.randrange(2**32)}"
     calls = [call_message(meet, (key,), {}) for _ in range(3)]
     outcomes = load_outcomes(client.stream("Run").call(run_request(calls)))
-    assert outcomes == [("ok", "met")] * 3
+    assert outcomes == [Outcome("met")] * 3
     client.close()
 
 

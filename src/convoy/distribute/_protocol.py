@@ -2,10 +2,11 @@
 
 Both services carry codec messages (pickle protocol 5, arrays out of band): a parameter
 server's ``Execute`` takes lists of variable operations, runs each list atomically and answers
-each list's results or error; a worker's ``Run`` takes cloudpickled function calls, runs them
-at once and answers ``("ok", value)`` or ``("error", exception)`` for each, so a function's
-own failure is told apart from the worker's. Both carry several callers' work per call when
-there is a queue: the fixed cost of a call would otherwise dominate small training steps.
+each list's :class:`~convoy._rpc.Outcome` (its results or its error); a worker's ``Run``
+takes cloudpickled function calls, runs them at once and answers each one's Outcome, so a
+function's own failure is told apart from the worker's (the call's status). Both carry several
+callers' work per call when there is a queue: the fixed cost of a call would otherwise dominate
+small training steps.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 import cloudpickle
 
 from convoy import _rpc
+from convoy._channel import Channel
+from convoy._rpc import Outcome
 from convoy.codec import Encoder, decode
 from convoy.distribute._store import VariableStore
 from convoy.errors import ConvoyError, DataLossError, InvalidArgumentError, UnknownError
@@ -107,14 +110,13 @@ def run_request(calls: list[Call]) -> bytes:
 
 def run_calls(request: bytes, pool: Executor) -> bytes:
     """A worker's ``Run``: the request's calls, the first in this thread and the others on
-    ``pool``, all at once; answers one pickled ``("ok", value)`` or ``("error", exception)``
-    per call."""
+    ``pool``, all at once; answers each one's pickled :class:`Outcome`."""
     calls = decode_one(request)
     if type(calls) is not list or not calls:
         raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
                                    f"{type(calls).__name__}")
-    others = [pool.submit(_outcome, call) for call in calls[1:]]
-    return encode([_outcome(calls[0]), *(future.result() for future in others)])
+    others = [pool.submit(_pickled_outcome, call) for call in calls[1:]]
+    return encode([_pickled_outcome(calls[0]), *(future.result() for future in others)])
 
 
 _queued_updates = threading.local()  # .futures: the updates the running call has queued
@@ -132,47 +134,50 @@ def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
     queued.extend(store.execute_async(operations) for store, operations in calls)
 
 
-def _outcome(call: Any) -> bytes:
-    result = _run_call(call)
+def _pickled_outcome(call: Any) -> bytes:
+    outcome = _run_call(call)
     try:
-        return cloudpickle.dumps(result)
+        return cloudpickle.dumps(outcome)
     except Exception as error:  # the result or exception does not pickle
-        failure = UnknownError(f"{type(result[1]).__name__} from a scheduled function "
-                               f"could not be sent back: {error}; it was: {result[1]!r:.200}")
-        return cloudpickle.dumps(("error", failure))
+        what = outcome.value if outcome.ok else outcome.error
+        return cloudpickle.dumps(Outcome(error=UnknownError(
+            f"{type(what).__name__} from a scheduled function could not be sent back: "
+            f"{error}; it was: {what!r:.200}")))
 
 
-def _run_call(call: Any) -> tuple[str, Any]:
-    """``("ok", value)`` or ``("error", exception)`` of one call, once its updates landed."""
+def _run_call(call: Any) -> Outcome:
+    """The outcome of one call, once the updates it queued have landed."""
     _queued_updates.futures = queued = []
     try:
-        function, args, kwargs = load_call(call)
-        result: tuple[str, Any] = ("ok", function(*args, **kwargs))
-    except Exception as error:
-        result = ("error", error)
+        outcome = Outcome.of(_call, call)
     finally:
         _queued_updates.futures = None
     for future in queued:  # all of them, even after an error: nothing is left in flight
         try:
             future.result()
         except Exception as error:
-            if result[0] == "ok":
-                result = ("error", error)
-    return result
+            if outcome.ok:
+                outcome = Outcome(error=error)
+    return outcome
 
 
-def load_outcomes(response: bytes) -> list[tuple[str, Any]]:
-    """The ``(status, value)`` of each call of a ``Run`` response."""
+def _call(call: Any) -> Any:
+    function, args, kwargs = load_call(call)
+    return function(*args, **kwargs)
+
+
+def load_outcomes(response: bytes) -> list[Outcome]:
+    """The :class:`Outcome` of each call of a ``Run`` response."""
     outcomes = []
     for pickled in decode_one(response):
         try:
             outcome = cloudpickle.loads(pickled)
         except Exception as error:  # e.g. an exception class this process cannot import
-            outcome = ("error", UnknownError(
+            outcome = Outcome(error=UnknownError(
                 f"a scheduled function's result could not be unpickled here: "
                 f"{type(error).__name__}: {error}"))
-        if type(outcome) is not tuple or len(outcome) != 2 or outcome[0] not in ("ok", "error"):
-            raise DataLossError(f"a Run answer holds {outcome!r:.100}, not (status, value)")
+        if type(outcome) is not Outcome:
+            raise DataLossError(f"a Run answer holds {outcome!r:.100}, not an Outcome")
         outcomes.append(outcome)
     return outcomes
 
@@ -211,28 +216,33 @@ def remote_store(address: str, task_index: int) -> RemoteStore:
 
 def serve_operations(store: VariableStore, request: bytes) -> bytes:
     """A parameter server's ``Execute``: run each operation list of the request atomically,
-    in order, and answer ``(True, results)`` or ``(False, error)`` for each."""
+    in order, and answer each one's :class:`Outcome` (its results, or its error)."""
     batch = decode_one(request)
     if type(batch) is not list:
         raise InvalidArgumentError(f"Execute takes a list of operation lists, got "
                                    f"{type(batch).__name__}")
-    outcomes: list[tuple[bool, Any]] = []
-    for operations in batch:
-        try:
-            if type(operations) is not list:
-                raise InvalidArgumentError(f"operations must be a list, got "
-                                           f"{type(operations).__name__}")
-            outcomes.append((True, store.execute(operations)))
-        except ConvoyError as error:
-            outcomes.append((False, error))
-        except Exception as error:
-            log.exception("a variable operation failed")
-            outcomes.append((False, UnknownError(f"{type(error).__name__}: {error}")))
-    return encode(outcomes)
+    return encode([_execute(store, operations) for operations in batch])
+
+
+def _execute(store: VariableStore, operations: Any) -> Outcome:
+    try:
+        if type(operations) is not list:
+            raise InvalidArgumentError(f"operations must be a list, got "
+                                       f"{type(operations).__name__}")
+        return Outcome(store.execute(operations))
+    except ConvoyError as error:
+        return Outcome(error=error)
+    except Exception as error:
+        log.exception("a variable operation failed")
+        return Outcome(error=UnknownError(f"{type(error).__name__}: {error}"))
 
 
 #: How long a parameter server may take to answer one Execute message.
 EXECUTE_TIMEOUT_S = 60.0
+#: Operation lists one Execute message carries at most.
+MAX_LISTS_PER_MESSAGE = 1024
+
+_Pending = tuple[list[tuple[Any, ...]], Future]
 
 
 class RemoteStore:
@@ -252,8 +262,7 @@ class RemoteStore:
         self.device = f"/job:ps/replica:0/task:{task_index}/device:CPU:0"
         self._client = _rpc.Client(address, PS_SERVICE, PS_METHODS)
         self._stream = self._client.stream("Execute")  # used by the sender thread only
-        self._queued: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]] = []
-        self._wakeup = threading.Condition()
+        self._pending: Channel[_Pending] = Channel(f"operation lists for the ps at {address}")
         self._sender: threading.Thread | None = None
 
     @classmethod
@@ -275,21 +284,23 @@ class RemoteStore:
         """Queue ``operations`` for the next message; the future's result is their results.
         Their arrays are read when the message is sent: leave them unchanged until then."""
         future: Future[list[Any]] = Future()
-        with self._wakeup:
-            self._queued.append((list(operations), future))
+        self._pending.put((list(operations), future))
+        if self._sender is None:
+            self._start_sender()
+        return future
+
+    def _start_sender(self) -> None:
+        with self._lock:
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_forever, daemon=True,
                                                 name=f"convoy-ps{self.task_index}-sender")
                 self._sender.start()
-            self._wakeup.notify()
-        return future
 
     def _send_forever(self) -> None:
         while True:
-            with self._wakeup:
-                while not self._queued:
-                    self._wakeup.wait()
-                batch, self._queued = self._queued, []
+            batch = self._pending.get_many(MAX_LISTS_PER_MESSAGE, timeout=EXECUTE_TIMEOUT_S)
+            if not batch:
+                continue
             try:
                 self._send(batch)
             except Exception as error:  # e.g. an answer of the wrong shape: no caller hangs
@@ -298,7 +309,7 @@ class RemoteStore:
                     if not future.done():
                         future.set_exception(failure)
 
-    def _send(self, batch: list[tuple[list[tuple[Any, ...]], Future[list[Any]]]]) -> None:
+    def _send(self, batch: list[_Pending]) -> None:
         try:
             request = encode([operations for operations, _ in batch])
         except InvalidArgumentError:  # somebody's operations do not pickle: fail only theirs
@@ -310,18 +321,19 @@ class RemoteStore:
             return
         try:
             outcomes = decode_one(self._stream.call(request, timeout=EXECUTE_TIMEOUT_S))
-            if type(outcomes) is not list or len(outcomes) != len(batch):
+            if (type(outcomes) is not list or len(outcomes) != len(batch)
+                    or not all(type(outcome) is Outcome for outcome in outcomes)):
                 raise DataLossError(f"Execute at {self.address}: {len(batch)} operation lists "
                                     f"got an answer that is not {len(batch)} outcomes")
         except Exception as error:
             for _, future in batch:
                 future.set_exception(error)
             return
-        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-            if ok:
-                future.set_result(value)
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if outcome.ok:
+                future.set_result(outcome.value)
             else:
-                future.set_exception(value)
+                future.set_exception(outcome.error)
 
 
 def _unpicklable(operations: list[tuple[Any, ...]]) -> InvalidArgumentError:

@@ -5,11 +5,16 @@ to ``pipelining`` functions at once, taken from the shared queue a few per call,
 steps flow without waiting for each other. A worker that cannot be reached has its functions
 put back at the head of the queue for another worker (so a function runs at least once); the
 worker is probed until it answers again, its per-worker resources (datasets, iterators) are
-rebuilt if it is a new process, and it takes work again.
+rebuilt if it is a new process, and it takes work again. A worker whose resources cannot be
+rebuilt takes no work until it restarts again, and its error is raised like a function's.
 
 The first error a function raises is raised by the next ``schedule``, ``join`` or ``done``
 (then cleared), once the functions still running have finished; the functions queued behind
 it are cancelled.
+
+Every decision is made by a state machine (:mod:`convoy.distribute._schedule_state`); the
+threads here carry its instructions out: one thread per lane of a worker (a Run in flight),
+and one for each probe or rebuild of a lost worker.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from convoy import _rpc, nest
+from convoy._rpc import Outcome
+from convoy.distribute import _schedule_state as state
 from convoy.distribute._protocol import (
     WORKER_METHODS,
     WORKER_SERVICE,
@@ -33,9 +39,14 @@ from convoy.distribute._protocol import (
     load_outcomes,
     run_request,
 )
+from convoy.distribute._values import (
+    PerWorkerIterator,
+    PerWorkerValues,
+    RemoteValue,
+    SharedIterator,
+)
 from convoy.distribute.server import ResourceRef, worker_context
 from convoy.errors import (
-    CancelledError,
     DataLossError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -46,54 +57,13 @@ log = logging.getLogger(__name__)
 
 #: Functions in flight per worker.
 DEFAULT_PIPELINING = 4
-#: Threads per worker, each with one Run in flight carrying up to pipelining / threads functions.
-_THREADS_PER_WORKER = 2
+#: Lanes (threads) per worker, each with one Run in flight carrying up to pipelining / lanes
+#: functions.
+_LANES_PER_WORKER = 2
 #: How often a lost worker is probed.
 PROBE_INTERVAL_S = 0.5
-
-
-class RemoteValue:
-    """The future result of a scheduled function."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._value: Any = None
-        self._error: BaseException | None = None
-
-    def _set(self, value: Any = None, error: BaseException | None = None) -> None:
-        self._value, self._error = value, error
-        self._done.set()
-
-    def fetch(self) -> Any:
-        """Wait for the function and return its result; raise its error if it failed (or a
-        CancelledError if an earlier failure cancelled it)."""
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def get(self) -> Any:
-        return self.fetch()
-
-
-class PerWorkerValues:
-    """One value per worker; passed to ``schedule``, the function sees its worker's value."""
-
-    def __init__(self, values: tuple[Any, ...]) -> None:
-        self._values = values
-
-
-class PerWorkerIterator(PerWorkerValues):
-    """Per-worker iterators: pass to ``schedule``; the function calls ``next`` on its own."""
-
-    def __iter__(self) -> PerWorkerIterator:
-        return self
-
-    def __next__(self) -> Any:
-        raise InvalidArgumentError(
-            "a per-worker iterator is read inside scheduled functions: pass it to "
-            "coordinator.schedule(fn, args=(iterator,)) and call next() in fn"
-        )
+#: How long a thread waits before it looks again whether it should stop.
+_WAIT_S = 1.0
 
 
 class _Closure:
@@ -113,22 +83,18 @@ class _Closure:
 
 
 class _Worker:
-    """The coordinator's view of one worker task."""
+    """The coordinator's connection to one worker task."""
 
     def __init__(self, index: int, address: str) -> None:
         self.index = index
         self.client = _rpc.Client(address, WORKER_SERVICE, WORKER_METHODS)
-        self.incarnation: str | None = None
-        self.up = threading.Event()
-        self.up.set()
-        self.recovering = threading.Lock()
         self._streams_lock = threading.Lock()
         self._idle_streams: list[_rpc.Stream] = []  # Run streams no thread is using
         self._closed = False
 
-    def run_all(self, calls: list[Call]) -> list[tuple[str, Any]]:
-        """Run calls at once; their ``(status, value)`` outcomes. Raises UnavailableError if
-        the worker cannot be reached."""
+    def run_all(self, calls: list[Call]) -> list[Outcome]:
+        """Run calls at once; their outcomes. Raises UnavailableError if the worker cannot be
+        reached."""
         with self._streams_lock:
             stream = self._idle_streams.pop() if self._idle_streams else self.client.stream("Run")
         try:
@@ -146,6 +112,13 @@ class _Worker:
                                 f"{self.index}")
         return outcomes
 
+    def run(self, call: Call) -> Outcome:
+        return self.run_all([call])[0]
+
+    def ping(self) -> str:
+        """The worker's incarnation (which process answers)."""
+        return decode_one(self.client.call("Ping", encode(None), timeout=5))
+
     def close(self) -> None:
         """End the Run streams (one still in use ends when its call returns)."""
         with self._streams_lock:
@@ -154,26 +127,8 @@ class _Worker:
         for stream in idle:
             stream.close()
 
-    def run(self, call: Call) -> Any:
-        """Run one call; its value, or its error raised as a :class:`_FunctionError`."""
-        [(status, value)] = self.run_all([call])
-        if status == "error":
-            raise _FunctionError(value)
-        return value
 
-    def ping(self) -> str:
-        return decode_one(self.client.call("Ping", encode(None), timeout=5))
-
-
-class _FunctionError(Exception):
-    """Carries an exception raised by a scheduled function (not by the transport)."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-def _create_resource(resource_id: int, make: Callable[[], Any], for_dataset: bool) -> None:
+def _build_resource(resource_id: int, make: Callable[[], Any], for_dataset: bool) -> None:
     context = worker_context()
     if context is None:
         raise FailedPreconditionError("per-worker resources can only be created on workers")
@@ -195,23 +150,21 @@ class ClusterCoordinator:
         spec = strategy.cluster_spec
         self._workers = [_Worker(i, spec.task_address("worker", i))
                          for i in range(spec.num_tasks("worker"))]
-        lock = threading.Lock()  # guards everything below
-        self._cond = threading.Condition(lock)  # progress: functions finished or failed
-        self._work = threading.Condition(lock)  # functions queued, or a worker back
-        self._queue: deque[_Closure] = deque()
-        self._in_flight = 0
-        self._error: BaseException | None = None
-        self._resources: list[tuple[int, Callable[[], Any], bool]] = []
-        self._resource_ids = itertools.count(1)
-        self._closed = False
         # Several functions share a Run: on a busy cluster per-call costs dominate small steps.
-        threads = min(pipelining, _THREADS_PER_WORKER)
-        self._batch = -(-pipelining // threads)
-        for worker in self._workers:
-            worker.incarnation = self._probe(worker, wait=False)
-            for _ in range(threads):
-                threading.Thread(target=self._serve, args=(worker,), daemon=True,
-                                 name=f"convoy-coordinator-w{worker.index}").start()
+        lanes = min(pipelining, _LANES_PER_WORKER)
+        self._state = state.ScheduleState(len(self._workers), -(-pipelining // lanes))
+        self._lock = threading.Lock()  # guards _state and _closures
+        self._progress = threading.Condition(self._lock)  # settled, or an error pending
+        self._wakeups = {(w.index, lane): threading.Condition(self._lock)
+                         for w in self._workers for lane in range(lanes)}
+        self._closures: dict[int, _Closure] = {}
+        self._closure_ids = itertools.count(1)
+        self._resource_ids = itertools.count(1)
+        self._resource_calls: dict[int, Call] = {}
+        for (worker, lane) in self._wakeups:
+            threading.Thread(target=self._serve, args=(self._workers[worker], lane),
+                             daemon=True, name=f"convoy-coordinator-w{worker}-{lane}").start()
+        self._apply(state.Start(tuple(self._ping(worker) for worker in self._workers)))
 
     # ----- the public API -------------------------------------------------------------------------
     def schedule(self, fn: Callable[..., Any], args: tuple = (),
@@ -220,24 +173,29 @@ class ClusterCoordinator:
         if not callable(fn):
             raise InvalidArgumentError(f"fn must be callable, got {type(fn).__name__}")
         closure = _Closure(fn, tuple(args), dict(kwargs or {}))
-        with self._cond:
+        closure_id = next(self._closure_ids)
+        with self._lock:
             self._raise_error()
-            self._queue.append(closure)
-            self._work.notify()
+            self._closures[closure_id] = closure
+            try:
+                self._apply_locked(state.Scheduled(closure_id))
+            except FailedPreconditionError:  # shut down
+                del self._closures[closure_id]
+                raise
         return closure.result
 
     def join(self) -> None:
         """Wait until every scheduled function has finished; raise the first error."""
-        with self._cond:
-            while (self._queue or self._in_flight) and self._error is None:
-                self._cond.wait()
+        with self._lock:
+            while not self._state.settled:
+                self._progress.wait(_WAIT_S)
             self._raise_error()
 
     def done(self) -> bool:
         """Whether every scheduled function has finished; raises the first error."""
-        with self._cond:
+        with self._lock:
             self._raise_error()
-            return not self._queue and not self._in_flight
+            return self._state.settled
 
     def fetch(self, val: Any) -> Any:
         """The results of a structure of RemoteValues (other leaves pass through)."""
@@ -246,168 +204,162 @@ class ClusterCoordinator:
 
     def create_per_worker_dataset(self, dataset_fn: Callable[[], Any]) -> PerWorkerDataset:
         """A dataset built on every worker by ``dataset_fn`` (rebuilt if a worker restarts)."""
-        return PerWorkerDataset(self, self._create_resource(dataset_fn, for_dataset=True))
+        datasets = self._create_resource(dataset_fn, "per-worker dataset", for_dataset=True)
+        return PerWorkerDataset(self, datasets)
 
-    # ----- resources ----------------------------------------------------------------------------
-    def _create_resource(self, make: Callable[[], Any], for_dataset: bool = False,
-                         kind: type[PerWorkerValues] = PerWorkerValues) -> PerWorkerValues:
-        resource_id = next(self._resource_ids)
-        with self._cond:
-            self._resources.append((resource_id, make, for_dataset))
-        call = call_message(_create_resource, (resource_id, make, for_dataset), {})
-        errors = []
+    def shutdown(self) -> None:
+        """Stop the coordinator's threads; queued functions are cancelled."""
+        self._apply(state.Closed())
         for worker in self._workers:
-            try:
-                worker.run(call)
-            except _FunctionError as error:
-                errors.append(error.error)
-            except UnavailableError:
-                pass  # rebuilt when the worker comes back
-        if errors:
-            raise errors[0]
-        return kind(tuple(ResourceRef(resource_id) for _ in self._workers))
+            worker.close()
 
-    def _rebuild_resources(self, worker: _Worker) -> None:
-        with self._cond:
-            resources = list(self._resources)
-        for resource_id, make, for_dataset in resources:
-            worker.run(call_message(_create_resource, (resource_id, make, for_dataset), {}))
+    # ----- applying events ----------------------------------------------------------------------
+    def _apply(self, event: Any) -> list[state.Instruction]:
+        """Apply ``event`` and carry out its instructions; returns those for the caller."""
+        with self._lock:
+            instructions = self._apply_locked(event)
+        for_caller = []
+        for instruction in instructions:
+            if type(instruction) in (state.Probe, state.Rebuild):
+                target = self._probe if type(instruction) is state.Probe else self._rebuild
+                threading.Thread(target=target, args=(instruction,), daemon=True,
+                                 name=f"convoy-coordinator-recover-w{instruction.worker}").start()
+            else:
+                for_caller.append(instruction)
+        return for_caller
 
-    # ----- the worker threads --------------------------------------------------------------------
-    def _take(self, worker: _Worker) -> list[_Closure] | None:
-        """Up to ``_batch`` queued closures for ``worker``, leaving the other workers that are
-        up their share of a short queue; None once shut down."""
-        with self._cond:
-            while not self._queue or not worker.up.is_set():
-                if self._closed:
-                    return None
-                self._work.wait(0.5)
-            up = max(1, sum(w.up.is_set() for w in self._workers))  # _recover races this
-            count = min(self._batch, max(1, len(self._queue) // up))
-            self._in_flight += count
-            return [self._queue.popleft() for _ in range(count)]
-
-    def _serve(self, worker: _Worker) -> None:
-        while (taken := self._take(worker)) is not None:
-            closures, calls = self._calls(taken, worker.index)
-            if not closures:
-                continue
-            try:
-                outcomes = worker.run_all(calls)
-            except UnavailableError:
-                self._put_back(closures)
-                self._recover(worker)
-                continue
-            except Exception as error:
-                for closure in closures:
-                    self._fail(closure, error)
-                continue
-            finished = 0
-            for closure, (status, value) in zip(closures, outcomes, strict=True):
-                if status == "error":
-                    self._fail(closure, value)
-                else:
-                    closure.result._set(value)
-                    finished += 1
-            with self._cond:
-                self._in_flight -= finished
-                self._cond.notify_all()
-
-    def _calls(self, closures: list[_Closure], worker_index: int
-               ) -> tuple[list[_Closure], list[Call]]:
-        """The closures whose calls could be made, and their calls; the others fail."""
-        kept, calls = [], []
-        for closure in closures:
-            try:
-                calls.append(closure.call(worker_index))
-            except Exception as error:  # e.g. arguments that do not pickle
-                self._fail(closure, error)
-                continue
-            kept.append(closure)
-        return kept, calls
-
-    def _put_back(self, closures: list[_Closure]) -> None:
-        """Return closures a lost worker took to the head of the queue, for another worker
-        (so a function runs at least once), or cancel them after an earlier failure."""
-        with self._cond:
-            self._in_flight -= len(closures)
-            if self._error is None:
-                self._queue.extendleft(reversed(closures))
-            else:  # an earlier failure cancelled everything that had not run
-                for closure in closures:
-                    closure.result._set(error=CancelledError(
-                        f"cancelled because an earlier function failed: "
-                        f"{self._error!r:.200}"))
-            self._work.notify_all()
-            self._cond.notify_all()
-
-    def _fail(self, closure: _Closure, error: BaseException) -> None:
-        closure.result._set(error=error)
-        with self._cond:
-            self._in_flight -= 1
-            if self._error is None:
-                self._error = error
-                for pending in self._queue:
-                    pending.result._set(error=CancelledError(
-                        f"cancelled because an earlier function failed: {error!r:.200}"))
-                self._queue.clear()
-            self._cond.notify_all()
+    def _apply_locked(self, event: Any) -> list[state.Instruction]:
+        """Apply ``event`` (lock held) and carry out the instructions that do not block;
+        returns the others."""
+        others = []
+        for instruction in self._state.apply(event):
+            kind = type(instruction)
+            if kind is state.Resolve:
+                self._closures.pop(instruction.closure_id).result._set(instruction.outcome)
+            elif kind is state.Wake:
+                self._wakeups[(instruction.worker, instruction.lane)].notify()
+            elif kind is state.CancelRunning:
+                pass  # workers cannot stop a running function yet: join waits for it
+            else:
+                others.append(instruction)
+        if self._state.settled or self._state.error is not None:
+            self._progress.notify_all()
+        return others
 
     def _raise_error(self) -> None:
         """Raise (once) the first error of a scheduled function, after the functions still
-        running have finished (nothing runs once it is raised). Call with ``_cond`` held."""
-        while self._error is not None and self._in_flight:
-            self._cond.wait()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-
-    def _probe(self, worker: _Worker, wait: bool = True) -> str | None:
-        while not self._closed:
-            try:
-                return worker.ping()
-            except UnavailableError:
-                if not wait:
-                    return None
-                time.sleep(PROBE_INTERVAL_S)
-        return None
-
-    def _recover(self, worker: _Worker) -> None:
-        """Keep ``worker`` out of rotation until it answers; rebuild its resources if it is a
-        new process."""
-        with worker.recovering:
-            if not worker.up.is_set():
-                return
-            worker.up.clear()
-        log.warning("worker %d (%s) is unreachable; its functions go to the others",
-                    worker.index, worker.client.address)
-        threading.Thread(target=self._bring_back, args=(worker,), daemon=True).start()
-
-    def _bring_back(self, worker: _Worker) -> None:
-        while not self._closed:
-            incarnation = self._probe(worker)
-            if incarnation is None:
-                return
-            try:
-                if incarnation != worker.incarnation:
-                    self._rebuild_resources(worker)
-                    worker.incarnation = incarnation
-            except UnavailableError:
-                continue
-            log.warning("worker %d is back", worker.index)
-            worker.up.set()
-            with self._work:
-                self._work.notify_all()
+        running have finished. Call with the lock held."""
+        if self._state.error is None:
             return
+        while self._state.in_flight:
+            self._progress.wait(_WAIT_S)
+        [raise_error] = self._apply_locked(state.ErrorTaken())
+        raise raise_error.error
 
-    def shutdown(self) -> None:
-        """Stop the coordinator's threads (queued functions are abandoned)."""
-        with self._cond:
-            self._closed = True
-            self._work.notify_all()
-            self._cond.notify_all()
-        for worker in self._workers:
-            worker.close()
+    # ----- the lanes ------------------------------------------------------------------------------
+    def _serve(self, worker: _Worker, lane: int) -> None:
+        take = state.Take(worker.index, lane)
+        wakeup = self._wakeups[(worker.index, lane)]
+        while True:
+            with self._lock:  # Take only ever answers a Run: nothing else to carry out
+                while not (runs := self._state.apply(take)):
+                    if self._state.closed:
+                        return
+                    wakeup.wait(_WAIT_S)
+                closures = [self._closures[i] for i in runs[0].closure_ids]
+            outcomes = self._run(worker, closures)
+            self._apply(state.WorkerLost(worker.index, lane) if outcomes is None
+                        else state.Finished(worker.index, lane, outcomes))
+
+    def _run(self, worker: _Worker, closures: list[_Closure]) -> tuple[Outcome, ...] | None:
+        """The closures' outcomes on ``worker``; None if it cannot be reached."""
+        outcomes: list[Outcome | None] = []
+        calls = []
+        for closure in closures:
+            try:
+                calls.append(closure.call(worker.index))
+            except Exception as error:  # e.g. arguments that do not pickle
+                outcomes.append(Outcome(error=error))
+            else:
+                outcomes.append(None)
+        if not calls:
+            return tuple(outcomes)  # type: ignore[arg-type]
+        try:
+            answers = iter(worker.run_all(calls))
+        except UnavailableError:
+            return None
+        except Exception as error:
+            answers = itertools.repeat(Outcome(error=error))
+        return tuple(next(answers) if outcome is None else outcome for outcome in outcomes)
+
+    # ----- resources and recovery -----------------------------------------------------------------
+    def _create_resource(self, make: Callable[[], Any], what: str, for_dataset: bool = False,
+                         kind: type[PerWorkerValues] = PerWorkerValues) -> PerWorkerValues:
+        resource_id = next(self._resource_ids)
+        call = self._resource_calls[resource_id] = call_message(
+            _build_resource, (resource_id, make, for_dataset), {})
+        errors = []
+        for build in self._apply(state.ResourceAdded(resource_id, what)):
+            try:
+                outcome = self._workers[build.worker].run(call)
+            except UnavailableError:  # built when the worker is back
+                self._apply(state.WorkerLost(build.worker))
+                continue
+            if outcome.ok:
+                self._apply(state.Built(build.worker, resource_id))
+            else:
+                errors.append(outcome.error)
+        if errors:
+            self._apply(state.ResourceDropped(resource_id))
+            raise errors[0]
+        return kind(tuple(ResourceRef(resource_id) for _ in self._workers))
+
+    @staticmethod
+    def _ping(worker: _Worker) -> str | None:
+        try:
+            return worker.ping()
+        except _rpc.RETRYABLE:
+            return None
+
+    def _probe(self, probe: state.Probe) -> None:
+        """Ping until the worker answers as a process other than ``probe.unless``."""
+        worker = self._workers[probe.worker]
+        unreachable = False
+        while not self._state.closed:
+            try:
+                incarnation = worker.ping()
+            except _rpc.RETRYABLE as error:
+                if not unreachable:
+                    log.warning("worker %d (%s) is unreachable (%s); probing it every %.1f s",
+                                worker.index, worker.client.address, error, PROBE_INTERVAL_S)
+                unreachable = True
+            except Exception:
+                log.exception("probing worker %d failed", worker.index)
+            else:
+                if incarnation != probe.unless:
+                    if unreachable:
+                        log.warning("worker %d is back", worker.index)
+                    self._apply(state.WorkerBack(worker.index, incarnation))
+                    return
+            time.sleep(PROBE_INTERVAL_S)
+
+    def _rebuild(self, rebuild: state.Rebuild) -> None:
+        """Build the resources a new worker process lacks, in the order they were created."""
+        worker = self._workers[rebuild.worker]
+        for resource_id in rebuild.resource_ids:
+            try:
+                outcome = worker.run(self._resource_calls[resource_id])
+            except UnavailableError as error:
+                self._apply(state.RebuildFailed(worker.index, resource_id, error, True))
+                return
+            except Exception as error:
+                outcome = Outcome(error=error)
+            if not outcome.ok:
+                log.warning("worker %d could not rebuild per-worker resource %d: %r",
+                            worker.index, resource_id, outcome.error)
+                self._apply(state.RebuildFailed(worker.index, resource_id, outcome.error))
+                return
+        self._apply(state.Rebuilt(worker.index, rebuild.resource_ids))
 
 
 class PerWorkerDataset:
@@ -421,24 +373,5 @@ class PerWorkerDataset:
         # Every worker has its dataset under the same id; unpickled there, the reference
         # becomes that worker's dataset.
         dataset = self._datasets._values[0]
-        return self._coordinator._create_resource(lambda: _SharedIterator(iter(dataset)),
-                                                  kind=PerWorkerIterator)
-
-
-class _SharedIterator:
-    """An iterator that several functions running at once on one worker can share."""
-
-    def __init__(self, iterator: Any) -> None:
-        self._iterator = iterator
-        self._lock = threading.Lock()
-
-    def __iter__(self) -> _SharedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        with self._lock:
-            return next(self._iterator)
-
-    def get_next(self) -> Any:
-        with self._lock:
-            return self._iterator.get_next()
+        return self._coordinator._create_resource(lambda: SharedIterator(iter(dataset)),
+                                                  "per-worker iterator", kind=PerWorkerIterator)

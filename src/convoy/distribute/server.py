@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -68,8 +69,11 @@ class ResourceRef:
         return (resolve_resource, (self.resource_id,))
 
 
-class Server:
+class Server(_rpc.ServerBase):
     """Serves one task (``job_name``, ``task_index``) of ``cluster_spec`` at its address."""
+
+    # A thread for each open stream (a process's Execute, a coordinator thread's Run).
+    max_workers = STREAMS
 
     def __init__(self, cluster_spec: Any, job_name: str, task_index: int,
                  protocol: str = "grpc", start: bool = True) -> None:
@@ -84,45 +88,27 @@ class Server:
         self.job_name = job_name
         self.task_index = task_index
         self.address = self.cluster_spec.task_address(job_name, task_index)
+        super().__init__(port=int(self.address.rsplit(":", 1)[1]))
+        self.service = PS_SERVICE if job_name == "ps" else WORKER_SERVICE
         self.incarnation = uuid.uuid4().hex
-        self._server: Any = None
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
         if start:
             self.start()
 
-    def start(self) -> None:
-        """Bind the task's port and serve (no-op if already started)."""
-        if self._server is not None:
-            return
-        port = int(self.address.rsplit(":", 1)[1])
+    def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
         if self.job_name == "ps":
             store = VariableStore()
-            methods = {PS_METHODS[0]: lambda r: serve_operations(store, r)}
-        else:
-            global _context
-            _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
-            pool = self._pool = ThreadPoolExecutor(max_workers=32,
-                                                   thread_name_prefix="convoy-call")
-            methods = {WORKER_METHODS[0]: lambda r: run_calls(r, pool),
-                       WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
-        service = PS_SERVICE if self.job_name == "ps" else WORKER_SERVICE
-        # A thread for each open stream (a process's Execute, a coordinator thread's Run).
-        self._server, _ = _rpc.serve(service, methods, port, max_workers=STREAMS)
+            return {PS_METHODS[0]: lambda request: serve_operations(store, request)}
+        # Set before the port is bound: the first call may come at once.
+        global _context
+        _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
+        pool = self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
+        return {WORKER_METHODS[0]: lambda request: run_calls(request, pool),
+                WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
+
+    def _on_start(self) -> None:
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
 
-    def join(self) -> None:
-        """Block until the server stops."""
-        if self._server is not None:
-            self._server.wait_for_termination()
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(grace=None).wait()
+    def _on_stop(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
