@@ -1,0 +1,50 @@
+"""Fixtures shared across the test packages."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+class UserModules:
+    """The user's own modules, in a directory on this process's ``sys.path`` (as a script's
+    directory is; not on ``PYTHONPATH``, so child processes cannot import them)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir()
+        sys.path.insert(0, str(root))
+
+    def __call__(self, files: dict[str, str]) -> list[ModuleType]:
+        """Write ``files`` ({"pkg/__init__.py": source, ...}) and import each module."""
+        for name, source in files.items():
+            (self.root / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / name).write_text(textwrap.dedent(source))
+        importlib.invalidate_caches()
+        return [importlib.import_module(_module_name(name)) for name in files]
+
+    def hide(self) -> None:
+        """Make the modules unimportable here too, as they are on a worker."""
+        if str(self.root) in sys.path:
+            sys.path.remove(str(self.root))
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(self.root)):
+                del sys.modules[name]
+
+
+def _module_name(path: str) -> str:
+    parts = Path(path).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.fixture
+def user_modules(tmp_path: Path) -> Iterator[UserModules]:
+    modules = UserModules(tmp_path / "user_code")
+    yield modules
+    modules.hide()
