@@ -68,8 +68,6 @@ def test_a_pipeline_maps_a_function_from_the_users_module(features):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True,
-                   reason="scheduled functions are not pickled through convoy._pickling yet")
 def test_a_scheduled_function_from_the_users_module(features):
     helpers, steps = features
     with TrainingCluster(num_workers=1, num_ps=1) as cluster:

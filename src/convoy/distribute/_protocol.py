@@ -22,7 +22,7 @@ from typing import Any
 
 import cloudpickle
 
-from convoy import _rpc
+from convoy import _pickling, _rpc
 from convoy._channel import Channel
 from convoy._rpc import Outcome
 from convoy.codec import Encoder, decode
@@ -66,7 +66,7 @@ def _pickle_function(function: Callable[..., Any]) -> tuple[bytes, bytes]:
         except TypeError:  # not weak-referenceable: pickle every time
             cached = None
     if cached is None:
-        data = cloudpickle.dumps(function)
+        data = _pickling.dumps(function, "the scheduled function cannot be sent to the workers")
         cached = (hashlib.sha1(data).digest(), data)
         with _cache_lock:
             try:
@@ -82,7 +82,8 @@ Call = tuple[bytes, bytes, bytes]
 def call_message(function: Callable[..., Any], args: tuple, kwargs: dict) -> Call:
     """``function(*args, **kwargs)`` as one call of a worker's ``Run`` request."""
     digest, data = _pickle_function(function)
-    return digest, data, cloudpickle.dumps((args, kwargs))
+    return digest, data, _pickling.dumps(
+        (args, kwargs), "the arguments of a scheduled function cannot be sent to the workers")
 
 
 def load_call(call: Any) -> tuple[Callable[..., Any], tuple, dict]:
