@@ -113,7 +113,7 @@ class Partitioner:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._arguments() == other._arguments()  # type: ignore[attr-defined]
+        return self._arguments() == other._arguments()
 
     def __hash__(self) -> int:
         return hash((type(self), tuple(self._arguments().items())))
@@ -279,7 +279,7 @@ def partition_count(partitioner: Callable[..., Sequence[int]], shape: Sequence[i
     if not dims or dims[0] == 0:
         return 1
     answer = partitioner(shape=dims, dtype=dtype)
-    counts = list(answer) if isinstance(answer, (list, tuple, np.ndarray)) else None
+    counts: list[Any] = list(answer) if isinstance(answer, (list, tuple, np.ndarray)) else []
     problem = None
     if not counts:
         problem = "a non-empty list with one count per axis"

@@ -157,8 +157,8 @@ class ParameterServerStrategy:
             )
         lazy = callable(initial_value) and shape is not None and dtype is not None
         full = None if lazy else initial_array(initial_value, dtype, shape)
-        full_shape = tuple(shape) if lazy else full.shape
-        full_dtype = np.dtype(dtype) if lazy else full.dtype
+        full_shape = tuple(shape) if full is None else full.shape
+        full_dtype = np.dtype(dtype) if full is None else full.dtype
         count = 1 if not full_shape else partition_count(self._partitioner, full_shape,
                                                          full_dtype)
         if count <= 1:

@@ -110,7 +110,8 @@ class Optimizer:
                     grad = np.asarray(grad, dtype=var.dtype)
                 stores[id(var._store)] = var._store
                 by_store[id(var._store)].append((var._key, grad))
-        operations = {k: [("apply", self.config, updates)] for k, updates in by_store.items()}
+        operations: dict[int, list[tuple[Any, ...]]] = {
+            k: [("apply", self.config, updates)] for k, updates in by_store.items()}
         counter = self.iterations
         if operations and counter is not None:
             stores.setdefault(id(counter._store), counter._store)
