@@ -3,13 +3,9 @@
 ``convoy.data.service`` runs the same pipelines on a fleet of worker processes.
 """
 
-from convoy.data._dataset import (
-    Dataset,
-    DatasetIterator,
-    Options,
-    TextLineDataset,
-    TFRecordDataset,
-)
+from convoy.data._dataset import Dataset, Options
+from convoy.data._files import TextLineDataset, TFRecordDataset
+from convoy.data._iterator import DatasetIterator
 from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, SHARD_HINT, UNKNOWN_CARDINALITY
 from convoy.data.tfrecord import TFRecordWriter
 from convoy.nest import TensorSpec

@@ -7,14 +7,13 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
 from convoy import _check as check
 from convoy import nest
 from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
 from convoy.data._interleave import InterleaveOp
+from convoy.data._iterator import DatasetIterator
 from convoy.data._map import FilterOp, MapOp
 from convoy.data._op import (
     AUTOTUNE,
@@ -25,14 +24,11 @@ from convoy.data._op import (
     derive_key,
 )
 from convoy.data._prefetch import PrefetchOp
-from convoy.data._readers import FileReaderOp, TextLineOp, TFRecordOp
 from convoy.data._shuffle import ShuffleOp
 from convoy.data._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
 from convoy.data._sources import GeneratorOp, ListFilesOp, RangeOp, TensorSlicesOp, TensorsOp
 from convoy.data._split import spine
-from convoy.errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
-
-_STATE_VERSION = 1
+from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 
 @dataclasses.dataclass
@@ -397,116 +393,3 @@ class Dataset:
 
     def _then(self, op: Op) -> Dataset:
         return Dataset(op)
-
-
-class DatasetIterator:
-    """Iterates a dataset; checkpointable with PyTorch's ``state_dict``/``load_state_dict``.
-
-    ``state_dict()`` returns plain picklable data; ``iter(ds).load_state_dict(state)`` yields
-    exactly the elements the saved iterator had not yet yielded.
-    """
-
-    def __init__(self, dataset: Dataset, key: int) -> None:
-        self._dataset = dataset
-        self._key = key
-        self._root = dataset._op.iterator(None, key)
-        self._next = self._root.gen.__next__
-
-    def __iter__(self) -> DatasetIterator:
-        return self
-
-    def __next__(self) -> Any:
-        return self._next()
-
-    def get_next(self) -> Any:
-        """The next element; raises :class:`OutOfRangeError` at the end."""
-        try:
-            return self._next()
-        except StopIteration:
-            raise OutOfRangeError("End of sequence") from None
-
-    def state_dict(self) -> dict[str, Any]:
-        """The iterator's position as plain picklable data."""
-        return {"version": _STATE_VERSION, "key": self._key, "root": self._root.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Move to the position ``state`` (from ``state_dict()`` of an iterator over an equal
-        dataset)."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise InvalidArgumentError(
-                "state must be a dict returned by DatasetIterator.state_dict(), got "
-                f"{type(state).__name__}"
-            )
-        root = self._dataset._op.iterator(state["root"], state["key"])
-        self._root.close()
-        self._root, self._key = root, state["key"]
-        self._next = root.gen.__next__
-
-    def close(self) -> None:
-        """Stop background threads and close files now rather than when collected."""
-        self._root.close()
-
-    def __enter__(self) -> DatasetIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _file_list(filenames: Any, argument: str) -> list[str] | Dataset:
-    if isinstance(filenames, Dataset):
-        return filenames
-    if isinstance(filenames, (str, bytes, os.PathLike)):
-        filenames = [filenames]
-    if isinstance(filenames, np.ndarray):
-        filenames = filenames.tolist()
-    if not isinstance(filenames, (list, tuple)) or not all(
-            isinstance(f, (str, bytes, os.PathLike)) for f in filenames):
-        raise InvalidArgumentError(
-            f"{argument} must be a file name, a list of file names or a Dataset of them, "
-            f"got {filenames!r}"
-        )
-    return [os.fsdecode(f) for f in filenames]
-
-
-def _reader_dataset(op_type: type[FileReaderOp], filenames: Any, compression_type: Any,
-                    num_parallel_reads: Any) -> Op:
-    if compression_type not in (None, "", "GZIP", "ZLIB"):
-        raise InvalidArgumentError(
-            f"compression_type must be one of None, '', 'GZIP', 'ZLIB', got {compression_type!r}"
-        )
-    parallel = check.optional_integer("num_parallel_reads", num_parallel_reads, 1,
-                                      allowed=(AUTOTUNE,))
-    files = _file_list(filenames, "filenames")
-    if isinstance(files, list) and parallel is None:
-        return op_type(files, compression_type)
-
-    def read_one(filename: Any) -> Dataset:
-        return Dataset(op_type([filename], compression_type))
-
-    source = files if isinstance(files, Dataset) else Dataset.from_tensor_slices(
-        np.array(files, dtype=object))
-    if parallel is None:
-        return source.flat_map(read_one)._op
-    return source.interleave(read_one, cycle_length=parallel, block_length=1,
-                             num_parallel_calls=parallel)._op
-
-
-class TextLineDataset(Dataset):
-    """The lines (as bytes, without line endings) of one or more text files."""
-
-    def __init__(self, filenames: Any, compression_type: str | None = None,
-                 buffer_size: int | None = None, num_parallel_reads: int | None = None,
-                 name: str | None = None) -> None:
-        super().__init__(_reader_dataset(TextLineOp, filenames, compression_type,
-                                         num_parallel_reads))
-
-
-class TFRecordDataset(Dataset):
-    """The records (as bytes) of one or more TFRecord files."""
-
-    def __init__(self, filenames: Any, compression_type: str | None = None,
-                 buffer_size: int | None = None, num_parallel_reads: int | None = None,
-                 name: str | None = None) -> None:
-        super().__init__(_reader_dataset(TFRecordOp, filenames, compression_type,
-                                         num_parallel_reads))

@@ -1,0 +1,73 @@
+"""The file readers' public face: ``TextLineDataset`` and ``TFRecordDataset``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from convoy import _check as check
+from convoy.data._dataset import Dataset
+from convoy.data._op import AUTOTUNE, Op
+from convoy.data._readers import FileReaderOp, TextLineOp, TFRecordOp
+from convoy.errors import InvalidArgumentError
+
+
+def _file_list(filenames: Any, argument: str) -> list[str] | Dataset:
+    if isinstance(filenames, Dataset):
+        return filenames
+    if isinstance(filenames, (str, bytes, os.PathLike)):
+        filenames = [filenames]
+    if isinstance(filenames, np.ndarray):
+        filenames = filenames.tolist()
+    if not isinstance(filenames, (list, tuple)) or not all(
+            isinstance(f, (str, bytes, os.PathLike)) for f in filenames):
+        raise InvalidArgumentError(
+            f"{argument} must be a file name, a list of file names or a Dataset of them, "
+            f"got {filenames!r}"
+        )
+    return [os.fsdecode(f) for f in filenames]
+
+
+def _reader_dataset(op_type: type[FileReaderOp], filenames: Any, compression_type: Any,
+                    num_parallel_reads: Any) -> Op:
+    if compression_type not in (None, "", "GZIP", "ZLIB"):
+        raise InvalidArgumentError(
+            f"compression_type must be one of None, '', 'GZIP', 'ZLIB', got {compression_type!r}"
+        )
+    parallel = check.optional_integer("num_parallel_reads", num_parallel_reads, 1,
+                                      allowed=(AUTOTUNE,))
+    files = _file_list(filenames, "filenames")
+    if isinstance(files, list) and parallel is None:
+        return op_type(files, compression_type)
+
+    def read_one(filename: Any) -> Dataset:
+        return Dataset(op_type([filename], compression_type))
+
+    source = files if isinstance(files, Dataset) else Dataset.from_tensor_slices(
+        np.array(files, dtype=object))
+    if parallel is None:
+        return source.flat_map(read_one)._op
+    return source.interleave(read_one, cycle_length=parallel, block_length=1,
+                             num_parallel_calls=parallel)._op
+
+
+class TextLineDataset(Dataset):
+    """The lines (as bytes, without line endings) of one or more text files."""
+
+    def __init__(self, filenames: Any, compression_type: str | None = None,
+                 buffer_size: int | None = None, num_parallel_reads: int | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(_reader_dataset(TextLineOp, filenames, compression_type,
+                                         num_parallel_reads))
+
+
+class TFRecordDataset(Dataset):
+    """The records (as bytes) of one or more TFRecord files."""
+
+    def __init__(self, filenames: Any, compression_type: str | None = None,
+                 buffer_size: int | None = None, num_parallel_reads: int | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(_reader_dataset(TFRecordOp, filenames, compression_type,
+                                         num_parallel_reads))
