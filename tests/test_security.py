@@ -172,6 +172,7 @@ def test_replayed_stale_and_misdirected_signatures_are_refused(secured):
                                                       now=time.time() + 120)[0]),
         "wrong call signature": raw_call(secured, "Run", signer.sign(f"/{SERVICE}/Other")[0]),
         "malformed": raw_call(secured, "Run", ((_CALL_KEY, "1.2.3"),)),
+        "malformed call": raw_call(secured, "Run", ((_CALL_KEY, "9" * 5000 + ".x.y"),)),
     }
     for reason, error in refusals.items():
         assert error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED, reason

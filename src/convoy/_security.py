@@ -2,12 +2,12 @@
 
 Every server runs its callers' code (pickled datasets and functions), so only callers that
 know the cluster's shared secret get a request decoded. The secret never travels: a client
-signs each call (each stream) with an HMAC-SHA256 of the method, a fresh nonce and a
-timestamp; the server checks the signature before any request body is read, refuses stale
-timestamps and replayed nonces, and answers with an HMAC of the caller's nonce, which the
-client checks before it decodes the answer (so a rogue server cannot make it unpickle
-anything). TLS, mutual TLS when the server has a CA, encrypts the channel and protects the
-bodies; the signature alone does not keep a network attacker from reading or changing them.
+signs each call (each stream) with half of an HMAC-SHA256 of the method, a fresh nonce and a
+timestamp; the server checks it before any request body is read, refuses stale timestamps
+and replayed nonces, and answers with the other half, which the client checks before it
+decodes the answer (so a rogue server cannot make it unpickle anything). TLS, mutual TLS
+when the server has a CA, encrypts the channel and protects the bodies; the signature alone
+does not keep a network attacker from reading or changing them.
 """
 
 from __future__ import annotations
@@ -229,7 +229,8 @@ class Authenticator:
                     where: str) -> None:
         """Raise :class:`UnauthenticatedError` unless ``metadata`` carries ``expected``."""
         reply = next((v for k, v in metadata or () if k == _REPLY_KEY), "")
-        if not (isinstance(reply, str) and hmac.compare_digest(reply, expected)):
+        if not (isinstance(reply, str) and reply.isascii()
+                and hmac.compare_digest(reply, expected)):
             raise errors.UnauthenticatedError(
                 f"{where}: the server did not prove it knows the shared secret, so its answer "
                 "was not decoded; check that it is the server you meant and has the secret")
@@ -243,7 +244,8 @@ class Authenticator:
             raise errors.UnauthenticatedError(f"call not signed: {_HOW_TO_SET}")
         stamp, _, rest = value.partition(".")
         nonce, _, signature = rest.partition(".")
-        if not (stamp.isdigit() and len(nonce) == 32 and signature):
+        if not (value.isascii() and stamp.isdigit() and len(stamp) < 16 and len(nonce) == 32
+                and signature):
             raise errors.UnauthenticatedError("malformed call signature")
         now = time.time() if now is None else now
         skew = int(stamp) / 1000 - now
