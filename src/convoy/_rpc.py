@@ -7,6 +7,10 @@ element data path, which must not be copied into a protobuf). A ``streamed`` met
 each request of one long-lived stream in turn (:class:`Stream`): much cheaper per message than
 a call each, for a client that sends many. Exceptions raised by handlers travel as gRPC
 statuses and come back to the caller as the same :mod:`convoy.errors` class.
+
+Servers and clients take a :class:`~convoy._security.Security` (by default: loopback, and the
+shared secret of ``$CONVOY_AUTH_TOKEN`` if set): with a secret every call is signed and
+checked before anything of it is decoded, on either side; with certificates, channels use TLS.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from typing import Any, TypeVar
 import grpc
 
 from convoy import errors
+from convoy._security import Authenticator, Security, join_host_port
 
 log = logging.getLogger(__name__)
 
-#: Options for every channel and server: no message size limit (elements can be large); a
+#: Options for every channel and server: no message size limit (elements can be large; a
+#: server's requests are limited by its ``Security.max_request_bytes``); a
 #: lost connection is retried at least every second, as :func:`retry` does (gRPC's default
 #: backoff grows to 2 minutes, so a server back after a long outage went unseen for long);
 #: while calls are open, a peer that stops answering pings for KEEPALIVE_MS fails them (a
@@ -131,17 +137,23 @@ def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHa
 
 
 def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: int,
-          host: str = "[::]", max_workers: int = 16) -> tuple[grpc.Server, int]:
-    """Start a gRPC server for ``service``; returns it and the port it is bound to."""
+          host: str | None = None, max_workers: int = 16,
+          security: Security | None = None) -> tuple[grpc.Server, int]:
+    """Start a gRPC server for ``service`` on ``host`` (default: ``security.host``); returns
+    it and the port it is bound to. ``security`` defaults to :meth:`Security.load`."""
+    security = Security.load() if security is None else security
+    address = security.bind_address(service, host, port)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix=f"convoy-{service}"),
-                         options=OPTIONS)
+                         options=security.server_options(OPTIONS),
+                         interceptors=security.server_interceptors())
     handlers = {m.name: _handler(m, fn) for m, fn in methods.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = security.add_port(server, address)
     if bound == 0:
-        raise errors.UnavailableError(f"could not bind {service} server to port {port}")
+        raise errors.UnavailableError(f"could not bind {service} server to {address}")
     server.start()
+    log.info("%s listening on %s", service, join_host_port(address.rpartition(":")[0], bound))
     return server, bound
 
 
@@ -155,15 +167,22 @@ class ServerBase:
     service: str = ""
     max_workers: int = 16
 
-    def __init__(self, port: int = 0, host: str = "[::]") -> None:
+    def __init__(self, port: int = 0, host: str | None = None,
+                 security: Security | None = None) -> None:
         self._server: grpc.Server | None = None
         self._port = port
-        self._host = host
+        self._security = Security.load() if security is None else security
+        self._host = self._security.host if host is None else host
 
     @property
     def port(self) -> int:
         """The bound port (the requested one before :meth:`start`)."""
         return self._port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as bound (the requested port before :meth:`start`)."""
+        return join_host_port(self._host, self._port)
 
     @property
     def started(self) -> bool:
@@ -183,7 +202,7 @@ class ServerBase:
         if self._server is not None:
             return
         self._server, self._port = serve(self.service, self._methods(), self._port,
-                                         self._host, self.max_workers)
+                                         self._host, self.max_workers, self._security)
         try:
             self._on_start()
         except BaseException:
@@ -244,22 +263,33 @@ def translate(error: grpc.RpcError, where: str) -> errors.ConvoyError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else str(error)
     name = code.name if code is not None else "UNKNOWN"
-    if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") and not details.startswith(where):
+    if (name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED")
+            and not details.startswith(where)):
         details = f"{where}: {details}"
     return errors.from_grpc_code(name, details)
 
 
 class Client:
-    """Stubs for one service at one address: ``client.call("Method", request)``."""
+    """Stubs for one service at one address: ``client.call("Method", request)``.
 
-    def __init__(self, address: str, service: str, methods: list[Method]) -> None:
+    ``security`` (default :meth:`Security.load`) gives the channel's TLS credentials and the
+    secret that signs every call; with a secret, answers arrive as bytes and are parsed only
+    once the server proved it has the secret too.
+    """
+
+    def __init__(self, address: str, service: str, methods: list[Method],
+                 security: Security | None = None) -> None:
+        security = Security.load() if security is None else security
         self.address = address
-        self._channel = grpc.insecure_channel(address, options=OPTIONS)
+        self._channel = security.channel(address, OPTIONS)
+        self._auth = security.authenticator()
+        self._paths = {m.name: f"/{service}/{m.name}" for m in methods}
+        self._parsers = {m.name: _parser(m.response) for m in methods}
         self._stubs = {
             m.name: (self._channel.stream_stream if m.streamed else self._channel.unary_unary)(
-                f"/{service}/{m.name}",
+                self._paths[m.name],
                 request_serializer=_serializer(m.request),
-                response_deserializer=_parser(m.response),
+                response_deserializer=_parser(None if self._auth else m.response),
             )
             for m in methods
         }
@@ -270,34 +300,71 @@ class Client:
         if method in self._streamed:
             raise errors.InvalidArgumentError(f"{method} is streamed: use Client.stream")
         try:
-            return self._stubs[method](request, timeout=timeout)
+            if self._auth is None:
+                return self._stubs[method](request, timeout=timeout)
+            metadata, reply = self._auth.sign(self._paths[method])
+            response, call = self._stubs[method].with_call(request, timeout=timeout,
+                                                           metadata=metadata)
         except grpc.RpcError as error:
             raise translate(error, f"{method} at {self.address}") from None
+        return self._verified(method, call, reply, response)
+
+    def _verified(self, method: str, call: grpc.Call, reply: str, response: bytes) -> Any:
+        assert self._auth is not None
+        self._auth.check_reply(call.trailing_metadata(), reply, f"{method} at {self.address}")
+        return self._parsers[method](response)
 
     def future(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
         """Start ``method`` without waiting; ``.result()`` raises grpc errors untranslated."""
-        return self._stubs[method].future(request, timeout=timeout)
+        if self._auth is None:
+            return self._stubs[method].future(request, timeout=timeout)
+        metadata, reply = self._auth.sign(self._paths[method])
+        future = self._stubs[method].future(request, timeout=timeout, metadata=metadata)
+        return _VerifiedFuture(future, lambda response: self._verified(method, future, reply,
+                                                                        response))
 
     def stream(self, method: str) -> Stream:
         """A :class:`Stream` for the streamed ``method``."""
-        return Stream(self._stubs[method], f"{method} at {self.address}")
+        return Stream(self._stubs[method], f"{method} at {self.address}", self._auth,
+                      self._paths[method], self._parsers[method] if self._auth else _identity)
 
     def close(self) -> None:
         self._channel.close()
+
+
+class _VerifiedFuture:
+    """A call's future whose ``result`` is checked and parsed by ``verified``."""
+
+    def __init__(self, future: Any, verified: Callable[[bytes], Any]) -> None:
+        self._future = future
+        self._verified = verified
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._verified(self._future.result(timeout))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._future, name)
 
 
 class Stream:
     """Requests and their responses, one at a time, over one stream of a streamed method.
 
     Not thread-safe: one thread makes the calls. A failure ends the stream (the call raises
-    the matching :mod:`convoy.errors` exception); the next call opens a new one.
+    the matching :mod:`convoy.errors` exception); the next call opens a new one. With an
+    ``authenticator``, each stream is signed for ``path`` and its answers are ``parse``-d
+    once the server proved it has the secret.
     """
 
     _END = object()
 
-    def __init__(self, stub: Any, where: str) -> None:
+    def __init__(self, stub: Any, where: str, authenticator: Authenticator | None = None,
+                 path: str = "", parse: Callable[[bytes], Any] = _identity) -> None:
         self._stub = stub
         self._where = where
+        self._auth = authenticator
+        self._path = path
+        self._parse = parse
+        self._reply: str | None = None  # the proof the server owes for the open stream
         self._requests: queue.SimpleQueue[Any] | None = None
         self._responses: Any = None
         self._lock = threading.Lock()  # with the deadline watchdog
@@ -311,7 +378,12 @@ class Stream:
         if self._responses is None or self._expired:
             self.close()
             self._requests = queue.SimpleQueue()
-            self._responses = self._stub(iter(self._requests.get, self._END))
+            requests = iter(self._requests.get, self._END)
+            if self._auth is None:
+                self._responses = self._stub(requests)
+            else:
+                metadata, self._reply = self._auth.sign(self._path)
+                self._responses = self._stub(requests, metadata=metadata)
         assert self._requests is not None
         with self._lock:
             self._calls += 1
@@ -320,7 +392,13 @@ class Stream:
             _watchdog.watch(self, serial, time.monotonic() + timeout)
         self._requests.put(request)
         try:
-            return next(self._responses)
+            response = next(self._responses)
+            if self._reply is not None:
+                assert self._auth is not None
+                self._auth.check_reply(self._responses.initial_metadata(), self._reply,
+                                       self._where)
+                self._reply = None
+            return self._parse(response)
         except grpc.RpcError as error:
             expired = self._expired
             self.close()
