@@ -352,11 +352,11 @@ class Echo(_rpc.ServerBase):
 def test_servers_bind_loopback_by_default_and_say_where():
     with Echo(security=Security()) as server:
         server.start()
-        assert server.address == f"127.0.0.1:{server.port}" and server.port > 0
-        client = _rpc.Client(server.address, SERVICE, [RUN], security=Security())
+        assert server.bound_address == f"127.0.0.1:{server.port}" and server.port > 0
+        client = _rpc.Client(server.bound_address, SERVICE, [RUN], security=Security())
         assert client.call("Run", pickle.dumps(None)) == b"ran"
         client.close()
-    assert Echo(host="::1", security=Security()).address == "[::1]:0"
+    assert Echo(host="::1", security=Security()).bound_address == "[::1]:0"
 
 
 @pytest.mark.parametrize(("host", "loopback"), [

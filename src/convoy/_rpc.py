@@ -180,7 +180,7 @@ class ServerBase:
         return self._port
 
     @property
-    def address(self) -> str:
+    def bound_address(self) -> str:
         """``host:port`` as bound (the requested port before :meth:`start`)."""
         return join_host_port(self._host, self._port)
 
