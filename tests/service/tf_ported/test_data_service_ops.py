@@ -257,10 +257,11 @@ def test_cancellation(cluster1):
 @pytest.mark.xfail(strict=True, reason="distribute of a pipeline that itself reads from the "
                                        "service hangs")
 def test_double_distribute(make_cluster, read_within):
-    """testDoubleDistribute: a worker's pipeline reads another job of the same service."""
+    """testDoubleDistribute: a worker's pipeline reads another job of the same service. Ten
+    elements take well under a second when this works; 5 s is a hang."""
     cluster = make_cluster(1)
     dataset = distributed(distributed(Dataset.range(10), cluster), cluster)
-    assert ints(read_within(dataset, 10.0)) == list(range(10))
+    assert ints(read_within(dataset, 5.0)) == list(range(10))
 
 
 def test_distribute_large_graph(cluster1):

@@ -210,7 +210,7 @@ def test_sample_from_datasets(cluster3, dynamic, request):
     """testSampleFromDatasets. dynamic_sharding_test.py checks that the frequencies follow the
     order of the weights in 200 samples; distributed_epoch_test.py checks them with a
     chi-squared bound over 5000 samples for three sets of weights."""
-    if "dynamic_sharding_test" in request.node.name:
+    if request.node.callspec.params["dynamic"] == "dynamic_sharding_test":
         checks = [([0.6, 0.3, 0.1], 200)]
     else:
         random_weights = np.random.default_rng(1619).random(5)
@@ -233,8 +233,8 @@ def test_sample_from_datasets(cluster3, dynamic, request):
 @pytest.mark.parametrize("num_workers", [1, 3])
 def test_choose_from_datasets(make_cluster, dynamic, num_workers):
     """testChooseFromDatasets. convoy splits the choice dataset, so the choices are made once
-    in all: distributed_epoch_test.py's expectation. (dynamic_sharding_test.py expects one copy
-    per worker, since newer TensorFlow does not split the choice dataset.)"""
+    in all: distributed_epoch_test.py's expectation. (The newer dynamic_sharding_test.py
+    expects one copy per worker: there every worker reads the whole choice dataset.)"""
     cluster = make_cluster(num_workers)
     words = [b"foo", b"bar", b"baz"]
     choices = np.random.randint(3, size=(15,), dtype=np.int64)
