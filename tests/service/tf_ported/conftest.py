@@ -7,7 +7,8 @@ does not have yet and are not ported: static sharding (auto_shard_test), coordin
 (coordinated_read*_test), the cross-trainer cache (cross_trainer_cache*_test), LOCAL workers
 and worker tags (local_workers_test, worker_tags_test), snapshots and distributed save
 (snapshot_ft_test, distributed_save*_test), pluggable data transfer (data_transfer_test),
-and devices (gpu_test, multi_device_test).
+and devices (gpu_test, multi_device_test). metadata_test (cardinality, element specs) is
+not ported yet.
 
 TensorFlow's tests build a ``TestCluster`` per test (in-process dispatcher and workers, 100 ms
 worker heartbeats, optionally a work directory and fault tolerance) and restart or stop its
