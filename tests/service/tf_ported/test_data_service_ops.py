@@ -254,8 +254,6 @@ def test_cancellation(cluster1):
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.xfail(strict=True, reason="distribute of a pipeline that itself reads from the "
-                                       "service hangs")
 def test_double_distribute(make_cluster, read_within):
     """testDoubleDistribute: a worker's pipeline reads another job of the same service. Ten
     elements take well under a second when this works; 5 s is a hang."""

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.errors import UnimplementedError
+from convoy.errors import InvalidArgumentError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -188,8 +188,6 @@ def test_imbalanced_zip_multi_worker(cluster3, dynamic):
     assert len(list(dataset)) == 200
 
 
-@pytest.mark.xfail(strict=True, reason="under DYNAMIC, zip splits only its first input: every "
-                                       "worker reads all of the others (duplicates)")
 def test_zip_different_rates(cluster3, dynamic):
     """testZipDifferentRates: the filtered input has 10 elements, so 10 pairs in all. (A slow
     map keeps one worker from taking every split before the others start.)"""
@@ -232,19 +230,29 @@ def test_sample_from_datasets(cluster3, dynamic, request):
 
 @pytest.mark.parametrize("num_workers", [1, 3])
 def test_choose_from_datasets(make_cluster, dynamic, num_workers):
-    """testChooseFromDatasets. convoy splits the choice dataset, so the choices are made once
-    in all: distributed_epoch_test.py's expectation. (The newer dynamic_sharding_test.py
-    expects one copy per worker: there every worker reads the whole choice dataset.)"""
+    """testChooseFromDatasets. With one worker the choices come in order; with several, every
+    worker reads the whole choice dataset, as in TensorFlow's newer dynamic_sharding_test.py,
+    but convoy splits the inputs' units, so TensorFlow's one-copy-per-worker cannot hold."""
     cluster = make_cluster(num_workers)
     words = [b"foo", b"bar", b"baz"]
     choices = np.random.randint(3, size=(15,), dtype=np.int64)
-    dataset = Dataset.choose_from_datasets(
+    # TensorFlow's inputs repeat forever; convoy numbers the units of choose's inputs, so an
+    # endless input is refused at distribute, naming the op (a repeat with a count splits).
+    endless = Dataset.choose_from_datasets(
         [Dataset.from_tensors(w).repeat() for w in words], Dataset.from_tensor_slices(choices))
+    with pytest.raises(InvalidArgumentError, match="repeat` without a count inside"):
+        dynamic(endless, cluster)
+    dataset = Dataset.choose_from_datasets(
+        [Dataset.from_tensors(w).repeat(15) for w in words], Dataset.from_tensor_slices(choices))
     results = [bytes(x) for x in dynamic(dataset, cluster)]
-    expected = [words[i] for i in choices]
-    if num_workers > 1:
-        results, expected = sorted(results), sorted(expected)
-    assert results == expected
+    if num_workers == 1:
+        assert results == [words[i] for i in choices]
+        return
+    # With several workers every worker reads the whole choice dataset (as in TensorFlow)
+    # while the inputs' units are split among them: which words come depends on the split,
+    # but no input unit is read twice, so no word comes more often than its input holds.
+    counts = collections.Counter(results)
+    assert set(counts) <= set(words) and all(n <= 15 for n in counts.values()), counts
 
 
 def test_distributed_dataset(cluster1, make_cluster, dynamic):
@@ -254,7 +262,7 @@ def test_distributed_dataset(cluster1, make_cluster, dynamic):
     inner = Dataset.from_tensor_slices(numbers).apply(
         service.distribute("parallel_epochs", cluster1.target)).map(lambda x: x + 1)
     other = make_cluster(1)
-    with pytest.raises(UnimplementedError):
+    with pytest.raises(InvalidArgumentError, match="cannot split `distribute`"):
         list(dynamic(inner, other))
 
 
@@ -301,9 +309,7 @@ def test_enumerate_replicate_on_split(cluster3, name, read_within):
 
 
 @pytest.mark.parametrize("num_workers", [
-    1, pytest.param(3, marks=pytest.mark.xfail(
-        strict=True, reason="DYNAMIC over concatenate splits only the first input: every "
-                            "worker reads all of the second (duplicates)"))])
+    1, 3])
 def test_concatenate(make_cluster, num_workers):
     """testConcatenate."""
     cluster = make_cluster(num_workers)

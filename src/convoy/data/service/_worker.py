@@ -282,6 +282,11 @@ class WorkerServer(_rpc.ServerBase):
         for task in tasks:
             task.stop()
 
+    def _num_tasks(self) -> int:
+        """How many tasks run here (for tests and introspection)."""
+        with self._lock:
+            return len(self._tasks)
+
     def join(self) -> None:
         """Block until the server stops; raises the error that stopped it, if any."""
         super().join()
