@@ -18,28 +18,8 @@ import dataclasses
 import random
 from typing import Any
 
+from convoy.data.service import _dispatcher_events as ev
 from convoy.data.service._config import SUPPORTED_POLICIES, ShardingPolicy
-from convoy.data.service._dispatcher_events import (
-    ClientHeartbeat,
-    ClientRecord,
-    ClientView,
-    CollectGarbage,
-    DatasetRecord,
-    GetOrCreateIteration,
-    GetOrCreateJob,
-    GetSplits,
-    IterationRecord,
-    JobRecord,
-    RegisterDataset,
-    ReleaseClient,
-    SavedState,
-    TaskAssignment,
-    TaskFinished,
-    TaskRecord,
-    WorkerHeartbeat,
-    WorkerInstructions,
-    WorkerRecord,
-)
 from convoy.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -73,20 +53,20 @@ class DispatcherState:
         # from ``id_base - 1000``). A dispatcher that starts afresh draws a random base, so
         # ids held by clients and workers of an earlier dispatcher never name its objects
         # (they get "not found", not wrong data).
-        self.datasets: dict[str, DatasetRecord] = {}
-        self.jobs: dict[int, JobRecord] = {}
+        self.datasets: dict[str, ev.DatasetRecord] = {}
+        self.jobs: dict[int, ev.JobRecord] = {}
         self.named_jobs: dict[str, int] = {}
-        self.iterations: dict[int, IterationRecord] = {}
+        self.iterations: dict[int, ev.IterationRecord] = {}
         self.iteration_keys: dict[tuple[int, int], int] = {}  # (job id, repetition) -> id
-        self.tasks: dict[int, TaskRecord] = {}
-        self.workers: dict[str, WorkerRecord] = {}
-        self.clients: dict[int, ClientRecord] = {}
+        self.tasks: dict[int, ev.TaskRecord] = {}
+        self.workers: dict[str, ev.WorkerRecord] = {}
+        self.clients: dict[int, ev.ClientRecord] = {}
         self.next_dataset_id = 1000 + id_base - 2000  # dataset ids move with the base too
         self.next_id = id_base
         # Indexes. A task is "current" while its iteration's ``tasks`` names it; a lost
         # worker's tasks leave their iterations but stay known (finished) until the iteration
         # is forgotten.
-        self._worker_tasks: dict[str, dict[int, TaskRecord]] = {}  # address -> current tasks
+        self._worker_tasks: dict[str, dict[int, ev.TaskRecord]] = {}  # address -> current tasks
         self._iteration_tasks: dict[int, list[int]] = {}  # iteration id -> all its task ids
         self._unfinished: dict[int, int] = {}  # iteration id -> its unfinished tasks
 
@@ -101,9 +81,9 @@ class DispatcherState:
     def is_durable(self, event: Any) -> bool:
         """Whether ``event`` would change more than last-seen times (which a restart need not
         keep): heartbeats of known clients and workers do not."""
-        if isinstance(event, ClientHeartbeat):
+        if isinstance(event, ev.ClientHeartbeat):
             return False
-        if isinstance(event, WorkerHeartbeat):
+        if isinstance(event, ev.WorkerHeartbeat):
             worker = self.workers.get(event.address)
             return worker is None or worker.uid != event.uid
         return True
@@ -113,13 +93,13 @@ class DispatcherState:
         return self.next_id
 
     # ----- saving and restoring ---------------------------------------------------------------
-    def saved(self) -> SavedState:
+    def saved(self) -> ev.SavedState:
         """The records (not the indexes, which :meth:`restore` rebuilds)."""
-        return SavedState(self.next_id, self.next_dataset_id,
+        return ev.SavedState(self.next_id, self.next_dataset_id,
                           *(list(getattr(self, name).values()) for name in _RECORDS))
 
     @classmethod
-    def restore(cls, saved: SavedState) -> DispatcherState:
+    def restore(cls, saved: ev.SavedState) -> DispatcherState:
         """The state whose records are ``saved``."""
         state = cls()
         state.next_id, state.next_dataset_id = saved.next_id, saved.next_dataset_id
@@ -147,7 +127,7 @@ class DispatcherState:
         return plain
 
     # ----- datasets ---------------------------------------------------------------------------
-    def _on_RegisterDataset(self, event: RegisterDataset) -> str:
+    def _on_RegisterDataset(self, event: ev.RegisterDataset) -> str:
         if event.requested_id:
             existing = self.datasets.get(event.requested_id)
             if existing is not None:
@@ -166,19 +146,19 @@ class DispatcherState:
                 self.next_dataset_id += 1
             dataset_id = str(self.next_dataset_id)
             self.next_dataset_id += 1
-        self.datasets[dataset_id] = DatasetRecord(
+        self.datasets[dataset_id] = ev.DatasetRecord(
             dataset_id, event.fingerprint, event.payload, event.compression,
             event.element_spec, event.cardinality, event.num_split_units)
         return dataset_id
 
-    def dataset(self, dataset_id: str) -> DatasetRecord:
+    def dataset(self, dataset_id: str) -> ev.DatasetRecord:
         record = self.datasets.get(dataset_id)
         if record is None:
             raise NotFoundError(f"Dataset id {dataset_id!r} not found")
         return record
 
     # ----- jobs and iterations ----------------------------------------------------------------
-    def _on_GetOrCreateJob(self, event: GetOrCreateJob) -> int:
+    def _on_GetOrCreateJob(self, event: ev.GetOrCreateJob) -> int:
         dataset = self.dataset(event.dataset_id)
         if event.options.processing_mode not in ShardingPolicy.__members__:
             raise InvalidArgumentError(
@@ -204,13 +184,13 @@ class DispatcherState:
                 "DYNAMIC sharding needs a pipeline whose source can be split (range, "
                 "from_tensor_slices, list_files, or a file reader over a list of files)"
             )
-        job = JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options)
+        job = ev.JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options)
         self.jobs[job.job_id] = job
         if event.job_name:
             self.named_jobs[event.job_name] = job.job_id
         return job.job_id
 
-    def _on_GetOrCreateIteration(self, event: GetOrCreateIteration) -> tuple[int, int]:
+    def _on_GetOrCreateIteration(self, event: ev.GetOrCreateIteration) -> tuple[int, int]:
         job = self.jobs.get(event.job_id)
         if job is None:
             raise NotFoundError(f"Job id {event.job_id} not found{RESTART_HINT}")
@@ -219,37 +199,37 @@ class DispatcherState:
             iteration_id = self._new_id()
             units = self.datasets[job.dataset_id].num_split_units
             split_size = max(1, min(MAX_SPLIT_SIZE, units // SPLITS_PER_PASS))
-            iteration = IterationRecord(iteration_id, job.job_id, event.repetition,
+            iteration = ev.IterationRecord(iteration_id, job.job_id, event.repetition,
                                         split_size=split_size)
             self._add_iteration(iteration)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
-        client = ClientRecord(self._new_id(), iteration_id, event.now)
+        client = ev.ClientRecord(self._new_id(), iteration_id, event.now)
         self.clients[client.client_id] = client
         return iteration_id, client.client_id
 
-    def _add_iteration(self, iteration: IterationRecord) -> None:
+    def _add_iteration(self, iteration: ev.IterationRecord) -> None:
         self.iterations[iteration.iteration_id] = iteration
         self.iteration_keys[(iteration.job_id, iteration.repetition)] = iteration.iteration_id
         self._iteration_tasks[iteration.iteration_id] = []
         self._unfinished[iteration.iteration_id] = 0
 
-    def _create_task(self, iteration: IterationRecord, address: str) -> None:
-        task = TaskRecord(self._new_id(), iteration.iteration_id, address)
+    def _create_task(self, iteration: ev.IterationRecord, address: str) -> None:
+        task = ev.TaskRecord(self._new_id(), iteration.iteration_id, address)
         iteration.tasks[address] = task.task_id
         self._index_task(task)
 
-    def _index_task(self, task: TaskRecord) -> None:
+    def _index_task(self, task: ev.TaskRecord) -> None:
         self.tasks[task.task_id] = task
         self._iteration_tasks[task.iteration_id].append(task.task_id)
         if self.iterations[task.iteration_id].tasks.get(task.worker_address) == task.task_id:
             self._worker_tasks.setdefault(task.worker_address, {})[task.task_id] = task
             self._unfinished[task.iteration_id] += not task.finished
 
-    def iteration_finished(self, iteration: IterationRecord) -> bool:
+    def iteration_finished(self, iteration: ev.IterationRecord) -> bool:
         return bool(iteration.tasks) and not self._unfinished[iteration.iteration_id]
 
-    def _on_ClientHeartbeat(self, event: ClientHeartbeat) -> ClientView:
+    def _on_ClientHeartbeat(self, event: ev.ClientHeartbeat) -> ev.ClientView:
         client = self.clients.get(event.client_id)
         if client is None:
             raise NotFoundError(
@@ -259,16 +239,16 @@ class DispatcherState:
         client.last_seen = event.now
         iteration = self.iterations[client.iteration_id]
         tasks = sorted((t, a) for a, t in iteration.tasks.items() if not self.tasks[t].finished)
-        return ClientView(tasks, self.iteration_finished(iteration))
+        return ev.ClientView(tasks, self.iteration_finished(iteration))
 
-    def _on_ReleaseClient(self, event: ReleaseClient) -> None:
+    def _on_ReleaseClient(self, event: ev.ReleaseClient) -> None:
         self.clients.pop(event.client_id, None)
 
     # ----- workers ------------------------------------------------------------------------------
-    def _on_WorkerHeartbeat(self, event: WorkerHeartbeat) -> WorkerInstructions:
+    def _on_WorkerHeartbeat(self, event: ev.WorkerHeartbeat) -> ev.WorkerInstructions:
         worker = self.workers.get(event.address)
         if worker is None or worker.uid != event.uid:
-            self.workers[event.address] = WorkerRecord(event.address, event.uid, event.now)
+            self.workers[event.address] = ev.WorkerRecord(event.address, event.uid, event.now)
             self._assign_unfinished_iterations(event.address)
         else:
             worker.last_seen = event.now
@@ -282,21 +262,21 @@ class DispatcherState:
                      if t.task_id not in current and not t.finished]
         # finished tasks a worker still runs; tasks it lost when declared lost and came back
         to_delete = sorted(t for t in current if t not in assigned or assigned[t].finished)
-        return WorkerInstructions(new_tasks, to_delete)
+        return ev.WorkerInstructions(new_tasks, to_delete)
 
     def _assign_unfinished_iterations(self, address: str) -> None:
         for iteration in self.iterations.values():
             if not self.iteration_finished(iteration) and address not in iteration.tasks:
                 self._create_task(iteration, address)
 
-    def _assignment(self, task: TaskRecord) -> TaskAssignment:
+    def _assignment(self, task: ev.TaskRecord) -> ev.TaskAssignment:
         iteration = self.iterations[task.iteration_id]
         job = self.jobs[iteration.job_id]
         index = sum(address < task.worker_address for address in iteration.tasks)
-        return TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
+        return ev.TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
                               job.options.processing_mode, index, len(iteration.tasks))
 
-    def _on_TaskFinished(self, event: TaskFinished) -> None:
+    def _on_TaskFinished(self, event: ev.TaskFinished) -> None:
         task = self.tasks.get(event.task_id)
         if task is None:
             raise NotFoundError(f"Task {event.task_id} not found{RESTART_HINT}")
@@ -307,19 +287,19 @@ class DispatcherState:
             )
         self._finish(task)
 
-    def _finish(self, task: TaskRecord) -> None:
+    def _finish(self, task: ev.TaskRecord) -> None:
         if not task.finished:  # only current tasks are unfinished
             task.finished = True
             self._unfinished[task.iteration_id] -= 1
 
-    def task_definition(self, task_id: int) -> TaskAssignment:
+    def task_definition(self, task_id: int) -> ev.TaskAssignment:
         task = self.tasks.get(task_id)
         if task is None:
             raise NotFoundError(f"Task {task_id} not found{RESTART_HINT}")
         return self._assignment(task)
 
     # ----- splits -------------------------------------------------------------------------------
-    def _on_GetSplits(self, event: GetSplits) -> tuple[list[tuple[int, int]], bool]:
+    def _on_GetSplits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool]:
         iteration = self.iterations.get(event.iteration_id)
         if iteration is None:
             raise NotFoundError(f"Iteration {event.iteration_id} not found{RESTART_HINT}")
@@ -357,7 +337,7 @@ class DispatcherState:
         return tuple(address for address, worker in self.workers.items()
                      if now - max(worker.last_seen, since) > timeout)
 
-    def _on_CollectGarbage(self, event: CollectGarbage) -> list[str]:
+    def _on_CollectGarbage(self, event: ev.CollectGarbage) -> list[str]:
         """Returns the addresses of workers declared lost."""
         silent = (event.clients if event.clients is not None
                   else self.silent_clients(event.now, event.client_timeout))
@@ -387,7 +367,7 @@ class DispatcherState:
                 self._unindex_current(task)
                 self._finish(task)
 
-    def _unindex_current(self, task: TaskRecord) -> None:
+    def _unindex_current(self, task: ev.TaskRecord) -> None:
         tasks = self._worker_tasks[task.worker_address]
         del tasks[task.task_id]
         if not tasks:
@@ -406,7 +386,7 @@ class DispatcherState:
             if now - iteration.idle_since >= timeout:
                 self._forget(iteration)
 
-    def _forget(self, iteration: IterationRecord) -> None:
+    def _forget(self, iteration: ev.IterationRecord) -> None:
         """Drop ``iteration`` and its tasks; costs what it drops, not what is held."""
         del self.iterations[iteration.iteration_id]
         del self.iteration_keys[(iteration.job_id, iteration.repetition)]
