@@ -67,7 +67,7 @@ class DispatcherState:
         # worker's tasks leave their iterations but stay known (finished) until the iteration
         # is forgotten.
         self._worker_tasks: dict[str, dict[int, ev.TaskRecord]] = {}  # address -> current tasks
-        self._iteration_tasks: dict[int, list[int]] = {}  # iteration id -> all its task ids
+        self._lost_tasks: dict[int, list[int]] = {}  # iteration id -> tasks of lost workers
         self._unfinished: dict[int, int] = {}  # iteration id -> its unfinished tasks
 
     def apply(self, event: Any) -> Any:
@@ -122,7 +122,7 @@ class DispatcherState:
         plain.update(named_jobs=dict(self.named_jobs), iteration_keys=dict(self.iteration_keys),
                      next_dataset_id=self.next_dataset_id, next_id=self.next_id,
                      worker_tasks={a: sorted(t) for a, t in self._worker_tasks.items()},
-                     iteration_tasks={i: sorted(t) for i, t in self._iteration_tasks.items()},
+                     lost_tasks={i: sorted(t) for i, t in self._lost_tasks.items()},
                      unfinished=dict(self._unfinished))
         return plain
 
@@ -211,7 +211,6 @@ class DispatcherState:
     def _add_iteration(self, iteration: ev.IterationRecord) -> None:
         self.iterations[iteration.iteration_id] = iteration
         self.iteration_keys[(iteration.job_id, iteration.repetition)] = iteration.iteration_id
-        self._iteration_tasks[iteration.iteration_id] = []
         self._unfinished[iteration.iteration_id] = 0
 
     def _create_task(self, iteration: ev.IterationRecord, address: str) -> None:
@@ -221,10 +220,11 @@ class DispatcherState:
 
     def _index_task(self, task: ev.TaskRecord) -> None:
         self.tasks[task.task_id] = task
-        self._iteration_tasks[task.iteration_id].append(task.task_id)
         if self.iterations[task.iteration_id].tasks.get(task.worker_address) == task.task_id:
             self._worker_tasks.setdefault(task.worker_address, {})[task.task_id] = task
             self._unfinished[task.iteration_id] += not task.finished
+        else:
+            self._lost_tasks.setdefault(task.iteration_id, []).append(task.task_id)
 
     def iteration_finished(self, iteration: ev.IterationRecord) -> bool:
         return bool(iteration.tasks) and not self._unfinished[iteration.iteration_id]
@@ -364,14 +364,15 @@ class DispatcherState:
         for task in tasks:
             if task.iteration_id in running:
                 del self.iterations[task.iteration_id].tasks[task.worker_address]
-                self._unindex_current(task)
+                self._unassign(task.worker_address, task.task_id)
+                self._lost_tasks.setdefault(task.iteration_id, []).append(task.task_id)
                 self._finish(task)
 
-    def _unindex_current(self, task: ev.TaskRecord) -> None:
-        tasks = self._worker_tasks[task.worker_address]
-        del tasks[task.task_id]
-        if not tasks:
-            del self._worker_tasks[task.worker_address]
+    def _unassign(self, address: str, task_id: int) -> None:
+        held = self._worker_tasks[address]
+        del held[task_id]
+        if not held:
+            del self._worker_tasks[address]
 
     def _forget_idle_iterations(self, now: float, timeout: float) -> None:
         """Drop iterations that have had no client for ``timeout`` (workers then get their
@@ -390,8 +391,9 @@ class DispatcherState:
         """Drop ``iteration`` and its tasks; costs what it drops, not what is held."""
         del self.iterations[iteration.iteration_id]
         del self.iteration_keys[(iteration.job_id, iteration.repetition)]
-        for task_id in iteration.tasks.values():
-            self._unindex_current(self.tasks[task_id])
-        for task_id in self._iteration_tasks.pop(iteration.iteration_id):
+        for address, task_id in iteration.tasks.items():
+            self._unassign(address, task_id)
+            del self.tasks[task_id]
+        for task_id in self._lost_tasks.pop(iteration.iteration_id, ()):
             del self.tasks[task_id]
         del self._unfinished[iteration.iteration_id]
