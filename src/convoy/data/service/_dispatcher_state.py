@@ -96,7 +96,7 @@ class DispatcherState:
     def saved(self) -> ev.SavedState:
         """The records (not the indexes, which :meth:`restore` rebuilds)."""
         return ev.SavedState(self.next_id, self.next_dataset_id,
-                          *(list(getattr(self, name).values()) for name in _RECORDS))
+                             *(list(getattr(self, name).values()) for name in _RECORDS))
 
     @classmethod
     def restore(cls, saved: ev.SavedState) -> DispatcherState:
@@ -200,7 +200,7 @@ class DispatcherState:
             units = self.datasets[job.dataset_id].num_split_units
             split_size = max(1, min(MAX_SPLIT_SIZE, units // SPLITS_PER_PASS))
             iteration = ev.IterationRecord(iteration_id, job.job_id, event.repetition,
-                                        split_size=split_size)
+                                           split_size=split_size)
             self._add_iteration(iteration)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
@@ -274,7 +274,7 @@ class DispatcherState:
         job = self.jobs[iteration.job_id]
         index = sum(address < task.worker_address for address in iteration.tasks)
         return ev.TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
-                              job.options.processing_mode, index, len(iteration.tasks))
+                                 job.options.processing_mode, index, len(iteration.tasks))
 
     def _on_TaskFinished(self, event: ev.TaskFinished) -> None:
         task = self.tasks.get(event.task_id)
