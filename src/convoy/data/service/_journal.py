@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -204,7 +204,8 @@ class Journal:
             raise self._lost(name, 0, f"expected one record, found {len(records)}")
         return records[0][0]
 
-    def _decode(self, name: str, offset: int, decode: Any, record: bytes) -> Any:
+    def _decode(self, name: str, offset: int, decode: Callable[[bytes], Any],
+                record: bytes) -> Any:
         try:
             return decode(record)
         except ValueError as error:
