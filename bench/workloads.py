@@ -257,7 +257,7 @@ def dispatcher_grpc_info(seconds: float = 3.0) -> float:
 
 
 def _calls_per_second(client: Any, method: str, requests: list[Any], seconds: float,
-                      in_flight: int = 16) -> float:
+                      in_flight: int = 8) -> float:
     """How many calls of ``method`` complete per second with ``in_flight`` outstanding."""
     pending: list[Any] = []
     done = 0
