@@ -50,9 +50,8 @@ class DispatcherState:
 
     def __init__(self, id_base: int = 2000) -> None:
         # Ids of jobs, iterations, clients and tasks count up from ``id_base`` (dataset ids
-        # from ``id_base - 1000``). A dispatcher that starts afresh draws a random base, so
-        # ids held by clients and workers of an earlier dispatcher never name its objects
-        # (they get "not found", not wrong data).
+        # from ``id_base - 1000``). A dispatcher started afresh draws a random base, so ids
+        # held by those of an earlier one never name its objects ("not found", not wrong data).
         self.datasets: dict[str, ev.DatasetRecord] = {}
         self.jobs: dict[int, ev.JobRecord] = {}
         self.named_jobs: dict[str, int] = {}
@@ -63,9 +62,8 @@ class DispatcherState:
         self.clients: dict[int, ev.ClientRecord] = {}
         self.next_dataset_id = 1000 + id_base - 2000  # dataset ids move with the base too
         self.next_id = id_base
-        # Indexes. A task is "current" while its iteration's ``tasks`` names it; a lost
-        # worker's tasks leave their iterations but stay known (finished) until the iteration
-        # is forgotten.
+        # Indexes: a task is "current" while its iteration's ``tasks`` names it; a lost worker's
+        # leave their iterations but stay known (finished) until the iteration is forgotten.
         self._worker_tasks: dict[str, dict[int, ev.TaskRecord]] = {}  # address -> current tasks
         self._lost_tasks: dict[int, list[int]] = {}  # iteration id -> tasks of lost workers
         self._unfinished: dict[int, int] = {}  # iteration id -> its unfinished tasks
@@ -354,10 +352,9 @@ class DispatcherState:
         return lost
 
     def _release_tasks_of(self, lost: list[str]) -> None:
-        """A lost worker's tasks are over and leave their unfinished iterations, which can then
-        end without them (under DYNAMIC the other workers read on the splits it never asked
-        for; the ones it held are lost). Should it come back, it gets a new task in each
-        unfinished iteration, like a new worker. Finished iterations are left alone."""
+        """A lost worker's tasks are over: they leave their unfinished iterations, which can
+        end without them (under DYNAMIC others read on the splits it never asked for; those it
+        held are lost). Back again, it is a new worker. Finished iterations are left alone."""
         tasks = [task for address in lost for task in self._worker_tasks.get(address, {}).values()]
         running = {task.iteration_id for task in tasks
                    if not self.iteration_finished(self.iterations[task.iteration_id])}
@@ -391,9 +388,12 @@ class DispatcherState:
         """Drop ``iteration`` and its tasks; costs what it drops, not what is held."""
         del self.iterations[iteration.iteration_id]
         del self.iteration_keys[(iteration.job_id, iteration.repetition)]
-        for address, task_id in iteration.tasks.items():
-            self._unassign(address, task_id)
-            del self.tasks[task_id]
+        tasks, worker_tasks = self.tasks, self._worker_tasks
+        for address, task_id in iteration.tasks.items():  # _unassign, inlined: the hot loop
+            held = worker_tasks[address]
+            del held[task_id], tasks[task_id]
+            if not held:
+                del worker_tasks[address]
         for task_id in self._lost_tasks.pop(iteration.iteration_id, ()):
             del self.tasks[task_id]
         del self._unfinished[iteration.iteration_id]
