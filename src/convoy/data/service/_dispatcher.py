@@ -213,6 +213,10 @@ class DispatchServer(_rpc.ServerBase):
         self._stopped.set()
         self._handlers.close()
 
+    def _num_workers(self) -> int:
+        with self._handlers.lock:
+            return len(self._handlers.state.workers)
+
     def __del__(self) -> None:
         try:
             self.stop()
