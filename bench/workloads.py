@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import cloudpickle
 import numpy as np
@@ -132,6 +133,147 @@ def two_workers() -> float:
     return rate
 
 
+# ----- the dispatcher as history grows --------------------------------------------------------
+#: 1,000 workers have read 1,000 iterations; the last 10 still have readers.
+_SCALE_WORKERS, _SCALE_ITERATIONS, _SCALE_LIVE = 1000, 1000, 10
+_collected: dict[str, object] = {}  # the state after dispatcher_scale_gc, for the heartbeats
+# The state machine runs on one thread: its workloads count CPU time, which on a shared machine
+# measures the code rather than the neighbours.
+
+
+def _scaled_state() -> object:
+    """The dispatcher's state machine after that history (no network, no journal)."""
+    from convoy.data.service import _dispatcher_events as ev
+    from convoy.data.service._dispatcher_state import DispatcherState
+
+    state = DispatcherState()
+    dataset = state.apply(ev.RegisterDataset("fp", b"pipeline", "", b"", 10, 10))
+    for w in range(_SCALE_WORKERS):
+        state.apply(ev.WorkerHeartbeat(f"worker-{w}:5000", "uid", (), 0.0))
+    job = state.apply(ev.GetOrCreateJob(dataset, "train", ev.JobOptions("OFF")))
+    iterations = [state.apply(ev.GetOrCreateIteration(job, epoch, 0.0))
+                  for epoch in range(_SCALE_ITERATIONS)]
+    for iteration_id, client_id in iterations[:-_SCALE_LIVE]:
+        for address, task_id in list(state.iterations[iteration_id].tasks.items()):
+            state.apply(ev.TaskFinished(address, task_id))
+        state.apply(ev.ReleaseClient(client_id))
+    return state
+
+
+def dispatcher_scale_gc() -> float:
+    """CPU milliseconds to forget the 990 finished iterations (their 990,000 tasks); target
+    below 1,000."""
+    from convoy.data.service import _dispatcher_events as ev
+
+    state = _scaled_state()
+    started = time.process_time()
+    for now in (1.0, 20.0):  # first seen idle, then idle for longer than the timeout
+        state.apply(ev.CollectGarbage(now, 1e9, 1e9, (), (), iteration_timeout=10.0))
+    elapsed = time.process_time() - started
+    if len(state.iterations) != _SCALE_LIVE:  # type: ignore[attr-defined]
+        raise AssertionError("dispatcher_scale_gc: the finished iterations were not forgotten")
+    _collected["state"] = state
+    return elapsed * 1e3
+
+
+def dispatcher_scale_heartbeat(heartbeats: int = 20_000) -> float:
+    """CPU microseconds per worker heartbeat, each worker reporting its 10 live tasks, after
+    dispatcher_scale_gc; target below 50."""
+    from convoy.data.service import _dispatcher_events as ev
+
+    if "state" not in _collected:
+        dispatcher_scale_gc()
+    state: Any = _collected["state"]
+    current = {address: tuple(iteration.tasks[address] for iteration in state.iterations.values())
+               for address in state.workers}
+    events = [ev.WorkerHeartbeat(address, "uid", tasks, 30.0) for address, tasks in current.items()]
+    started = time.process_time()
+    for i in range(heartbeats):
+        orders = state.apply(events[i % len(events)])
+    elapsed = time.process_time() - started
+    if orders.new_tasks or orders.tasks_to_delete:
+        raise AssertionError("dispatcher_scale_heartbeat: a steady heartbeat changed tasks")
+    return elapsed / heartbeats * 1e6
+
+
+def _journaled_dispatcher(measure: Callable[[Any], float]) -> float:
+    """``measure(client)`` for a client of a dispatcher process journaling in a temporary
+    work_dir (fault_tolerant_mode)."""
+    import tempfile
+
+    from convoy import _rpc
+    from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
+    from convoy.testing import ServerProcess
+
+    with tempfile.TemporaryDirectory() as work_dir:
+        server = ServerProcess("dispatcher", ["--port", "0", "--work-dir", work_dir,
+                                              "--fault-tolerant"]).start()
+        client = _rpc.Client(server.address, DISPATCHER, DISPATCHER_METHODS)
+        try:
+            return measure(client)
+        finally:
+            client.close()
+            server.kill()
+
+
+def dispatcher_grpc_heartbeats(workers: int = 100, live: int = 10,
+                               seconds: float = 3.0) -> float:
+    """Worker heartbeats per second a dispatcher process answers over gRPC with its journal
+    on, each of ``workers`` reporting its ``live`` tasks; target at least 2,000 (compare
+    dispatcher_grpc_info: the same calls can go no faster than a tiny one)."""
+    from convoy.data.service import service_pb2 as pb
+
+    def measure(client: Any) -> float:
+        dataset = client.call("RegisterDataset", pb.RegisterDatasetRequest(
+            dataset=b"pipeline", fingerprint="fp", cardinality=10,
+            num_split_units=10)).dataset_id
+        job = client.call("GetOrCreateJob", pb.GetOrCreateJobRequest(
+            dataset_id=dataset, options=pb.JobOptions(processing_mode="OFF"))).job_id
+        for epoch in range(live):
+            client.call("GetOrCreateIteration",
+                        pb.GetOrCreateIterationRequest(job_id=job, repetition=epoch))
+        requests = []
+        for w in range(workers):  # each registers (journaled) and is given its tasks
+            request = pb.WorkerHeartbeatRequest(worker_address=f"worker-{w}:5000",
+                                                worker_uid="uid")
+            tasks = client.call("WorkerHeartbeat", request).new_tasks
+            request.current_tasks.extend(t.task_id for t in tasks)
+            requests.append(request)
+        return _calls_per_second(client, "WorkerHeartbeat", requests, seconds)
+
+    return _journaled_dispatcher(measure)
+
+
+def dispatcher_grpc_info(seconds: float = 3.0) -> float:
+    """Tiny read-only calls (GetDatasetInfo) per second, the ceiling for any unary call to a
+    dispatcher process."""
+    from convoy.data.service import service_pb2 as pb
+
+    def measure(client: Any) -> float:
+        dataset = client.call("RegisterDataset", pb.RegisterDatasetRequest(
+            dataset=b"pipeline", fingerprint="fp")).dataset_id
+        request = pb.GetDatasetInfoRequest(dataset_id=dataset)
+        return _calls_per_second(client, "GetDatasetInfo", [request], seconds)
+
+    return _journaled_dispatcher(measure)
+
+
+def _calls_per_second(client: Any, method: str, requests: list[Any], seconds: float,
+                      in_flight: int = 8) -> float:
+    """How many calls of ``method`` complete per second with ``in_flight`` outstanding."""
+    pending: list[Any] = []
+    done = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        while len(pending) < in_flight:
+            pending.append(client.future(method, requests[(done + len(pending)) % len(requests)]))
+        pending.pop(0).result()
+        done += 1
+    for future in pending:
+        future.result()
+    return (done + len(pending)) / (time.perf_counter() - started)
+
+
 # ----- parameter-server training: chief here, 2 ps + 2 workers as processes --------------------
 def _embedding_step(iterator, table, weights, bias, optimizer):  # runs on a worker
     import torch
@@ -192,4 +334,8 @@ ALL = [
     Workload("dynamic_batch256", "batches/s", dynamic_batch256),
     Workload("two_workers", "batches/s", two_workers),
     Workload("ps_embedding", "steps/s", ps_embedding),
+    Workload("dispatcher_scale_gc", "CPU ms", dispatcher_scale_gc),
+    Workload("dispatcher_scale_hb", "CPU us/beat", dispatcher_scale_heartbeat),
+    Workload("dispatcher_grpc_hb", "heartbeats/s", dispatcher_grpc_heartbeats),
+    Workload("dispatcher_grpc_info", "calls/s", dispatcher_grpc_info),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+from convoy.data.service import _dispatcher_events as ev
 from convoy.data.service import _dispatcher_state as st
 from convoy.errors import (
     ConvoyError,
@@ -23,31 +25,31 @@ from convoy.errors import (
 
 def register(state: st.DispatcherState, fingerprint: str = "fp", units: int = 100,
              requested: str = "") -> str:
-    return state.apply(st.RegisterDataset(fingerprint, b"payload:" + fingerprint.encode(),
+    return state.apply(ev.RegisterDataset(fingerprint, b"payload:" + fingerprint.encode(),
                                           "AUTO", b"", 100, units, requested))
 
 
 def job(state: st.DispatcherState, dataset_id: str, name: str = "", mode: str = "DYNAMIC",
         **options: Any) -> int:
-    return state.apply(st.GetOrCreateJob(dataset_id, name, st.JobOptions(mode, **options)))
+    return state.apply(ev.GetOrCreateJob(dataset_id, name, ev.JobOptions(mode, **options)))
 
 
 def iteration(state: st.DispatcherState, job_id: int, repetition: int = 0,
               now: float = 0.0) -> tuple[int, int]:
-    return state.apply(st.GetOrCreateIteration(job_id, repetition, now))
+    return state.apply(ev.GetOrCreateIteration(job_id, repetition, now))
 
 
 def heartbeat(state: st.DispatcherState, address: str, uid: str | None = None,
-              current: tuple[int, ...] = (), now: float = 0.0) -> st.WorkerInstructions:
-    return state.apply(st.WorkerHeartbeat(address, uid or f"uid-{address}", current, now))
+              current: tuple[int, ...] = (), now: float = 0.0) -> ev.WorkerInstructions:
+    return state.apply(ev.WorkerHeartbeat(address, uid or f"uid-{address}", current, now))
 
 
 def splits(state: st.DispatcherState, iteration_id: int, repetition: int = 0,
            max_splits: int = 1) -> tuple[list[tuple[int, int]], bool]:
-    return state.apply(st.GetSplits(iteration_id, repetition, max_splits))
+    return state.apply(ev.GetSplits(iteration_id, repetition, max_splits))
 
 
-def new_task_ids(instructions: st.WorkerInstructions) -> list[int]:
+def new_task_ids(instructions: ev.WorkerInstructions) -> list[int]:
     return sorted(t.task_id for t in instructions.new_tasks)
 
 
@@ -86,7 +88,7 @@ def test_requested_dataset_id_is_honoured(state: st.DispatcherState) -> None:
 
 def test_requested_id_with_another_fingerprint_is_refused(state: st.DispatcherState) -> None:
     register(state, "a", requested="shared")
-    event = st.RegisterDataset("b", b"other", "AUTO", b"", 1, 1, "shared")
+    event = ev.RegisterDataset("b", b"other", "AUTO", b"", 1, 1, "shared")
     assert_unchanged(state, event, InvalidArgumentError, "same ID should have the same structure")
     assert state.dataset("shared").fingerprint == "a"
 
@@ -102,7 +104,7 @@ def test_generated_ids_skip_requested_ones(state: st.DispatcherState) -> None:
 def test_unknown_dataset_is_not_found(state: st.DispatcherState) -> None:
     with pytest.raises(NotFoundError, match="Dataset id 'nope' not found"):
         state.dataset("nope")
-    event = st.GetOrCreateJob("nope", "", st.JobOptions("OFF"))
+    event = ev.GetOrCreateJob("nope", "", ev.JobOptions("OFF"))
     assert_unchanged(state, event, NotFoundError, "'nope' not found")
 
 
@@ -135,11 +137,11 @@ def test_named_job_with_other_options_is_refused(state: st.DispatcherState,
                                                  expected: tuple[str, str]) -> None:
     dataset_id = register(state)
     job(state, dataset_id, "train", **existing)
-    options = st.JobOptions(other.pop("mode", "DYNAMIC"), **other)
+    options = ev.JobOptions(other.pop("mode", "DYNAMIC"), **other)
     before = state.snapshot()
     with pytest.raises(InvalidArgumentError,
                        match="but found an existing job with different parameters") as error:
-        state.apply(st.GetOrCreateJob(dataset_id, "train", options))
+        state.apply(ev.GetOrCreateJob(dataset_id, "train", options))
     message = str(error.value)
     assert "'train'" in message
     existing_part, got_part = message.split("got ")
@@ -150,16 +152,16 @@ def test_named_job_with_other_options_is_refused(state: st.DispatcherState,
 def test_unsupported_and_unsplittable_jobs_are_refused(state: st.DispatcherState) -> None:
     splittable = register(state, "a", units=10)
     unsplittable = register(state, "b", units=-1)
-    assert_unchanged(state, st.GetOrCreateJob(splittable, "", st.JobOptions("FILE")),
+    assert_unchanged(state, ev.GetOrCreateJob(splittable, "", ev.JobOptions("FILE")),
                      UnimplementedError, "FILE is not available")
-    assert_unchanged(state, st.GetOrCreateJob(unsplittable, "", st.JobOptions("DYNAMIC")),
+    assert_unchanged(state, ev.GetOrCreateJob(unsplittable, "", ev.JobOptions("DYNAMIC")),
                      UnimplementedError, "DYNAMIC sharding needs")
     assert job(state, unsplittable, mode="OFF") in state.jobs
 
 
 def test_unknown_processing_mode_is_invalid_argument(state: st.DispatcherState) -> None:
     dataset_id = register(state)
-    assert_unchanged(state, st.GetOrCreateJob(dataset_id, "", st.JobOptions("BOGUS")),
+    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", ev.JobOptions("BOGUS")),
                      InvalidArgumentError, "'BOGUS'")
 
 
@@ -181,7 +183,7 @@ def test_iterations_are_keyed_by_job_and_repetition(state: st.DispatcherState) -
     assert iteration(state, other_job, 0)[0] not in (first, second)
     assert state.iteration_keys[(job_id, 0)] == first
     assert state.iteration_keys[(job_id, 1)] == second
-    assert_unchanged(state, st.GetOrCreateIteration(9999, 0, 0.0), NotFoundError,
+    assert_unchanged(state, ev.GetOrCreateIteration(9999, 0, 0.0), NotFoundError,
                      "Job id 9999 not found")
 
 
@@ -191,7 +193,7 @@ def test_tasks_are_created_for_registered_workers(state: st.DispatcherState) -> 
     iteration_id, client_id = iteration(state, job(state, register(state)))
     tasks = state.iterations[iteration_id].tasks
     assert sorted(tasks) == ["w1:1", "w2:2"]
-    view = state.apply(st.ClientHeartbeat(client_id, 1.0))
+    view = state.apply(ev.ClientHeartbeat(client_id, 1.0))
     assert view.tasks == sorted((t, a) for a, t in tasks.items())
     assert not view.iteration_finished
     orders = heartbeat(state, "w1:1")
@@ -210,7 +212,7 @@ def test_a_late_worker_joins_unfinished_iterations(state: st.DispatcherState) ->
     dataset_id = register(state)
     finished_iteration, _ = iteration(state, job(state, dataset_id, mode="OFF"))
     (done,) = state.iterations[finished_iteration].tasks.values()
-    state.apply(st.TaskFinished("w1:1", done))
+    state.apply(ev.TaskFinished("w1:1", done))
     running, _ = iteration(state, job(state, dataset_id))
     orders = heartbeat(state, "w2:2")
     late_task = state.iterations[running].tasks["w2:2"]
@@ -223,7 +225,7 @@ def test_an_iteration_created_before_any_worker_gets_tasks_later(
         state: st.DispatcherState) -> None:
     iteration_id, client_id = iteration(state, job(state, register(state)))
     assert state.iterations[iteration_id].tasks == {}
-    assert state.apply(st.ClientHeartbeat(client_id, 0.0)) == st.ClientView([], False)
+    assert state.apply(ev.ClientHeartbeat(client_id, 0.0)) == ev.ClientView([], False)
     orders = heartbeat(state, "w1:1")
     assert new_task_ids(orders) == [state.iterations[iteration_id].tasks["w1:1"]]
 
@@ -237,7 +239,7 @@ def test_a_restarted_worker_gets_its_unfinished_tasks_again(state: st.Dispatcher
     mine = state.iterations[running].tasks["w1:1"]
     finished = state.iterations[done].tasks["w1:1"]
     assert new_task_ids(heartbeat(state, "w1:1", uid="old")) == sorted([mine, finished])
-    state.apply(st.TaskFinished("w1:1", finished))  # finished; its iteration still runs
+    state.apply(ev.TaskFinished("w1:1", finished))  # finished; its iteration still runs
     assert heartbeat(state, "w1:1", uid="old", current=(mine,)).new_tasks == []
     # a new process at the same address: the old one's unfinished task is handed out again
     orders = heartbeat(state, "w1:1", uid="new")
@@ -247,7 +249,7 @@ def test_a_restarted_worker_gets_its_unfinished_tasks_again(state: st.Dispatcher
     # but a finished task stays finished: its elements were all handed out and its readers
     # have stopped reading it (run again, nobody would read it and its iteration never ended)
     assert state.tasks[finished].finished
-    view = state.apply(st.ClientHeartbeat(client_id, 1.0))
+    view = state.apply(ev.ClientHeartbeat(client_id, 1.0))
     assert view.tasks == [(state.iterations[done].tasks["w2:2"], "w2:2")]
     assert not view.iteration_finished
 
@@ -257,7 +259,7 @@ def test_a_restarted_worker_does_not_rerun_finished_iterations(
     heartbeat(state, "w1:1", uid="old")
     iteration_id, _ = iteration(state, job(state, register(state)))
     (task_id,) = state.iterations[iteration_id].tasks.values()
-    state.apply(st.TaskFinished("w1:1", task_id))
+    state.apply(ev.TaskFinished("w1:1", task_id))
     assert heartbeat(state, "w1:1", uid="new").new_tasks == []
     assert state.tasks[task_id].finished
 
@@ -277,14 +279,14 @@ def test_task_finished_and_iteration_finished(state: st.DispatcherState) -> None
     heartbeat(state, "w2:2")
     iteration_id, client_id = iteration(state, job(state, register(state), mode="OFF"))
     tasks = state.iterations[iteration_id].tasks
-    assert_unchanged(state, st.TaskFinished("w1:1", 424242), NotFoundError, "Task 424242")
-    assert_unchanged(state, st.TaskFinished("w1:1", tasks["w2:2"]), FailedPreconditionError,
+    assert_unchanged(state, ev.TaskFinished("w1:1", 424242), NotFoundError, "Task 424242")
+    assert_unchanged(state, ev.TaskFinished("w1:1", tasks["w2:2"]), FailedPreconditionError,
                      "belongs to worker w2:2, not w1:1")
-    state.apply(st.TaskFinished("w1:1", tasks["w1:1"]))
-    assert not state.apply(st.ClientHeartbeat(client_id, 1.0)).iteration_finished
-    state.apply(st.TaskFinished("w2:2", tasks["w2:2"]))
-    state.apply(st.TaskFinished("w2:2", tasks["w2:2"]))  # idempotent
-    assert state.apply(st.ClientHeartbeat(client_id, 2.0)).iteration_finished
+    state.apply(ev.TaskFinished("w1:1", tasks["w1:1"]))
+    assert not state.apply(ev.ClientHeartbeat(client_id, 1.0)).iteration_finished
+    state.apply(ev.TaskFinished("w2:2", tasks["w2:2"]))
+    state.apply(ev.TaskFinished("w2:2", tasks["w2:2"]))  # idempotent
+    assert state.apply(ev.ClientHeartbeat(client_id, 2.0)).iteration_finished
     assert state.iteration_finished(state.iterations[iteration_id])
     # finished tasks are neither re-sent nor deleted
     orders = heartbeat(state, "w1:1")
@@ -293,11 +295,11 @@ def test_task_finished_and_iteration_finished(state: st.DispatcherState) -> None
 
 def test_clients_heartbeat_and_release(state: st.DispatcherState) -> None:
     _, client_id = iteration(state, job(state, register(state)))
-    state.apply(st.ClientHeartbeat(client_id, 5.0))
+    state.apply(ev.ClientHeartbeat(client_id, 5.0))
     assert state.clients[client_id].last_seen == 5.0
-    state.apply(st.ReleaseClient(client_id))
-    state.apply(st.ReleaseClient(client_id))  # releasing twice is harmless
-    assert_unchanged(state, st.ClientHeartbeat(client_id, 6.0), NotFoundError,
+    state.apply(ev.ReleaseClient(client_id))
+    state.apply(ev.ReleaseClient(client_id))  # releasing twice is harmless
+    assert_unchanged(state, ev.ClientHeartbeat(client_id, 6.0), NotFoundError,
                      f"Unknown iteration client id {client_id}")
 
 
@@ -367,9 +369,9 @@ def test_few_remaining_splits_are_shared_fairly(state: st.DispatcherState) -> No
 
 def test_splits_of_an_off_job_are_refused(state: st.DispatcherState) -> None:
     iteration_id, _ = iteration(state, job(state, register(state), mode="OFF"))
-    assert_unchanged(state, st.GetSplits(iteration_id, 0, 1), FailedPreconditionError,
+    assert_unchanged(state, ev.GetSplits(iteration_id, 0, 1), FailedPreconditionError,
                      "uses OFF, not DYNAMIC")
-    assert_unchanged(state, st.GetSplits(31337, 0, 1), NotFoundError, "Iteration 31337")
+    assert_unchanged(state, ev.GetSplits(31337, 0, 1), NotFoundError, "Iteration 31337")
 
 
 # ----- garbage collection ------------------------------------------------------------------------
@@ -381,15 +383,15 @@ def test_collect_garbage_drops_silent_clients_and_workers(state: st.DispatcherSt
     job_id = job(state, register(state))
     _, silent = iteration(state, job_id, now=0.0)
     _, alive = iteration(state, job_id, now=0.0)
-    state.apply(st.ClientHeartbeat(alive, 90.0))
+    state.apply(ev.ClientHeartbeat(alive, 90.0))
     heartbeat(state, "busy:2", now=90.0)
-    lost = state.apply(st.CollectGarbage(now=100.0, client_timeout=50.0, worker_timeout=30.0))
+    lost = state.apply(ev.CollectGarbage(now=100.0, client_timeout=50.0, worker_timeout=30.0))
     assert lost == ["quiet:1"]
     assert set(state.workers) == {"busy:2"}
     assert set(state.clients) == {alive}
-    assert_unchanged(state, st.ClientHeartbeat(silent, 101.0), NotFoundError, "Unknown")
+    assert_unchanged(state, ev.ClientHeartbeat(silent, 101.0), NotFoundError, "Unknown")
     # nothing else is silent yet
-    assert state.apply(st.CollectGarbage(now=101.0, client_timeout=50.0,
+    assert state.apply(ev.CollectGarbage(now=101.0, client_timeout=50.0,
                                          worker_timeout=30.0)) == []
 
 
@@ -400,19 +402,19 @@ def test_a_lost_worker_leaves_its_unfinished_iterations(state: st.DispatcherStat
     dataset_id = register(state, units=10)
     done, _ = iteration(state, job(state, dataset_id, mode="OFF"), now=0.0)
     for address, task_id in state.iterations[done].tasks.items():
-        state.apply(st.TaskFinished(address, task_id))
+        state.apply(ev.TaskFinished(address, task_id))
     running, client_id = iteration(state, job(state, dataset_id), now=0.0)
     gone = state.iterations[running].tasks["gone:1"]
     busy = state.iterations[running].tasks["busy:2"]
     heartbeat(state, "busy:2", current=(busy,), now=90.0)
-    assert state.apply(st.CollectGarbage(100.0, 500.0, 30.0)) == ["gone:1"]
+    assert state.apply(ev.CollectGarbage(100.0, 500.0, 30.0)) == ["gone:1"]
     assert state.tasks[gone].finished
     assert state.iterations[running].tasks == {"busy:2": busy}
     assert len(state.iterations[done].tasks) == 2  # finished iterations are left alone
-    view = state.apply(st.ClientHeartbeat(client_id, 100.0))
-    assert view == st.ClientView([(busy, "busy:2")], False)
-    state.apply(st.TaskFinished("busy:2", busy))
-    assert state.apply(st.ClientHeartbeat(client_id, 101.0)) == st.ClientView([], True)
+    view = state.apply(ev.ClientHeartbeat(client_id, 100.0))
+    assert view == ev.ClientView([(busy, "busy:2")], False)
+    state.apply(ev.TaskFinished("busy:2", busy))
+    assert state.apply(ev.ClientHeartbeat(client_id, 101.0)) == ev.ClientView([], True)
 
 
 def test_a_lost_worker_that_comes_back_is_a_new_worker(state: st.DispatcherState) -> None:
@@ -421,21 +423,21 @@ def test_a_lost_worker_that_comes_back_is_a_new_worker(state: st.DispatcherState
     running, _ = iteration(state, job(state, register(state, units=10)), now=0.0)
     old = state.iterations[running].tasks["w1:1"]
     heartbeat(state, "w2:2", now=90.0)
-    assert state.apply(st.CollectGarbage(100.0, 500.0, 30.0)) == ["w1:1"]
+    assert state.apply(ev.CollectGarbage(100.0, 500.0, 30.0)) == ["w1:1"]
     # the same process comes back: its old task is deleted, a new one takes its place
     orders = heartbeat(state, "w1:1", uid="u", current=(old,), now=101.0)
     new = state.iterations[running].tasks["w1:1"]
     assert new != old and new_task_ids(orders) == [new]
     assert orders.tasks_to_delete == [old]
-    state.apply(st.TaskFinished("w1:1", old))  # a late report of the old task is harmless
+    state.apply(ev.TaskFinished("w1:1", old))  # a late report of the old task is harmless
 
 
 def test_an_iteration_whose_workers_are_all_lost_waits_for_new_ones(
         state: st.DispatcherState) -> None:
     heartbeat(state, "w1:1", now=0.0)
     running, client_id = iteration(state, job(state, register(state, units=10)), now=0.0)
-    assert state.apply(st.CollectGarbage(100.0, 500.0, 30.0)) == ["w1:1"]
-    assert state.apply(st.ClientHeartbeat(client_id, 100.0)) == st.ClientView([], False)
+    assert state.apply(ev.CollectGarbage(100.0, 500.0, 30.0)) == ["w1:1"]
+    assert state.apply(ev.ClientHeartbeat(client_id, 100.0)) == ev.ClientView([], False)
     orders = heartbeat(state, "w2:2", now=101.0)
     assert new_task_ids(orders) == [state.iterations[running].tasks["w2:2"]]
 
@@ -452,7 +454,7 @@ def test_collect_garbage_can_name_whom_it_forgets(state: st.DispatcherState) -> 
     assert state.silent_clients(100.0, 50.0, since=60.0) == ()
     assert state.silent_workers(100.0, 50.0) == ("w1:1", "w2:2")
     assert state.silent_workers(100.0, 50.0, since=60.0) == ()
-    lost = state.apply(st.CollectGarbage(100.0, 50.0, 50.0, (second, 424242),
+    lost = state.apply(ev.CollectGarbage(100.0, 50.0, 50.0, (second, 424242),
                                          ("w2:2", "nobody:1")))
     assert lost == ["w2:2"]
     assert set(state.clients) == {first} and set(state.workers) == {"w1:1"}
@@ -489,50 +491,79 @@ def draw_event(draw: Any, state: st.DispatcherState) -> Any:
     if not state.datasets or not state.jobs:  # build something to work on first
         kind = draw(hs.sampled_from(["register", "job", "worker"]))
     if kind == "register":
-        return st.RegisterDataset(
+        return ev.RegisterDataset(
             draw(hs.sampled_from("abc")), b"p", draw(hs.sampled_from(["", "AUTO"])), b"",
             draw(hs.integers(-2, 10)), draw(hs.sampled_from([-1, 0, 3, 50, 50])),
             draw(hs.sampled_from(["", "", "mine", "1001"])))
     if kind == "job":
-        options = st.JobOptions(
+        options = ev.JobOptions(
             draw(hs.sampled_from(["OFF", "OFF", "DYNAMIC", "DYNAMIC", "DYNAMIC", "DATA",
                                   "bogus"])),
             draw(hs.sampled_from([0, 0, 2])), draw(hs.sampled_from(["AUTO", "ANY"])),
             draw(hs.sampled_from(["", "", "t"])))
-        return st.GetOrCreateJob(draw(_known_or_not(state.datasets, ["nope", ""])),
+        return ev.GetOrCreateJob(draw(_known_or_not(state.datasets, ["nope", ""])),
                                  draw(hs.sampled_from(["", "", "j1", "j2"])), options)
     if kind == "iteration":
-        return st.GetOrCreateIteration(draw(_known_or_not(state.jobs, [-1, 9999])),
+        return ev.GetOrCreateIteration(draw(_known_or_not(state.jobs, [-1, 9999])),
                                        draw(hs.integers(0, 2)), draw(_now))
     if kind == "client":
-        return st.ClientHeartbeat(draw(_known_or_not(state.clients, [0, 9999])), draw(_now))
+        return ev.ClientHeartbeat(draw(_known_or_not(state.clients, [0, 9999])), draw(_now))
     if kind == "release":
-        return st.ReleaseClient(draw(_known_or_not(state.clients, [0, 9999])))
+        return ev.ReleaseClient(draw(_known_or_not(state.clients, [0, 9999])))
     if kind == "worker":
         current = draw(hs.lists(_known_or_not(state.tasks, [-7, 9999]), max_size=3))
-        return st.WorkerHeartbeat(draw(hs.sampled_from(ADDRESSES)),
+        return ev.WorkerHeartbeat(draw(hs.sampled_from(ADDRESSES)),
                                   draw(hs.sampled_from(["u1", "u1", "u2"])), tuple(current),
                                   draw(_now))
     if kind == "finished":
-        return st.TaskFinished(draw(hs.sampled_from(ADDRESSES)),
+        return ev.TaskFinished(draw(hs.sampled_from(ADDRESSES)),
                                draw(_known_or_not(state.tasks, [-7, 9999])))
     if kind == "splits":
-        return st.GetSplits(draw(_known_or_not(state.iterations, [-1, 9999])),
+        return ev.GetSplits(draw(_known_or_not(state.iterations, [-1, 9999])),
                             draw(hs.integers(0, 2)), draw(hs.integers(-1, 8)))
-    return st.CollectGarbage(draw(_now), draw(hs.sampled_from([10.0, 500.0])),
-                             draw(hs.sampled_from([10.0, 500.0])))
+    return ev.CollectGarbage(draw(_now), draw(hs.sampled_from([10.0, 500.0])),
+                             draw(hs.sampled_from([10.0, 500.0])),
+                             iteration_timeout=draw(hs.sampled_from([None, 0.0, 100.0])))
+
+
+def as_journaled(state: st.DispatcherState, event: Any) -> Any:
+    """``event`` as the dispatcher journals it (None: not at all): garbage collection names
+    whom it forgets, so that replay does not depend on last-seen times."""
+    if not state.is_durable(event):
+        return None
+    if isinstance(event, ev.CollectGarbage) and event.clients is None:
+        return dataclasses.replace(
+            event, clients=state.silent_clients(event.now, event.client_timeout),
+            workers=state.silent_workers(event.now, event.worker_timeout))
+    return event
+
+
+def without_last_seen(snapshot: dict[str, Any]) -> dict[str, Any]:
+    return {**snapshot, **{name: {key: {**record, "last_seen": None}
+                                  for key, record in snapshot[name].items()}
+                           for name in ("workers", "clients")}}
 
 
 def apply_checked(state: st.DispatcherState, event: Any) -> Any:
-    """Apply ``event``; a failure must be a convoy error that left the state as it was."""
+    """Apply ``event``; a failure must be a convoy error that left the state as it was, and
+    an event that is not durable may change last-seen times only."""
     before = state.snapshot()
+    durable = state.is_durable(event)
     try:
         outcome = state.apply(event)
     except ConvoyError as error:
         assert state.snapshot() == before, f"{event} raised {error!r} but changed the state"
-        outcome = (type(error), str(error))
+        outcome = Failed(type(error), str(error))
+    if not durable:
+        assert without_last_seen(state.snapshot()) == without_last_seen(before), event
     check_consistent(state)
     return outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    error: type[Exception]
+    message: str
 
 
 def check_consistent(state: st.DispatcherState) -> None:
@@ -549,21 +580,32 @@ def check_consistent(state: st.DispatcherState) -> None:
             assert (task.iteration_id, task.worker_address) == (iteration_id, address)
     for client in state.clients.values():
         assert client.iteration_id in state.iterations
+    # the indexes are those the records imply
+    assert st.DispatcherState.restore(state.saved()).snapshot() == state.snapshot()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hs.data(), hs.integers(min_value=0, max_value=50))
 def test_failed_events_change_nothing_and_replay_is_deterministic(data: Any,
                                                                   length: int) -> None:
+    """And replaying only the journaled events restores all but last-seen times."""
     state = st.DispatcherState()
-    events, outcomes = [], []
+    events, outcomes, journal = [], [], []
     for _ in range(length):
         event = draw_event(data.draw, state)
         events.append(event)
+        journaled = as_journaled(state, event)
         outcomes.append(apply_checked(state, event))
+        if journaled is not None and not isinstance(outcomes[-1], Failed):
+            journal.append(journaled)
     replayed = st.DispatcherState()
     assert [apply_checked(replayed, event) for event in events] == outcomes
     assert replayed.snapshot() == state.snapshot()
+    # what a restart replays: all but last-seen times
+    restarted = st.DispatcherState()
+    for event in journal:
+        restarted.apply(event)
+    assert without_last_seen(restarted.snapshot()) == without_last_seen(state.snapshot())
 
 
 def test_iterations_without_clients_are_forgotten_after_the_timeout(
@@ -571,13 +613,13 @@ def test_iterations_without_clients_are_forgotten_after_the_timeout(
     dataset_id = register(state)
     job_id = job(state, dataset_id, name="named")
     heartbeat(state, "w1:1")
-    kept_id, kept_client = state.apply(st.GetOrCreateIteration(job_id, 0, 0.0))
-    idle_id, idle_client = state.apply(st.GetOrCreateIteration(job_id, 1, 0.0))
-    state.apply(st.ReleaseClient(idle_client))
+    kept_id, kept_client = state.apply(ev.GetOrCreateIteration(job_id, 0, 0.0))
+    idle_id, idle_client = state.apply(ev.GetOrCreateIteration(job_id, 1, 0.0))
+    state.apply(ev.ReleaseClient(idle_client))
     idle_task = state.iterations[idle_id].tasks["w1:1"]
 
     def collect(now: float) -> None:
-        state.apply(st.CollectGarbage(now, 1e9, 1e9, (), (), iteration_timeout=10.0))
+        state.apply(ev.CollectGarbage(now, 1e9, 1e9, (), (), iteration_timeout=10.0))
 
     collect(100.0)  # first seen idle now
     collect(105.0)
@@ -586,15 +628,15 @@ def test_iterations_without_clients_are_forgotten_after_the_timeout(
     assert idle_id not in state.iterations and idle_task not in state.tasks
     assert kept_id in state.iterations and kept_client in state.clients
     # its worker is told to drop the task; asking again makes a new iteration
-    assert idle_task in state.apply(st.WorkerHeartbeat("w1:1", "uid-w1:1", (idle_task,),
+    assert idle_task in state.apply(ev.WorkerHeartbeat("w1:1", "uid-w1:1", (idle_task,),
                                                        111.0)).tasks_to_delete
-    again, _ = state.apply(st.GetOrCreateIteration(job_id, 1, 112.0))
+    again, _ = state.apply(ev.GetOrCreateIteration(job_id, 1, 112.0))
     assert again != idle_id
 
 
 def test_iterations_are_kept_without_an_iteration_timeout(state: st.DispatcherState) -> None:
     job_id = job(state, register(state))
-    iteration_id, client_id = state.apply(st.GetOrCreateIteration(job_id, 0, 0.0))
-    state.apply(st.ReleaseClient(client_id))
-    state.apply(st.CollectGarbage(1e9, 1e9, 1e9, (), ()))
+    iteration_id, client_id = state.apply(ev.GetOrCreateIteration(job_id, 0, 0.0))
+    state.apply(ev.ReleaseClient(client_id))
+    state.apply(ev.CollectGarbage(1e9, 1e9, 1e9, (), ()))
     assert iteration_id in state.iterations

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from convoy.errors import (
     PermissionDeniedError,
 )
 
-__all__ = ["TFRecordWriter", "masked_crc32c", "open_stream", "read_records"]
+__all__ = ["TFRecordWriter", "find_record", "masked_crc32c", "open_stream", "read_records"]
 
 _MASK_DELTA = 0xA282EAD8
 _U32 = struct.Struct("<I")
@@ -41,6 +42,7 @@ _HEADER_SIZE = _HEADER.size  # 12
 _FOOTER_SIZE = _U32.size  # 4
 
 _BUFFER_SIZE = 256 * 1024
+_NONZERO = re.compile(rb"[^\0]")
 # Reads larger than this are done in pieces, so a corrupt (but CRC-valid) huge length cannot
 # make us allocate its full size before finding out the file is shorter.
 _MAX_SINGLE_READ = 16 * 1024 * 1024
@@ -358,3 +360,29 @@ def _iter_records(
                 yield data, pos
         except _StreamError as e:
             raise lost(str(e)) from None
+
+
+def find_record(data: bytes, start: int = 0) -> int:
+    """The offset of the first whole, valid record in uncompressed ``data`` that begins at or
+    after ``start``; -1 if there is none. (Tells a damaged record followed by good ones from
+    a torn end of file.)"""
+    # A length below 2**40 has three zero high bytes: only those places need a CRC check; an
+    # all-zero header is never valid (the CRC of eight zero bytes is not zero), so a run of
+    # zeros (a file extended but never written) is skipped whole.
+    search = start + 5
+    while (hit := data.find(b"\0\0\0", search)) != -1:
+        at, search = hit - 5, hit + 1
+        if at + _HEADER_SIZE + _FOOTER_SIZE > len(data):
+            return -1
+        if not any(data[at:at + _HEADER_SIZE]):
+            nonzero = _NONZERO.search(data, at)
+            if nonzero is None:
+                return -1
+            search = max(search, nonzero.start() - _HEADER_SIZE + 6)
+            continue
+        length, length_crc = _HEADER.unpack_from(data, at)
+        end = at + _HEADER_SIZE + length
+        if (end + _FOOTER_SIZE <= len(data) and masked_crc32c(data[at:at + 8]) == length_crc
+                and masked_crc32c(data[at + _HEADER_SIZE:end]) == _U32.unpack_from(data, end)[0]):
+            return at
+    return -1

@@ -10,47 +10,52 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from convoy import _rpc
-from convoy.data.service import _dispatcher_state as st
+from convoy.data.service import _dispatcher_events as ev
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._config import WIRE_COMPRESSIONS as _COMPRESSIONS
 from convoy.data.service._config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
-from convoy.data.service._config import DispatcherConfig
+from convoy.data.service._config import DispatcherConfig, ShardingPolicy
+from convoy.data.service._dispatcher_state import DispatcherState, fresh_id_base
 from convoy.data.service._journal import Journal, LocalStorage
 from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
-from convoy.errors import FailedPreconditionError, InvalidArgumentError
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
-
-
-def _methods(handler: Any) -> dict[_rpc.Method, Any]:
-    return {m: getattr(handler, m.name) for m in DISPATCHER_METHODS}
-
-
-#: Events that change nothing worth keeping across a restart (only last-seen times).
-_EPHEMERAL = (st.ClientHeartbeat,)
 
 
 class _Handlers:
     """Request -> event -> response, for every dispatcher RPC. Guarded by ``lock``.
 
-    With a journal, every event that changed the state is durable before its answer leaves.
+    With a journal, every event that changed more than a last-seen time is durable before its
+    answer leaves.
     """
 
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal = journal
-        self.state = (journal.recover() if journal
-                      else st.DispatcherState(st.fresh_id_base()))
+        self.state = journal.recover() if journal else DispatcherState(fresh_id_base())
         self.lock = threading.RLock()
+        self.closed = False
 
     def _apply(self, event: Any) -> Any:
         with self.lock:
+            if self.closed:
+                raise UnavailableError("the dispatcher is stopping")
+            journal = self.journal if self.state.is_durable(event) else None
             result = self.state.apply(event)
-            if self.journal is not None and not isinstance(event, _EPHEMERAL):
-                self.journal.append(event, self.state)
+            if journal is not None:
+                journal.append(event, self.state)
             return result
+
+    def close(self) -> None:
+        """Take no more events; close the journal."""
+        with self.lock:
+            self.closed = True
+            if self.journal is not None:
+                self.journal.close()
 
     def collect_garbage(self, now: float, client_timeout: float, worker_timeout: float,
                         since: float = 0.0, iteration_timeout: float | None = None
@@ -60,7 +65,7 @@ class _Handlers:
         iterations without clients for ``iteration_timeout``; returns the workers declared
         lost. The event names them, so replay drops the same ones."""
         with self.lock:
-            return self._apply(st.CollectGarbage(
+            return self._apply(ev.CollectGarbage(
                 now, client_timeout, worker_timeout,
                 self.state.silent_clients(now, client_timeout, since),
                 self.state.silent_workers(now, worker_timeout, since), iteration_timeout))
@@ -71,7 +76,7 @@ class _Handlers:
         if r.compression not in _COMPRESSIONS:
             raise InvalidArgumentError(
                 f"compression must be one of {list(_COMPRESSIONS)}, got {r.compression!r}")
-        dataset_id = self._apply(st.RegisterDataset(
+        dataset_id = self._apply(ev.RegisterDataset(
             r.fingerprint, r.dataset, r.compression, r.element_spec, r.cardinality,
             r.num_split_units, r.dataset_id))
         return pb.RegisterDatasetResponse(dataset_id=dataset_id)
@@ -85,7 +90,7 @@ class _Handlers:
 
     def GetOrCreateJob(self, r: pb.GetOrCreateJobRequest) -> pb.GetOrCreateJobResponse:
         o = r.options
-        if o.processing_mode not in st.ShardingPolicy.__members__:
+        if o.processing_mode not in ShardingPolicy.__members__:
             raise InvalidArgumentError(f"unknown processing mode {o.processing_mode!r}")
         if o.num_consumers < 0:
             raise InvalidArgumentError(f"num_consumers must be >= 0, got {o.num_consumers}")
@@ -93,9 +98,9 @@ class _Handlers:
             raise InvalidArgumentError(
                 f"target_workers must be one of {list(_TARGET_WORKERS[1:])}, got "
                 f"{o.target_workers!r}")
-        options = st.JobOptions(o.processing_mode, o.num_consumers, o.target_workers or "AUTO",
+        options = ev.JobOptions(o.processing_mode, o.num_consumers, o.target_workers or "AUTO",
                                 o.cross_trainer_cache)
-        job_id = self._apply(st.GetOrCreateJob(r.dataset_id, r.job_name, options))
+        job_id = self._apply(ev.GetOrCreateJob(r.dataset_id, r.job_name, options))
         return pb.GetOrCreateJobResponse(job_id=job_id)
 
     def GetOrCreateIteration(self, r: pb.GetOrCreateIterationRequest
@@ -103,31 +108,31 @@ class _Handlers:
         if r.repetition < 0:
             raise InvalidArgumentError(f"repetition must be >= 0, got {r.repetition}")
         iteration_id, client_id = self._apply(
-            st.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
+            ev.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
         return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id)
 
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
-        view = self._apply(st.ClientHeartbeat(r.client_id, time.time()))
+        view = self._apply(ev.ClientHeartbeat(r.client_id, time.time()))
         return pb.ClientHeartbeatResponse(
             tasks=[pb.TaskInfo(task_id=t, worker_address=a) for t, a in view.tasks],
             iteration_finished=view.iteration_finished)
 
     def ReleaseClient(self, r: pb.ReleaseClientRequest) -> pb.Empty:
-        self._apply(st.ReleaseClient(r.client_id))
+        self._apply(ev.ReleaseClient(r.client_id))
         return pb.Empty()
 
     def WorkerHeartbeat(self, r: pb.WorkerHeartbeatRequest) -> pb.WorkerHeartbeatResponse:
         _rpc.check_address(r.worker_address, "worker_address")
         if not r.worker_uid:
             raise InvalidArgumentError("WorkerHeartbeat needs a worker_uid")
-        orders = self._apply(st.WorkerHeartbeat(r.worker_address, r.worker_uid,
+        orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
                                                 tuple(r.current_tasks), time.time()))
         return pb.WorkerHeartbeatResponse(
             new_tasks=[_task_def(t) for t in orders.new_tasks],
             tasks_to_delete=orders.tasks_to_delete)
 
     def TaskFinished(self, r: pb.TaskFinishedRequest) -> pb.Empty:
-        self._apply(st.TaskFinished(r.worker_address, r.task_id))
+        self._apply(ev.TaskFinished(r.worker_address, r.task_id))
         return pb.Empty()
 
     def GetSplits(self, r: pb.GetSplitsRequest) -> pb.GetSplitsResponse:
@@ -135,12 +140,12 @@ class _Handlers:
             raise InvalidArgumentError(
                 f"GetSplits needs 0 < max_splits <= 1024 and repetition >= 0, got "
                 f"{r.max_splits} and {r.repetition}")
-        splits, end = self._apply(st.GetSplits(r.iteration_id, r.repetition, r.max_splits))
+        splits, end = self._apply(ev.GetSplits(r.iteration_id, r.repetition, r.max_splits))
         return pb.GetSplitsResponse(splits=[pb.Split(start=a, stop=b) for a, b in splits],
                                     end_of_splits=end)
 
 
-def _task_def(task: st.TaskAssignment) -> pb.TaskDef:
+def _task_def(task: ev.TaskAssignment) -> pb.TaskDef:
     return pb.TaskDef(task_id=task.task_id, iteration_id=task.iteration_id,
                       dataset_id=task.dataset.dataset_id, dataset=task.dataset.payload,
                       processing_mode=task.processing_mode,
@@ -148,9 +153,11 @@ def _task_def(task: st.TaskAssignment) -> pb.TaskDef:
                       num_workers=task.num_workers)
 
 
-class DispatchServer:
+class DispatchServer(_rpc.ServerBase):
     """The data service's dispatcher: it tracks datasets, jobs, workers and splits; it never
     produces elements itself."""
+
+    service = DISPATCHER
 
     def __init__(self, config: DispatcherConfig | None = None, start: bool = True) -> None:
         self._config = config or DispatcherConfig()
@@ -158,13 +165,13 @@ class DispatchServer:
             raise InvalidArgumentError(
                 f"config must be a DispatcherConfig, got {type(config).__name__}"
             )
+        super().__init__(self._config.port)
         journal = None
         if self._config.fault_tolerant_mode:
+            assert self._config.work_dir is not None  # the config checks it
             journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
         self._handlers = _Handlers(journal)
         self._started = time.time()
-        self._server: Any = None
-        self._port = self._config.port
         self._stopped = threading.Event()
         if start:
             self.start()
@@ -176,16 +183,14 @@ class DispatchServer:
 
     @property
     def _address(self) -> str:
-        if self._server is None:
+        if not self.started:
             raise FailedPreconditionError("the dispatcher has not been started")
-        return f"localhost:{self._port}"
+        return f"localhost:{self.port}"
 
-    def start(self) -> None:
-        """Start serving (no-op if already started)."""
-        if self._server is not None:
-            return
-        self._server, self._port = _rpc.serve(DISPATCHER, _methods(self._handlers),
-                                              self._config.port)
+    def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
+        return {m: getattr(self._handlers, m.name) for m in DISPATCHER_METHODS}
+
+    def _on_start(self) -> None:
         threading.Thread(target=self._collect_garbage, name="convoy-dispatcher-gc",
                          daemon=True).start()
         log.info("dispatcher serving at %s", self._address)
@@ -193,36 +198,23 @@ class DispatchServer:
     def _collect_garbage(self) -> None:
         config = self._config
         while not self._stopped.wait(config.gc_check_interval_s):
-            lost = self._handlers.collect_garbage(time.time(), config.client_timeout_s,
-                                                  config.worker_timeout_s, self._started,
-                                                  config.iteration_timeout_s)
+            try:
+                lost = self._handlers.collect_garbage(
+                    time.time(), config.client_timeout_s, config.worker_timeout_s,
+                    self._started, config.iteration_timeout_s)
+            except UnavailableError:
+                return  # stopping
             for address in lost:
                 log.warning("worker %s has not sent a heartbeat for %.0f s: dropped",
                             address, config.worker_timeout_s)
 
-    def join(self) -> None:
-        """Block until the server stops."""
-        if self._server is not None:
-            self._server.wait_for_termination()
-
-    def stop(self) -> None:
-        """Stop serving; in-flight calls are cancelled."""
+    def _on_stop(self) -> None:
         self._stopped.set()
-        if self._server is not None:
-            self._server.stop(grace=None).wait()
-        if self._handlers.journal is not None:
-            with self._handlers.lock:
-                self._handlers.journal.close()
+        self._handlers.close()
 
     def _num_workers(self) -> int:
         with self._handlers.lock:
             return len(self._handlers.state.workers)
-
-    def __enter__(self) -> DispatchServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def __del__(self) -> None:
         try:

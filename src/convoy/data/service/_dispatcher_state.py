@@ -1,22 +1,24 @@
 """The dispatcher's state machine: events in, results out; no sockets, threads or clocks.
 
-Every change to the dispatcher's state is one event (a frozen dataclass) passed to
+Every change to the dispatcher's state is one event (:mod:`._dispatcher_events`) passed to
 :meth:`DispatcherState.apply`, which returns the event's result. Given the same events in the
 same order, two states end up equal, so the event log is the journal and restart is replay.
-Time enters only as the ``now`` field of the events that need it.
+Time enters only as the ``now`` field of the events that need it; last-seen times are the only
+state that replay need not restore (garbage collection names whom it forgets).
 
 Objects and their ids: datasets (decimal strings), jobs, iterations (one per job and
 repetition), iteration clients (one per consumer iterator), tasks (one per iteration and
-worker), workers (by address; ``uid`` tells a restarted process apart).
+worker), workers (by address; ``uid`` tells a restarted process apart). Indexes of tasks by
+worker and by iteration keep each event's cost independent of how much history is held.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
+from convoy.data.service import _dispatcher_events as ev
 from convoy.data.service._config import SUPPORTED_POLICIES, ShardingPolicy
 from convoy.errors import (
     FailedPreconditionError,
@@ -29,6 +31,7 @@ from convoy.errors import (
 RESTART_HINT = ("; the dispatcher may have restarted without fault_tolerant_mode, losing its "
                 "jobs")
 
+
 def fresh_id_base() -> int:
     """A random starting point for the ids of a dispatcher that starts without history."""
     return 2000 + random.SystemRandom().randrange(1 << 40) * 1_000_000
@@ -39,170 +42,7 @@ MAX_SPLIT_SIZE = 4096
 #: ... aiming at about this many splits per pass, so work spreads evenly over workers.
 SPLITS_PER_PASS = 1024
 
-
-@dataclass
-class DatasetRecord:
-    dataset_id: str
-    fingerprint: str
-    payload: bytes
-    compression: str
-    element_spec: bytes
-    cardinality: int
-    num_split_units: int
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    processing_mode: str
-    num_consumers: int = 0
-    target_workers: str = "AUTO"
-    cross_trainer_cache: str = ""
-
-    def describe(self) -> str:
-        return (f"processing mode {self.processing_mode}, num_consumers {self.num_consumers}, "
-                f"target_workers {self.target_workers}, cross-trainer cache "
-                f"{'on' if self.cross_trainer_cache else 'off'}")
-
-
-@dataclass
-class JobRecord:
-    job_id: int
-    name: str
-    dataset_id: str
-    options: JobOptions
-
-
-@dataclass
-class IterationRecord:
-    iteration_id: int
-    job_id: int
-    repetition: int
-    tasks: dict[str, int] = field(default_factory=dict)  # worker address -> task id
-    split_repetition: int = 0
-    split_cursor: int = 0
-    split_size: int = 1
-    idle_since: float | None = None  # when garbage collection first saw it without clients
-
-
-@dataclass
-class TaskRecord:
-    task_id: int
-    iteration_id: int
-    worker_address: str
-    finished: bool = False
-
-
-@dataclass
-class WorkerRecord:
-    address: str
-    uid: str
-    last_seen: float
-
-
-@dataclass
-class ClientRecord:
-    client_id: int
-    iteration_id: int
-    last_seen: float
-
-
-# ----- events ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RegisterDataset:
-    fingerprint: str
-    payload: bytes
-    compression: str
-    element_spec: bytes
-    cardinality: int
-    num_split_units: int
-    requested_id: str = ""
-
-
-@dataclass(frozen=True)
-class GetOrCreateJob:
-    dataset_id: str
-    job_name: str
-    options: JobOptions
-
-
-@dataclass(frozen=True)
-class GetOrCreateIteration:
-    job_id: int
-    repetition: int
-    now: float
-
-
-@dataclass(frozen=True)
-class ClientHeartbeat:
-    client_id: int
-    now: float
-
-
-@dataclass(frozen=True)
-class ReleaseClient:
-    client_id: int
-
-
-@dataclass(frozen=True)
-class WorkerHeartbeat:
-    address: str
-    uid: str
-    current_tasks: tuple[int, ...]
-    now: float
-
-
-@dataclass(frozen=True)
-class TaskFinished:
-    address: str
-    task_id: int
-
-
-@dataclass(frozen=True)
-class GetSplits:
-    iteration_id: int
-    repetition: int
-    max_splits: int
-
-
-@dataclass(frozen=True)
-class CollectGarbage:
-    """Forget silent clients and workers (a lost worker's tasks are over: what it held is
-    lost): those named in ``clients`` and ``workers``, else those silent for
-    ``client_timeout`` and ``worker_timeout``. Client heartbeats are not journaled, so the
-    dispatcher names them (:meth:`DispatcherState.silent_clients`, ``silent_workers``) and
-    replay drops exactly the same."""
-
-    now: float
-    client_timeout: float
-    worker_timeout: float
-    clients: tuple[int, ...] | None = None
-    workers: tuple[str, ...] | None = None
-    #: Forget iterations without clients for this long (None: never). A consumer asking for
-    #: a forgotten iteration again gets a new one, as in TensorFlow.
-    iteration_timeout: float | None = None
-
-
-# ----- results -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TaskAssignment:
-    task_id: int
-    iteration_id: int
-    dataset: DatasetRecord
-    processing_mode: str
-    worker_index: int
-    num_workers: int
-
-
-@dataclass(frozen=True)
-class WorkerInstructions:
-    new_tasks: list[TaskAssignment]
-    tasks_to_delete: list[int]
-
-
-@dataclass(frozen=True)
-class ClientView:
-    tasks: list[tuple[int, str]]  # (task id, worker address) of the unfinished tasks
-    iteration_finished: bool
+_RECORDS = ("datasets", "jobs", "iterations", "tasks", "workers", "clients")
 
 
 class DispatcherState:
@@ -210,19 +50,23 @@ class DispatcherState:
 
     def __init__(self, id_base: int = 2000) -> None:
         # Ids of jobs, iterations, clients and tasks count up from ``id_base`` (dataset ids
-        # from ``id_base - 1000``). A dispatcher that starts afresh draws a random base, so
-        # ids held by clients and workers of an earlier dispatcher never name its objects
-        # (they get "not found", not wrong data).
-        self.datasets: dict[str, DatasetRecord] = {}
-        self.jobs: dict[int, JobRecord] = {}
+        # from ``id_base - 1000``). A dispatcher started afresh draws a random base, so ids
+        # held by those of an earlier one never name its objects ("not found", not wrong data).
+        self.datasets: dict[str, ev.DatasetRecord] = {}
+        self.jobs: dict[int, ev.JobRecord] = {}
         self.named_jobs: dict[str, int] = {}
-        self.iterations: dict[int, IterationRecord] = {}
+        self.iterations: dict[int, ev.IterationRecord] = {}
         self.iteration_keys: dict[tuple[int, int], int] = {}  # (job id, repetition) -> id
-        self.tasks: dict[int, TaskRecord] = {}
-        self.workers: dict[str, WorkerRecord] = {}
-        self.clients: dict[int, ClientRecord] = {}
+        self.tasks: dict[int, ev.TaskRecord] = {}
+        self.workers: dict[str, ev.WorkerRecord] = {}
+        self.clients: dict[int, ev.ClientRecord] = {}
         self.next_dataset_id = 1000 + id_base - 2000  # dataset ids move with the base too
         self.next_id = id_base
+        # Indexes: a task is "current" while its iteration's ``tasks`` names it; a lost worker's
+        # leave their iterations but stay known (finished) until the iteration is forgotten.
+        self._worker_tasks: dict[str, dict[int, ev.TaskRecord]] = {}  # address -> current tasks
+        self._lost_tasks: dict[int, list[int]] = {}  # iteration id -> tasks of lost workers
+        self._unfinished: dict[int, int] = {}  # iteration id -> its unfinished tasks
 
     def apply(self, event: Any) -> Any:
         """Apply one event; returns its result. Raises a convoy error for a bad request,
@@ -232,12 +76,56 @@ class DispatcherState:
             raise InvalidArgumentError(f"unknown dispatcher event {type(event).__name__}")
         return handler(event)
 
+    def is_durable(self, event: Any) -> bool:
+        """Whether ``event`` would change more than last-seen times (which a restart need not
+        keep): heartbeats of known clients and workers do not."""
+        if isinstance(event, ev.ClientHeartbeat):
+            return False
+        if isinstance(event, ev.WorkerHeartbeat):
+            worker = self.workers.get(event.address)
+            return worker is None or worker.uid != event.uid
+        return True
+
     def _new_id(self) -> int:
         self.next_id += 1
         return self.next_id
 
+    # ----- saving and restoring ---------------------------------------------------------------
+    def saved(self) -> ev.SavedState:
+        """The records (not the indexes, which :meth:`restore` rebuilds)."""
+        return ev.SavedState(self.next_id, self.next_dataset_id,
+                             *(list(getattr(self, name).values()) for name in _RECORDS))
+
+    @classmethod
+    def restore(cls, saved: ev.SavedState) -> DispatcherState:
+        """The state whose records are ``saved``."""
+        state = cls()
+        state.next_id, state.next_dataset_id = saved.next_id, saved.next_dataset_id
+        state.datasets = {d.dataset_id: d for d in saved.datasets}
+        state.jobs = {j.job_id: j for j in saved.jobs}
+        state.named_jobs = {j.name: j.job_id for j in saved.jobs if j.name}
+        for iteration in saved.iterations:
+            state._add_iteration(iteration)
+        for task in saved.tasks:
+            state._index_task(task)
+        state.workers = {w.address: w for w in saved.workers}
+        state.clients = {c.client_id: c for c in saved.clients}
+        return state
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as plain data, records by id and indexes included (for tests)."""
+        plain: dict[str, Any] = {name: {key: dataclasses.asdict(record)
+                                        for key, record in getattr(self, name).items()}
+                                 for name in _RECORDS}
+        plain.update(named_jobs=dict(self.named_jobs), iteration_keys=dict(self.iteration_keys),
+                     next_dataset_id=self.next_dataset_id, next_id=self.next_id,
+                     worker_tasks={a: sorted(t) for a, t in self._worker_tasks.items()},
+                     lost_tasks={i: sorted(t) for i, t in self._lost_tasks.items()},
+                     unfinished=dict(self._unfinished))
+        return plain
+
     # ----- datasets ---------------------------------------------------------------------------
-    def _on_RegisterDataset(self, event: RegisterDataset) -> str:
+    def _on_RegisterDataset(self, event: ev.RegisterDataset) -> str:
         if event.requested_id:
             existing = self.datasets.get(event.requested_id)
             if existing is not None:
@@ -256,19 +144,19 @@ class DispatcherState:
                 self.next_dataset_id += 1
             dataset_id = str(self.next_dataset_id)
             self.next_dataset_id += 1
-        self.datasets[dataset_id] = DatasetRecord(
+        self.datasets[dataset_id] = ev.DatasetRecord(
             dataset_id, event.fingerprint, event.payload, event.compression,
             event.element_spec, event.cardinality, event.num_split_units)
         return dataset_id
 
-    def dataset(self, dataset_id: str) -> DatasetRecord:
+    def dataset(self, dataset_id: str) -> ev.DatasetRecord:
         record = self.datasets.get(dataset_id)
         if record is None:
             raise NotFoundError(f"Dataset id {dataset_id!r} not found")
         return record
 
     # ----- jobs and iterations ----------------------------------------------------------------
-    def _on_GetOrCreateJob(self, event: GetOrCreateJob) -> int:
+    def _on_GetOrCreateJob(self, event: ev.GetOrCreateJob) -> int:
         dataset = self.dataset(event.dataset_id)
         if event.options.processing_mode not in ShardingPolicy.__members__:
             raise InvalidArgumentError(
@@ -294,42 +182,52 @@ class DispatcherState:
                 "DYNAMIC sharding needs a pipeline whose source can be split (range, "
                 "from_tensor_slices, list_files, or a file reader over a list of files)"
             )
-        job = JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options)
+        job = ev.JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options)
         self.jobs[job.job_id] = job
         if event.job_name:
             self.named_jobs[event.job_name] = job.job_id
         return job.job_id
 
-    def _on_GetOrCreateIteration(self, event: GetOrCreateIteration) -> tuple[int, int]:
+    def _on_GetOrCreateIteration(self, event: ev.GetOrCreateIteration) -> tuple[int, int]:
         job = self.jobs.get(event.job_id)
         if job is None:
             raise NotFoundError(f"Job id {event.job_id} not found{RESTART_HINT}")
-        key = (event.job_id, event.repetition)
-        iteration_id = self.iteration_keys.get(key)
+        iteration_id = self.iteration_keys.get((event.job_id, event.repetition))
         if iteration_id is None:
             iteration_id = self._new_id()
             units = self.datasets[job.dataset_id].num_split_units
             split_size = max(1, min(MAX_SPLIT_SIZE, units // SPLITS_PER_PASS))
-            self.iterations[iteration_id] = IterationRecord(
-                iteration_id, job.job_id, event.repetition, split_size=split_size)
-            self.iteration_keys[key] = iteration_id
+            iteration = ev.IterationRecord(iteration_id, job.job_id, event.repetition,
+                                           split_size=split_size)
+            self._add_iteration(iteration)
             for address in sorted(self.workers):
-                self._create_task(self.iterations[iteration_id], address)
-        client = ClientRecord(self._new_id(), iteration_id, event.now)
+                self._create_task(iteration, address)
+        client = ev.ClientRecord(self._new_id(), iteration_id, event.now)
         self.clients[client.client_id] = client
         return iteration_id, client.client_id
 
-    def _create_task(self, iteration: IterationRecord, address: str) -> TaskRecord:
-        task = TaskRecord(self._new_id(), iteration.iteration_id, address)
-        self.tasks[task.task_id] = task
+    def _add_iteration(self, iteration: ev.IterationRecord) -> None:
+        self.iterations[iteration.iteration_id] = iteration
+        self.iteration_keys[(iteration.job_id, iteration.repetition)] = iteration.iteration_id
+        self._unfinished[iteration.iteration_id] = 0
+
+    def _create_task(self, iteration: ev.IterationRecord, address: str) -> None:
+        task = ev.TaskRecord(self._new_id(), iteration.iteration_id, address)
         iteration.tasks[address] = task.task_id
-        return task
+        self._index_task(task)
 
-    def iteration_finished(self, iteration: IterationRecord) -> bool:
-        tasks = [self.tasks[t] for t in iteration.tasks.values()]
-        return bool(tasks) and all(t.finished for t in tasks)
+    def _index_task(self, task: ev.TaskRecord) -> None:
+        self.tasks[task.task_id] = task
+        if self.iterations[task.iteration_id].tasks.get(task.worker_address) == task.task_id:
+            self._worker_tasks.setdefault(task.worker_address, {})[task.task_id] = task
+            self._unfinished[task.iteration_id] += not task.finished
+        else:
+            self._lost_tasks.setdefault(task.iteration_id, []).append(task.task_id)
 
-    def _on_ClientHeartbeat(self, event: ClientHeartbeat) -> ClientView:
+    def iteration_finished(self, iteration: ev.IterationRecord) -> bool:
+        return bool(iteration.tasks) and not self._unfinished[iteration.iteration_id]
+
+    def _on_ClientHeartbeat(self, event: ev.ClientHeartbeat) -> ev.ClientView:
         client = self.clients.get(event.client_id)
         if client is None:
             raise NotFoundError(
@@ -339,17 +237,16 @@ class DispatcherState:
         client.last_seen = event.now
         iteration = self.iterations[client.iteration_id]
         tasks = sorted((t, a) for a, t in iteration.tasks.items() if not self.tasks[t].finished)
-        return ClientView(tasks, self.iteration_finished(iteration))
+        return ev.ClientView(tasks, self.iteration_finished(iteration))
 
-    def _on_ReleaseClient(self, event: ReleaseClient) -> None:
+    def _on_ReleaseClient(self, event: ev.ReleaseClient) -> None:
         self.clients.pop(event.client_id, None)
 
     # ----- workers ------------------------------------------------------------------------------
-    def _on_WorkerHeartbeat(self, event: WorkerHeartbeat) -> WorkerInstructions:
+    def _on_WorkerHeartbeat(self, event: ev.WorkerHeartbeat) -> ev.WorkerInstructions:
         worker = self.workers.get(event.address)
-        restarted = worker is not None and worker.uid != event.uid
-        if worker is None or restarted:
-            self.workers[event.address] = WorkerRecord(event.address, event.uid, event.now)
+        if worker is None or worker.uid != event.uid:
+            self.workers[event.address] = ev.WorkerRecord(event.address, event.uid, event.now)
             self._assign_unfinished_iterations(event.address)
         else:
             worker.last_seen = event.now
@@ -357,29 +254,27 @@ class DispatcherState:
         # its copy afresh; under DYNAMIC it reads on from the split cursor). A finished task
         # stays finished: its elements were all handed out, and its consumers have stopped
         # reading it.
-        assigned = {t.task_id: t for t in self.tasks.values()
-                    if t.worker_address == event.address}
+        assigned = self._worker_tasks.get(event.address, {})
         current = set(event.current_tasks)
         new_tasks = [self._assignment(t) for t in assigned.values()
                      if t.task_id not in current and not t.finished]
-        # finished tasks a worker still runs: it was declared lost and came back
+        # finished tasks a worker still runs; tasks it lost when declared lost and came back
         to_delete = sorted(t for t in current if t not in assigned or assigned[t].finished)
-        return WorkerInstructions(new_tasks, to_delete)
+        return ev.WorkerInstructions(new_tasks, to_delete)
 
     def _assign_unfinished_iterations(self, address: str) -> None:
         for iteration in self.iterations.values():
             if not self.iteration_finished(iteration) and address not in iteration.tasks:
                 self._create_task(iteration, address)
 
-    def _assignment(self, task: TaskRecord) -> TaskAssignment:
+    def _assignment(self, task: ev.TaskRecord) -> ev.TaskAssignment:
         iteration = self.iterations[task.iteration_id]
         job = self.jobs[iteration.job_id]
-        addresses = sorted(iteration.tasks)
-        return TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
-                              job.options.processing_mode, addresses.index(task.worker_address),
-                              len(addresses))
+        index = sum(address < task.worker_address for address in iteration.tasks)
+        return ev.TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
+                                 job.options.processing_mode, index, len(iteration.tasks))
 
-    def _on_TaskFinished(self, event: TaskFinished) -> None:
+    def _on_TaskFinished(self, event: ev.TaskFinished) -> None:
         task = self.tasks.get(event.task_id)
         if task is None:
             raise NotFoundError(f"Task {event.task_id} not found{RESTART_HINT}")
@@ -388,16 +283,21 @@ class DispatcherState:
                 f"Task {event.task_id} belongs to worker {task.worker_address}, not "
                 f"{event.address}"
             )
-        task.finished = True
+        self._finish(task)
 
-    def task_definition(self, task_id: int) -> TaskAssignment:
+    def _finish(self, task: ev.TaskRecord) -> None:
+        if not task.finished:  # only current tasks are unfinished
+            task.finished = True
+            self._unfinished[task.iteration_id] -= 1
+
+    def task_definition(self, task_id: int) -> ev.TaskAssignment:
         task = self.tasks.get(task_id)
         if task is None:
             raise NotFoundError(f"Task {task_id} not found{RESTART_HINT}")
         return self._assignment(task)
 
     # ----- splits -------------------------------------------------------------------------------
-    def _on_GetSplits(self, event: GetSplits) -> tuple[list[tuple[int, int]], bool]:
+    def _on_GetSplits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool]:
         iteration = self.iterations.get(event.iteration_id)
         if iteration is None:
             raise NotFoundError(f"Iteration {event.iteration_id} not found{RESTART_HINT}")
@@ -415,7 +315,7 @@ class DispatcherState:
         # Fair shares when few splits are left (say 8 files): no worker takes them all.
         remaining = -(-(units - iteration.split_cursor) // iteration.split_size)
         share = max(1, -(-remaining // (2 * max(1, len(iteration.tasks)))))
-        splits = []
+        splits: list[tuple[int, int]] = []
         while len(splits) < min(event.max_splits, share) and iteration.split_cursor < units:
             start = iteration.split_cursor
             iteration.split_cursor = min(units, start + iteration.split_size)
@@ -435,32 +335,41 @@ class DispatcherState:
         return tuple(address for address, worker in self.workers.items()
                      if now - max(worker.last_seen, since) > timeout)
 
-    def _on_CollectGarbage(self, event: CollectGarbage) -> list[str]:
+    def _on_CollectGarbage(self, event: ev.CollectGarbage) -> list[str]:
         """Returns the addresses of workers declared lost."""
         silent = (event.clients if event.clients is not None
                   else self.silent_clients(event.now, event.client_timeout))
         for client_id in silent:
             self.clients.pop(client_id, None)
-        lost = [address for address in (event.workers if event.workers is not None
-                                        else self.silent_workers(event.now,
-                                                                 event.worker_timeout))
-                if address in self.workers]
+        named = (event.workers if event.workers is not None
+                 else self.silent_workers(event.now, event.worker_timeout))
+        lost = [address for address in dict.fromkeys(named) if address in self.workers]
         for address in lost:
             del self.workers[address]
-        # A lost worker's tasks are over and leave their iterations, which can then end
-        # without them (under DYNAMIC the other workers read on the splits it never asked
-        # for; the ones it held are lost). Should it come back, it gets a new task in each
-        # unfinished iteration, like a new worker.
-        for iteration in self.iterations.values():
-            if self.iteration_finished(iteration):
-                continue
-            for address in lost:
-                task_id = iteration.tasks.pop(address, None)
-                if task_id is not None:
-                    self.tasks[task_id].finished = True
+        self._release_tasks_of(lost)
         if event.iteration_timeout is not None:
             self._forget_idle_iterations(event.now, event.iteration_timeout)
         return lost
+
+    def _release_tasks_of(self, lost: list[str]) -> None:
+        """A lost worker's tasks are over: they leave their unfinished iterations, which can
+        end without them (under DYNAMIC others read on the splits it never asked for; those it
+        held are lost). Back again, it is a new worker. Finished iterations are left alone."""
+        tasks = [task for address in lost for task in self._worker_tasks.get(address, {}).values()]
+        running = {task.iteration_id for task in tasks
+                   if not self.iteration_finished(self.iterations[task.iteration_id])}
+        for task in tasks:
+            if task.iteration_id in running:
+                del self.iterations[task.iteration_id].tasks[task.worker_address]
+                self._unassign(task.worker_address, task.task_id)
+                self._lost_tasks.setdefault(task.iteration_id, []).append(task.task_id)
+                self._finish(task)
+
+    def _unassign(self, address: str, task_id: int) -> None:
+        held = self._worker_tasks[address]
+        del held[task_id]
+        if not held:
+            del self._worker_tasks[address]
 
     def _forget_idle_iterations(self, now: float, timeout: float) -> None:
         """Drop iterations that have had no client for ``timeout`` (workers then get their
@@ -473,14 +382,18 @@ class DispatcherState:
             if iteration.idle_since is None:
                 iteration.idle_since = now
             if now - iteration.idle_since >= timeout:
-                del self.iterations[iteration_id]
-                del self.iteration_keys[(iteration.job_id, iteration.repetition)]
-                for task_id in [t for t, task in self.tasks.items()
-                                if task.iteration_id == iteration_id]:
-                    del self.tasks[task_id]
+                self._forget(iteration)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The whole state as plain data (for tests and the journal's compaction)."""
-        return {name: ({k: dataclasses.asdict(v) for k, v in value.items()}
-                       if name not in ("named_jobs", "iteration_keys") else dict(value))
-                if isinstance(value, dict) else value for name, value in vars(self).items()}
+    def _forget(self, iteration: ev.IterationRecord) -> None:
+        """Drop ``iteration`` and its tasks; costs what it drops, not what is held."""
+        del self.iterations[iteration.iteration_id]
+        del self.iteration_keys[(iteration.job_id, iteration.repetition)]
+        tasks, worker_tasks = self.tasks, self._worker_tasks
+        for address, task_id in iteration.tasks.items():  # _unassign, inlined: the hot loop
+            held = worker_tasks[address]
+            del held[task_id], tasks[task_id]
+            if not held:
+                del worker_tasks[address]
+        for task_id in self._lost_tasks.pop(iteration.iteration_id, ()):
+            del self.tasks[task_id]
+        del self._unfinished[iteration.iteration_id]

@@ -1,18 +1,25 @@
 """The dispatcher's journal: its state changes, durable in ``work_dir``, replayed on restart.
 
-Each state change is an event of :mod:`._dispatcher_state`; the journal appends it as one
-TFRecord-framed record (length, CRC, data, CRC) and fsyncs before the dispatcher answers. On
-restart the latest snapshot is loaded and the records after it are applied again; a torn or
-corrupt tail (a crash mid-write) is detected by its CRCs, cut off, and never replayed.
+Each state change is an event (:mod:`._dispatcher_events`); the journal appends it as one
+TFRecord-framed record (length, CRC, data, CRC) of plain data (:mod:`._journal_format`) and
+fsyncs before the dispatcher answers. Heartbeats that only move a last-seen time are not
+journaled (:meth:`DispatcherState.is_durable`).
+
+On restart the latest snapshot is loaded and the records after it are applied again. A damaged
+record with no whole record after it is a torn tail (the dispatcher died writing it, before it
+answered): it is cut off with a warning. Anything else that cannot be read back -- a damaged
+record followed by good ones, an unknown record, an event whose replay fails, a damaged
+snapshot -- stops the restart with :class:`~convoy.errors.DataLossError` naming the file and
+offset: carrying on would serve a state that never was.
 
 Compaction keeps restart time flat: after ``compact_every`` records the whole state is written
 as a snapshot (atomically: temporary file, fsync, rename) naming the next log generation, and
-a fresh log starts. Files in the journal directory::
+a fresh log starts. Files in the journal directory, each of TFRecord-framed records::
 
-    snapshot        pickle of {"generation": g, "state": DispatcherState}
+    meta            the format and where this dispatcher's ids start (drawn at random when
+                    the journal is new, so a dispatcher started afresh never reuses old ids)
+    snapshot        the format, the generation g and the state
     log-<g>         the events applied after that snapshot
-    id_base         where this dispatcher's ids start (drawn at random when the journal is
-                    new, so a dispatcher started afresh never reuses an old one's ids)
 
 All file access goes through :class:`Storage`, the seam where an object store could be added.
 """
@@ -21,13 +28,20 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from convoy.data.service._dispatcher_state import DispatcherState, fresh_id_base
-from convoy.data.tfrecord import TFRecordWriter, read_records
+from convoy.data.service._journal_format import (
+    decode_event,
+    decode_meta,
+    decode_snapshot,
+    encode_event,
+    encode_meta,
+    encode_snapshot,
+)
+from convoy.data.tfrecord import TFRecordWriter, find_record, read_records
 from convoy.errors import DataLossError
 
 log = logging.getLogger(__name__)
@@ -39,19 +53,24 @@ COMPACT_EVERY = 10_000
 class Storage(Protocol):
     """Where journal files live (a local directory here; an object store could implement it)."""
 
+    def where(self, name: str) -> str:
+        """File ``name`` as error messages show it."""
+
+    def exists(self, name: str) -> bool: ...
+
     def records(self, name: str) -> Iterator[tuple[bytes, int]]:
-        """The valid records of file ``name`` with the offset after each; stops at a torn or
-        corrupt tail."""
+        """The records of file ``name`` with the offset after each; raises
+        :class:`DataLossError` at the first damaged one."""
+
+    def read(self, name: str) -> bytes | None: ...
 
     def truncate(self, name: str, size: int) -> None: ...
 
     def appender(self, name: str) -> Any:
-        """An object with ``write(bytes)``, ``sync()`` and ``close()``."""
+        """An object with ``write(bytes)``, ``sync()`` and ``close()``, appending records."""
 
-    def read(self, name: str) -> bytes | None: ...
-
-    def replace(self, name: str, data: bytes) -> None:
-        """Write ``data`` as ``name`` atomically and durably."""
+    def replace(self, name: str, records: list[bytes]) -> None:
+        """Make ``name`` a file of ``records``, atomically and durably."""
 
     def remove(self, name: str) -> None: ...
 
@@ -66,13 +85,18 @@ class LocalStorage:
     def _path(self, name: str) -> Path:
         return self.directory / name
 
+    def where(self, name: str) -> str:
+        return str(self._path(name))
+
+    def exists(self, name: str) -> bool:
+        return self._path(name).exists()
+
     def records(self, name: str) -> Iterator[tuple[bytes, int]]:
-        if not self._path(name).exists():
-            return
-        try:
-            yield from read_records(self._path(name))
-        except DataLossError as error:
-            log.warning("journal %s: dropping a torn or corrupt tail: %s", name, error)
+        return read_records(self._path(name))
+
+    def read(self, name: str) -> bytes | None:
+        path = self._path(name)
+        return path.read_bytes() if path.exists() else None
 
     def truncate(self, name: str, size: int) -> None:
         path = self._path(name)
@@ -84,16 +108,12 @@ class LocalStorage:
     def appender(self, name: str) -> TFRecordWriter:
         return TFRecordWriter(self._path(name), append=True)
 
-    def read(self, name: str) -> bytes | None:
-        path = self._path(name)
-        return path.read_bytes() if path.exists() else None
-
-    def replace(self, name: str, data: bytes) -> None:
+    def replace(self, name: str, records: list[bytes]) -> None:
         temporary = self._path(name + ".tmp")
-        with open(temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
+        with TFRecordWriter(temporary) as writer:
+            for record in records:
+                writer.write(record)
+            writer.sync()
         os.replace(temporary, self._path(name))
         directory = os.open(self.directory, os.O_RDONLY)
         try:
@@ -118,43 +138,87 @@ class Journal:
         self._log: Any = None
 
     def recover(self) -> DispatcherState:
-        """The state as of the last durable event; the journal is then ready to append."""
+        """The state as of the last durable event; the journal is then ready to append.
+        Raises :class:`DataLossError` if the journal cannot be read back as it was written."""
         state = DispatcherState(self._id_base())
-        snapshot = self.storage.read("snapshot")
-        if snapshot is not None:
-            saved = pickle.loads(snapshot)
-            state, self.generation = saved["state"], saved["generation"]
+        if self.storage.exists("snapshot"):
+            state, self.generation = self._decode("snapshot", 0, decode_snapshot,
+                                                  self._only_record("snapshot"))
             # a crash in compact() may have left the previous log, all in the snapshot
             self.storage.remove(f"log-{self.generation - 1}")
         name = f"log-{self.generation}"
-        valid_length = 0
-        for record, offset in self.storage.records(name):
-            valid_length = offset
-            event = pickle.loads(record)
-            try:
-                state.apply(event)
-            except Exception as error:  # it succeeded before; never fail a restart on it
-                log.error("journal: replaying %s failed: %s", type(event).__name__, error)
-            self.records += 1
-        self.storage.truncate(name, valid_length)
+        self.storage.truncate(name, self._replay(name, state))
         self._log = self.storage.appender(name)
         return state
 
     def _id_base(self) -> int:
         """The id base of this journal's dispatcher, drawn once when the journal is new."""
-        stored = self.storage.read("id_base")
-        if stored is not None:
-            return int(stored)
-        if self.storage.read("snapshot") is not None or next(
-                iter(self.storage.records(f"log-{self.generation}")), None) is not None:
-            return DispatcherState().next_id  # a journal from before id bases were kept
+        if self.storage.exists("meta"):
+            return self._decode("meta", 0, decode_meta, self._only_record("meta"))
+        others = [name for name in ("snapshot", "log-0", "id_base") if self.storage.exists(name)]
+        if others:
+            raise DataLossError(
+                f"{self.storage.where('meta')} is missing beside {others}: the journal was "
+                f"written by an older version of convoy, or damaged; the dispatcher cannot "
+                f"restore its state from it")
         base = self.new_id_base if self.new_id_base is not None else fresh_id_base()
-        self.storage.replace("id_base", str(base).encode())
+        self.storage.replace("meta", [encode_meta(base)])
         return base
+
+    def _replay(self, name: str, state: DispatcherState) -> int:
+        """Apply the events of log ``name`` to ``state``; returns where its whole records end
+        (a torn tail is cut there)."""
+        end = 0
+        records = self.storage.records(name) if self.storage.exists(name) else iter(())
+        while (found := self._next_record(name, records, end)) is not None:
+            record, after = found
+            event = self._decode(name, end, decode_event, record)
+            try:
+                state.apply(event)
+            except Exception as error:  # it succeeded when it was journaled
+                raise self._lost(name, end, f"replaying {type(event).__name__} failed: "
+                                            f"{type(error).__name__}: {error}") from None
+            end = after
+            self.records += 1
+        return end
+
+    def _next_record(self, name: str, records: Iterator[tuple[bytes, int]],
+                     end: int) -> tuple[bytes, int] | None:
+        """The next record and the offset after it; None at the end or at a torn tail."""
+        try:
+            return next(records, None)
+        except DataLossError as damage:
+            if find_record(self.storage.read(name) or b"", end + 1) != -1:
+                raise self._lost(name, end, f"damaged, with whole records after it ({damage})"
+                                 ) from None
+            log.warning("journal %s: cutting off a torn tail at offset %d: %s",
+                        self.storage.where(name), end, damage)
+            return None
+
+    def _only_record(self, name: str) -> bytes:
+        try:
+            records = list(self.storage.records(name))
+        except DataLossError as damage:
+            raise self._lost(name, 0, str(damage)) from None
+        if len(records) != 1:
+            raise self._lost(name, 0, f"expected one record, found {len(records)}")
+        return records[0][0]
+
+    def _decode(self, name: str, offset: int, decode: Callable[[bytes], Any],
+                record: bytes) -> Any:
+        try:
+            return decode(record)
+        except ValueError as error:
+            raise self._lost(name, offset, str(error)) from None
+
+    def _lost(self, name: str, offset: int, reason: str) -> DataLossError:
+        return DataLossError(
+            f"journal file {self.storage.where(name)}, record at offset {offset}: {reason}; "
+            f"the dispatcher cannot restore its state from it")
 
     def append(self, event: Any, state: DispatcherState) -> None:
         """Make ``event`` (already applied to ``state``) durable; compact when due."""
-        self._log.write(pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL))
+        self._log.write(encode_event(event))
         self._log.sync()
         self.records += 1
         if self.records >= self.compact_every:
@@ -164,8 +228,7 @@ class Journal:
         """Snapshot ``state`` and start an empty log."""
         old = f"log-{self.generation}"
         self.generation += 1
-        self.storage.replace("snapshot", pickle.dumps(
-            {"generation": self.generation, "state": state}, protocol=pickle.HIGHEST_PROTOCOL))
+        self.storage.replace("snapshot", [encode_snapshot(state, self.generation)])
         self._log.close()
         self._log = self.storage.appender(f"log-{self.generation}")
         self.storage.remove(old)

@@ -1,0 +1,205 @@
+"""The dispatcher's vocabulary: the records it keeps, the events that change them, the results.
+
+Everything here is plain data: frozen dataclasses for events and results, mutable ones for
+records. :data:`EVENTS` names each event kind as the journal writes it; those names are part of
+the journal's format and must not change (add a kind instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+# ----- records -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class DatasetRecord:
+    dataset_id: str
+    fingerprint: str
+    payload: bytes
+    compression: str
+    element_spec: bytes
+    cardinality: int
+    num_split_units: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    processing_mode: str
+    num_consumers: int = 0
+    target_workers: str = "AUTO"
+    cross_trainer_cache: str = ""
+
+    def describe(self) -> str:
+        return (f"processing mode {self.processing_mode}, num_consumers {self.num_consumers}, "
+                f"target_workers {self.target_workers}, cross-trainer cache "
+                f"{'on' if self.cross_trainer_cache else 'off'}")
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: int
+    name: str
+    dataset_id: str
+    options: JobOptions
+
+
+@dataclass(slots=True)
+class IterationRecord:
+    iteration_id: int
+    job_id: int
+    repetition: int
+    tasks: dict[str, int] = field(default_factory=dict)  # worker address -> task id
+    split_repetition: int = 0
+    split_cursor: int = 0
+    split_size: int = 1
+    idle_since: float | None = None  # when garbage collection first saw it without clients
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    task_id: int
+    iteration_id: int
+    worker_address: str
+    finished: bool = False
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    address: str
+    uid: str
+    last_seen: float
+
+
+@dataclass(slots=True)
+class ClientRecord:
+    client_id: int
+    iteration_id: int
+    last_seen: float
+
+
+@dataclass
+class SavedState:
+    """Everything the dispatcher holds but its indexes, which are rebuilt from it."""
+
+    next_id: int
+    next_dataset_id: int
+    datasets: list[DatasetRecord]
+    jobs: list[JobRecord]
+    iterations: list[IterationRecord]
+    tasks: list[TaskRecord]
+    workers: list[WorkerRecord]
+    clients: list[ClientRecord]
+
+
+# ----- events ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RegisterDataset:
+    fingerprint: str
+    payload: bytes
+    compression: str
+    element_spec: bytes
+    cardinality: int
+    num_split_units: int
+    requested_id: str = ""
+
+
+@dataclass(frozen=True)
+class GetOrCreateJob:
+    dataset_id: str
+    job_name: str
+    options: JobOptions
+
+
+@dataclass(frozen=True)
+class GetOrCreateIteration:
+    job_id: int
+    repetition: int
+    now: float
+
+
+@dataclass(frozen=True)
+class ClientHeartbeat:
+    client_id: int
+    now: float
+
+
+@dataclass(frozen=True)
+class ReleaseClient:
+    client_id: int
+
+
+@dataclass(frozen=True)
+class WorkerHeartbeat:
+    address: str
+    uid: str
+    current_tasks: tuple[int, ...]
+    now: float
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    address: str
+    task_id: int
+
+
+@dataclass(frozen=True)
+class GetSplits:
+    iteration_id: int
+    repetition: int
+    max_splits: int
+
+
+@dataclass(frozen=True)
+class CollectGarbage:
+    """Forget silent clients and workers (a lost worker's tasks are over: what it held is
+    lost): those named in ``clients`` and ``workers``, else those silent for
+    ``client_timeout`` and ``worker_timeout``. Heartbeats that only move a last-seen time are
+    not journaled, so the dispatcher names them (:meth:`DispatcherState.silent_clients`,
+    ``silent_workers``) and replay drops exactly the same."""
+
+    now: float
+    client_timeout: float
+    worker_timeout: float
+    clients: tuple[int, ...] | None = None
+    workers: tuple[str, ...] | None = None
+    #: Forget iterations without clients for this long (None: never). A consumer asking for
+    #: a forgotten iteration again gets a new one, as in TensorFlow.
+    iteration_timeout: float | None = None
+
+
+#: Every event kind by the name the journal writes for it (spelled out: renaming a class
+#: must not rename its records).
+EVENTS: dict[str, type] = {
+    "RegisterDataset": RegisterDataset,
+    "GetOrCreateJob": GetOrCreateJob,
+    "GetOrCreateIteration": GetOrCreateIteration,
+    "ClientHeartbeat": ClientHeartbeat,
+    "ReleaseClient": ReleaseClient,
+    "WorkerHeartbeat": WorkerHeartbeat,
+    "TaskFinished": TaskFinished,
+    "GetSplits": GetSplits,
+    "CollectGarbage": CollectGarbage,
+}
+
+
+# ----- results -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskAssignment:
+    task_id: int
+    iteration_id: int
+    dataset: DatasetRecord
+    processing_mode: str
+    worker_index: int
+    num_workers: int
+
+
+@dataclass(frozen=True)
+class WorkerInstructions:
+    new_tasks: list[TaskAssignment]
+    tasks_to_delete: list[int]
+
+
+@dataclass(frozen=True)
+class ClientView:
+    tasks: list[tuple[int, str]]  # (task id, worker address) of the unfinished tasks
+    iteration_finished: bool
