@@ -180,12 +180,13 @@ def _embedding_rate(step: Callable[..., None], with_optimizer: bool, steps: int)
                                 name="table")
             weights = cv.Variable(np.zeros(64, np.float32), name="weights")
             bias = cv.Variable(np.zeros((), np.float32), name="bias")
+            optimizer = cv.optimizers.SGD(LEARNING_RATE) if with_optimizer else None
         coordinator = cv.distribute.ClusterCoordinator(strategy)
         try:
             iterator = iter(coordinator.create_per_worker_dataset(_embedding_dataset))
             args = (iterator, table, weights, bias)
-            if with_optimizer:
-                args += (cv.optimizers.SGD(LEARNING_RATE),)
+            if optimizer is not None:
+                args += (optimizer,)
             for _ in range(20):  # warm up: imports and connections on the workers
                 coordinator.schedule(step, args)
             coordinator.join()
