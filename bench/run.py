@@ -25,8 +25,8 @@ import tf_workloads  # noqa: E402  (bench/ is not a package; imports no TensorFl
 import workloads  # noqa: E402
 
 # one TensorFlow run of a workload: startup, then each repeat
-TF_TIMEOUT_S = 180.0
-TF_TIMEOUT_PER_REPEAT_S = 300.0
+TF_TIMEOUT_S = 120.0
+TF_TIMEOUT_PER_REPEAT_S = 120.0
 
 
 class Summary:

@@ -44,14 +44,14 @@ class Servers:
         self._processes.append(process)
         assert process.stdout is not None
         deadline = time.monotonic() + timeout_s
-        # TensorFlow logs to stderr; stdout carries only the address line, so reading it
-        # cannot block on anything but the server itself.
         while time.monotonic() < deadline:
             line = process.stdout.readline()
             if not line:
                 break
             match = _LISTENING.search(line)
             if match:
+                # keep reading its output, so a chatty server never blocks on a full pipe
+                threading.Thread(target=process.stdout.read, daemon=True).start()
                 return match[1]
         raise RuntimeError(f"TensorFlow server {' '.join(args)} did not start within "
                            f"{timeout_s:.0f} s (exit code {process.poll()})")

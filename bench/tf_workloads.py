@@ -65,7 +65,7 @@ def _parallel_map(parallel: int | None, repeats: int) -> list[float]:
     rows = np.random.default_rng(0).standard_normal((64, 65_536)).astype(np.float32)
 
     def numpy_work(x: object) -> object:
-        return tf.numpy_function(_numpy_work, [x], tf.float64)
+        return tf.numpy_function(_numpy_work, [x], tf.float32)
 
     return _repeat(lambda: _rate(tf.data.Dataset.from_tensor_slices(rows).repeat(4)
                                  .map(numpy_work, num_parallel_calls=parallel)), repeats)
