@@ -61,10 +61,11 @@ def _tensorflow(name: str, repeats: int) -> Summary | str:
     except subprocess.TimeoutExpired as error:
         return f"timed out after {error.timeout:.0f} s"
     lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = "\n    ".join(done.stderr.strip().splitlines()[-6:])
-        return f"failed (exit code {done.returncode}):\n    {tail}"
-    return Summary(json.loads(lines[-1])["results"])
+    report = json.loads(lines[-1]) if lines else {}
+    if done.returncode != 0 or "results" not in report:
+        why = report.get("error") or "\n    ".join(done.stderr.strip().splitlines()[-6:])
+        return f"failed (exit code {done.returncode}): {why}"
+    return Summary(report["results"])
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 _LISTENING = re.compile(r"listening on (\S+)")
 HEARTBEAT_MS = 100  # as the convoy side's clusters
@@ -42,16 +44,14 @@ class Servers:
             [sys.executable, str(Path(__file__)), *args], stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
         self._processes.append(process)
-        assert process.stdout is not None
+        lines: queue.Queue[str | None] = queue.Queue()
+        # read its output in a thread: the wait below can time out, and a chatty server
+        # never blocks on a full pipe
+        threading.Thread(target=_forward, args=(process.stdout, lines), daemon=True).start()
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
+        while (line := _next_line(lines, deadline)) is not None:
             match = _LISTENING.search(line)
             if match:
-                # keep reading its output, so a chatty server never blocks on a full pipe
-                threading.Thread(target=process.stdout.read, daemon=True).start()
                 return match[1]
         raise RuntimeError(f"TensorFlow server {' '.join(args)} did not start within "
                            f"{timeout_s:.0f} s (exit code {process.poll()})")
@@ -68,6 +68,20 @@ class Servers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _forward(stream: Any, lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _next_line(lines: queue.Queue[str | None], deadline: float) -> str | None:
+    """The next line, or None at the end of the output or at the deadline."""
+    try:
+        return lines.get(timeout=max(0.0, deadline - time.monotonic()))
+    except queue.Empty:
+        return None
 
 
 def data_service(num_workers: int, servers: Servers) -> str:

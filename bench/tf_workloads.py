@@ -2,9 +2,9 @@
 names, run with TensorFlow's own Python (``make bench-tf`` makes it).
 
 ``python tf_workloads.py --repeats N NAME`` runs workload NAME N times and prints one JSON line,
-``{"results": [throughput, ...]}``. Its servers run as processes of their own and are killed
-when it ends. TensorFlow is imported only by the workloads, so the runner in the convoy
-environment can import this module for ``WORKLOADS``.
+``{"results": [throughput, ...]}`` or ``{"error": message}``. Its servers run as processes of
+their own and are killed when it ends. TensorFlow is imported only by the workloads, so the
+runner in the convoy environment can import this module for ``WORKLOADS``.
 """
 
 from __future__ import annotations
@@ -292,7 +292,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     exit_with_parent()  # and its servers with it
-    print(json.dumps({"results": WORKLOADS[args.name](args.repeats)}), flush=True)
+    try:
+        print(json.dumps({"results": WORKLOADS[args.name](args.repeats)}), flush=True)
+    except Exception as error:
+        # the message, apart from TensorFlow's logs on stderr
+        print(json.dumps({"error": f"{type(error).__name__}: {error}"[:2000]}), flush=True)
+        raise
 
 
 if __name__ == "__main__":
