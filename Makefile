@@ -4,8 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
+TF_VENV := .venv-tf
+TF_VERSION ?= 2.21.0
 
-.PHONY: test demo bench lint typecheck proto clean
+.PHONY: test demo bench bench-tf lint typecheck proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +26,15 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
+# TensorFlow for the side-by-side figures of `make bench`, in its own environment: bench/run.py
+# runs TensorFlow's side of each workload with $(TF_VENV)/bin/python whenever it exists.
+bench-tf: $(TF_VENV)/.installed
+
+$(TF_VENV)/.installed:
+	$(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/python -m pip install --quiet 'tensorflow-cpu==$(TF_VERSION)' numpy
+	touch $@
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
 
@@ -31,7 +42,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache
+	rm -rf $(VENV) .venv-tf build dist .pytest_cache
 
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/convoy/data/service/service.proto

@@ -1,35 +1,71 @@
 """Benchmarks: ``make bench`` runs every workload a few times and prints median throughputs.
 
-Where TensorFlow is importable, the same workload also runs on TensorFlow in the same run and
-the table shows convoy/TensorFlow. Usage: ``python bench/run.py [--repeats N] [NAME ...]``.
+When ``make bench-tf`` has made the TensorFlow environment (.venv-tf), TensorFlow's side of
+each workload (tf_workloads.py) runs there too, in processes of its own, and the table shows
+convoy/TensorFlow. Usage: ``python bench/run.py [--repeats N] [NAME ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+BENCH = Path(__file__).resolve().parent
+TF_PYTHON = BENCH.parent / ".venv-tf" / "bin" / "python"
+sys.path.insert(0, str(BENCH))
 
-import workloads  # noqa: E402  (bench/ is not a package)
+import tf_workloads  # noqa: E402  (bench/ is not a package; imports no TensorFlow)
+import workloads  # noqa: E402
+
+# one TensorFlow run of a workload: startup, then each repeat
+TF_TIMEOUT_S = 120.0
+TF_TIMEOUT_PER_REPEAT_S = 120.0
 
 
-def _median(run: Callable[[], float], repeats: int) -> tuple[float, float, float]:
-    """Median, lowest and highest of ``repeats`` runs."""
-    results = [run() for _ in range(repeats)]
-    return statistics.median(results), min(results), max(results)
+class Summary:
+    """Median, lowest and highest of repeated throughputs."""
+
+    def __init__(self, results: list[float]) -> None:
+        self.median = statistics.median(results)
+        self.low, self.high = min(results), max(results)
+
+    def cells(self) -> str:
+        spread = f"{_number(self.low)} - {_number(self.high)}"
+        return f"{_number(self.median):>12}{spread:>22}"
 
 
-def _tensorflow_available() -> bool:
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _convoy(run: Callable[[], float], repeats: int) -> Summary:
+    return Summary([run() for _ in range(repeats)])
+
+
+def _tensorflow(name: str, repeats: int) -> Summary | str:
+    """TensorFlow's side of workload ``name`` in its own process, or why it did not run."""
+    command = [str(TF_PYTHON), str(BENCH / "tf_workloads.py"), "--repeats", str(repeats), name]
+    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     try:
-        import tensorflow  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        # on a timeout or an interrupt, subprocess.run kills the process; its servers
+        # exit once their parent is gone
+        done = subprocess.run(command, capture_output=True, text=True, env=environment,
+                              timeout=TF_TIMEOUT_S + TF_TIMEOUT_PER_REPEAT_S * repeats)
+    except subprocess.TimeoutExpired as error:
+        return f"timed out after {error.timeout:.0f} s"
+    lines = done.stdout.strip().splitlines()
+    report = json.loads(lines[-1]) if lines else {}
+    if done.returncode != 0 or "results" not in report:
+        why = report.get("error") or "\n    ".join(done.stderr.strip().splitlines()[-6:])
+        return f"failed (exit code {done.returncode}): {why}"
+    return Summary(report["results"])
 
 
 def main() -> int:
@@ -37,29 +73,43 @@ def main() -> int:
     parser.add_argument("names", nargs="*", help="workloads to run (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    known = {w.name for w in workloads.ALL}
+    unknown = [name for name in args.names if name not in known]
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; expected some of {sorted(known)}")
     selected = [w for w in workloads.ALL if not args.names or w.name in args.names]
-    with_tf = _tensorflow_available()
-    header = f"{'workload':<22}{'convoy':>14}  {'unit':<12}{'range':>22}"
+    with_tf = TF_PYTHON.exists()
+    if not with_tf:
+        print("TensorFlow: not installed, run make bench-tf")
+    header = f"{'workload':<22}{'unit':<12}{'convoy':>12}{'range':>22}"
     if with_tf:
-        header += f"{'tensorflow':>14}{'ratio':>9}"
+        header += f"{'tensorflow':>12}{'range':>22}{'ratio':>8}"
     print(header)
     print("-" * len(header))
+    failures = []
     try:
         for workload in selected:
-            ours, low, high = _median(workload.convoy, args.repeats)
-            spread = f"{low:,.0f} - {high:,.0f}"
-            line = f"{workload.name:<22}{ours:>14,.0f}  {workload.unit:<12}{spread:>22}"
-            if with_tf and workload.tensorflow is not None:
-                theirs = _median(workload.tensorflow, args.repeats)[0]
-                line += f"{theirs:>14,.0f}{ours / theirs:>8.1f}x"
+            ours = _convoy(workload.convoy, args.repeats)
+            line = f"{workload.name:<22}{workload.unit:<12}{ours.cells()}"
+            if with_tf and workload.name in tf_workloads.WORKLOADS:
+                theirs = _tensorflow(workload.name, args.repeats)
+                if isinstance(theirs, Summary):
+                    line += f"{theirs.cells()}{ours.median / theirs.median:>7.2f}x"
+                else:
+                    line += f"{'(failed)':>12}"
+                    failures.append(f"TensorFlow {workload.name}: {theirs}")
             print(line, flush=True)
     finally:
         workloads.stop_clusters()
-    return 0
+    for failure in failures:
+        print(failure)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
     started = time.perf_counter()
     code = main()
-    print(f"(medians of repeated runs; {time.perf_counter() - started:.0f} s in all)")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"(medians of repeated runs, ranges lowest - highest; ratio of the medians; "
+          f"{time.perf_counter() - started:.0f} s in all; load average {load})")
     sys.exit(code)

@@ -1,0 +1,304 @@
+"""TensorFlow's side of the benchmark workloads: the same work as workloads.py, under the same
+names, run with TensorFlow's own Python (``make bench-tf`` makes it).
+
+``python tf_workloads.py --repeats N NAME`` runs workload NAME N times and prints one JSON line,
+``{"results": [throughput, ...]}`` or ``{"error": message}``. Its servers run as processes of
+their own and are killed when it ends. TensorFlow is imported only by the workloads, so the
+runner in the convoy environment can import this module for ``WORKLOADS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from tf_servers import Servers, data_service, exit_with_parent, training_cluster
+
+# Some reads take TensorFlow minutes (distributed_epoch fetches a split per element from the
+# dispatcher): a read is cut after this long, and its rate is that of the part read.
+READ_BUDGET_S = 10.0
+
+
+def _read(iterable: object, measure: Callable[[object], float]) -> tuple[float, bool]:
+    """The rate of ``measure`` over the elements read, and whether all were read."""
+    started = time.perf_counter()
+    total = 0.0
+    complete = True
+    for element in iterable:  # type: ignore[attr-defined]
+        total += measure(element)
+        if time.perf_counter() - started > READ_BUDGET_S:
+            complete = False
+            break
+    return total / (time.perf_counter() - started), complete
+
+
+def _rate(iterable: object, measure: Callable[[object], float] = lambda _: 1.0) -> float:
+    return _read(iterable, measure)[0]
+
+
+def _megabytes(element: object) -> float:
+    return element.shape.num_elements() * element.dtype.size / 1e6  # type: ignore[attr-defined]
+
+
+def _repeat(run: Callable[[], float], repeats: int) -> list[float]:
+    return [run() for _ in range(repeats)]
+
+
+# ----- local tf.data ---------------------------------------------------------------------------
+def local_batch256(repeats: int) -> list[float]:
+    import tensorflow as tf
+
+    return _repeat(lambda: _rate(tf.data.Dataset.range(2_000_000).map(lambda x: x * 2)
+                                 .batch(256)), repeats)
+
+
+def _numpy_work(x: np.ndarray) -> np.ndarray:
+    return np.sort(np.fft.rfft(x).real)
+
+
+def _parallel_map(parallel: int | None, repeats: int) -> list[float]:
+    import tensorflow as tf
+
+    rows = np.random.default_rng(0).standard_normal((64, 65_536)).astype(np.float32)
+
+    def numpy_work(x: object) -> object:
+        return tf.numpy_function(_numpy_work, [x], tf.float32)
+
+    return _repeat(lambda: _rate(tf.data.Dataset.from_tensor_slices(rows).repeat(4)
+                                 .map(numpy_work, num_parallel_calls=parallel)), repeats)
+
+
+def local_map_numpy_seq(repeats: int) -> list[float]:
+    return _parallel_map(None, repeats)
+
+
+def local_map_numpy_par(repeats: int) -> list[float]:
+    import tensorflow as tf
+
+    return _parallel_map(tf.data.AUTOTUNE, repeats)
+
+
+# ----- tf.data service: dispatcher and workers as processes, the consumer here -------------------
+def _through_service(make_dataset: Callable[[], object], mode: str, repeats: int,
+                     num_workers: int = 1, compression: str | None = "AUTO",
+                     measure: Callable[[object], float] = lambda _: 1.0,
+                     check: Callable[[bool], None] = lambda complete: None) -> list[float]:
+    """Throughputs of ``repeats`` reads through one dispatcher and ``num_workers`` workers;
+    ``check(complete)`` runs after each read."""
+    import tensorflow as tf
+
+    with Servers() as servers:
+        target = data_service(num_workers, servers)
+
+        def run() -> float:
+            ds = make_dataset().apply(tf.data.experimental.service.distribute(  # type: ignore
+                processing_mode=mode, service=target, compression=compression))
+            rate, complete = _read(ds, measure)
+            check(complete)
+            return rate
+
+        return _repeat(run, repeats)
+
+
+def scalar_map(repeats: int) -> list[float]:
+    import tensorflow as tf
+
+    return _through_service(lambda: tf.data.Dataset.range(200_000).map(lambda x: x * 2),
+                            "parallel_epochs", repeats)
+
+
+def _batch256() -> object:
+    import tensorflow as tf
+
+    return tf.data.Dataset.range(2_000_000).map(lambda x: x * 2).batch(256)
+
+
+def batch256(repeats: int) -> list[float]:
+    return _through_service(_batch256, "parallel_epochs", repeats)
+
+
+def tensor4mib(repeats: int) -> list[float]:
+    import tensorflow as tf
+
+    tensor = np.ones((1024, 1024), np.float32)
+    return _through_service(lambda: tf.data.Dataset.from_tensors(tensor).repeat(500),
+                            "parallel_epochs", repeats, compression=None, measure=_megabytes)
+
+
+def images_auto(repeats: int) -> list[float]:
+    import tensorflow as tf
+
+    images = np.random.default_rng(0).integers(0, 256, (32, 224, 224, 3), dtype=np.uint8)
+    return _through_service(lambda: tf.data.Dataset.from_tensors(images).repeat(300),
+                            "parallel_epochs", repeats, compression="AUTO", measure=_megabytes)
+
+
+def dynamic_batch256(repeats: int) -> list[float]:
+    return _through_service(_batch256, "distributed_epoch", repeats)
+
+
+class _ExactlyOnce:
+    """Counts batches, and checks at the end that every element arrived exactly once (at
+    most once, when the read was cut short)."""
+
+    def __init__(self, elements: int) -> None:
+        self.seen = np.zeros(elements, np.int64)
+
+    def __call__(self, batch: object) -> float:
+        np.add.at(self.seen, batch.numpy() // 2, 1)  # type: ignore[attr-defined]
+        return 1.0
+
+    def check(self, complete: bool) -> None:
+        if (self.seen > 1).any() or (complete and not (self.seen == 1).all()):
+            raise AssertionError("two_workers: some element did not arrive exactly once")
+        self.seen[:] = 0
+
+
+def two_workers(repeats: int) -> list[float]:
+    counter = _ExactlyOnce(2_000_000)
+    return _through_service(_batch256, "distributed_epoch", repeats, num_workers=2,
+                            measure=counter, check=counter.check)
+
+
+# ----- parameter-server training: chief here, 2 ps + 2 workers as tf.distribute.Server ---------
+LEARNING_RATE = 0.1
+BATCH, BAG, ROWS, WIDTH = 256, 8, 100_000, 64
+
+
+def _embedding_dataset() -> object:
+    import tensorflow as tf
+
+    data = np.random.default_rng(1)
+    ids = data.integers(0, ROWS, (64 * BATCH, BAG))
+    labels = (data.random(64 * BATCH) < 0.5).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices((ids, labels)).batch(BATCH).repeat()
+
+
+def _fused_step(strategy: object, table: object, weights: object,
+                bias: object) -> Callable[[Iterator], None]:
+    """The step as TensorFlow's guide writes it: a gradient tape and an optimizer, in a
+    function run by ``strategy.run``."""
+    import tensorflow as tf
+
+    optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
+
+    def replica_step(ids: object, labels: object) -> None:
+        with tf.GradientTape() as tape:
+            bags = tf.reduce_mean(tf.nn.embedding_lookup(table, ids), axis=1)
+            logits = tf.linalg.matvec(bags, weights) + bias
+            loss = tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+        # a tape differentiates by the shards of a sharded variable (the partitioner shards
+        # the weights too)
+        variables = [part for v in (table, weights, bias) for part in getattr(v, "variables", [v])]
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+    @tf.function
+    def step(iterator: Iterator) -> None:
+        strategy.run(replica_step, args=next(iterator))
+
+    return step
+
+
+def _tfstyle_step(strategy: object, table: object, weights: object,
+                  bias: object) -> Callable[[Iterator], None]:
+    """The step with a read per variable, gradients by hand, and per-variable updates."""
+    import tensorflow as tf
+
+    @tf.function
+    def step(iterator: Iterator) -> None:
+        ids, labels = next(iterator)
+        flat_ids = tf.reshape(ids, [-1])  # a ShardedVariable reads by a vector of ids
+        rows = tf.reshape(table.sparse_read(flat_ids), [-1, BAG, WIDTH])  # type: ignore
+        # the partitioner shards the weights too, and a ShardedVariable has no read_value
+        w, b = tf.convert_to_tensor(weights), bias.read_value()  # type: ignore[attr-defined]
+        bags = tf.reduce_mean(rows, axis=1)
+        logits = tf.linalg.matvec(bags, w) + b
+        dlogits = (tf.sigmoid(logits) - labels) / BATCH
+        row_grads = tf.broadcast_to((dlogits[:, None] * w)[:, None, :] / BAG, tf.shape(rows))
+        table.scatter_sub(tf.IndexedSlices(  # type: ignore[attr-defined]
+            tf.reshape(LEARNING_RATE * row_grads, [-1, WIDTH]), flat_ids))
+        weights.assign_sub(  # type: ignore[attr-defined]
+            LEARNING_RATE * tf.linalg.matvec(bags, dlogits, transpose_a=True))
+        bias.assign_sub(LEARNING_RATE * tf.reduce_sum(dlogits))  # type: ignore[attr-defined]
+
+    return step
+
+
+def _embedding_rates(make_step: Callable[..., Callable[[Iterator], None]], repeats: int,
+                     steps: int = 2000) -> list[float]:
+    """Steps/s of ``steps`` scheduled steps, ``repeats`` times on one cluster (a process
+    connects to one TensorFlow cluster only)."""
+    import tensorflow as tf
+
+    with Servers() as servers:
+        spec = tf.train.ClusterSpec(training_cluster(num_workers=2, num_ps=2, servers=servers))
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            spec, task_type="chief", task_id=0, rpc_layer="grpc")
+        strategy = tf.distribute.experimental.ParameterServerStrategy(
+            resolver,
+            variable_partitioner=tf.distribute.experimental.partitioners.FixedShardsPartitioner(2))
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        rng = np.random.default_rng(0)
+        with strategy.scope():
+            table = tf.Variable(rng.normal(0, 0.05, (ROWS, WIDTH)).astype(np.float32),
+                                name="table")
+            weights = tf.Variable(np.zeros(WIDTH, np.float32), name="weights")
+            bias = tf.Variable(np.zeros((), np.float32), name="bias")
+            step = make_step(strategy, table, weights, bias)
+        iterator = iter(coordinator.create_per_worker_dataset(_embedding_dataset))
+        for _ in range(20):  # warm up: tracing and connections on the workers
+            coordinator.schedule(step, args=(iterator,))
+        coordinator.join()
+        results = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(steps):
+                coordinator.schedule(step, args=(iterator,))
+            coordinator.join()
+            results.append(steps / (time.perf_counter() - started))
+        return results
+
+
+def ps_embedding(repeats: int) -> list[float]:
+    return _embedding_rates(_fused_step, repeats)
+
+
+def ps_embedding_tfstyle(repeats: int) -> list[float]:
+    return _embedding_rates(_tfstyle_step, repeats)
+
+
+WORKLOADS: dict[str, Callable[[int], list[float]]] = {
+    "local_batch256": local_batch256,
+    "local_map_numpy_seq": local_map_numpy_seq,
+    "local_map_numpy_par": local_map_numpy_par,
+    "scalar_map": scalar_map,
+    "batch256": batch256,
+    "tensor4MiB": tensor4mib,
+    "images_auto": images_auto,
+    "dynamic_batch256": dynamic_batch256,
+    "two_workers": two_workers,
+    "ps_embedding": ps_embedding,
+    "ps_embedding_tfstyle": ps_embedding_tfstyle,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("name", choices=sorted(WORKLOADS))
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    exit_with_parent()  # and its servers with it
+    try:
+        print(json.dumps({"results": WORKLOADS[args.name](args.repeats)}), flush=True)
+    except Exception as error:
+        # the message, apart from TensorFlow's logs on stderr
+        print(json.dumps({"error": f"{type(error).__name__}: {error}"[:2000]}), flush=True)
+        raise
+
+
+if __name__ == "__main__":
+    main()
