@@ -62,8 +62,8 @@ class ReadsAsArray:
     __le__ = _forward(operator.le)
     __gt__ = _forward(operator.gt)
     __ge__ = _forward(operator.ge)
-    __eq__ = _forward(operator.eq)  # type: ignore[assignment]
-    __ne__ = _forward(operator.ne)  # type: ignore[assignment]
+    __eq__ = _forward(operator.eq)
+    __ne__ = _forward(operator.ne)
     __hash__ = object.__hash__
     __neg__ = _unary(operator.neg)
     __pos__ = _unary(operator.pos)

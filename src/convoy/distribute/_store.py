@@ -10,6 +10,7 @@ An operation is a tuple ``(kind, name, *arguments)``; see ``_OPERATIONS`` for th
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Sequence
@@ -159,8 +160,7 @@ class VariableStore:
                                        f"{type(optimizer).__name__}")
         for name, gradient in updates:
             apply_update(optimizer, self.value(name), gradient,
-                         lambda slot, like, initial, _n=name: self._slot(_n, slot, like,
-                                                                         initial))
+                         functools.partial(self._slot, name))
 
     def _slot(self, name: str, slot: str, like: np.ndarray, initial: float) -> np.ndarray:
         key = (name, slot)

@@ -52,6 +52,7 @@ class _Ops(ReadsAsArray):
     arguments are accepted for TensorFlow's sake and change nothing (every operation is
     atomic where the variable lives)."""
 
+    name: str
     shape: tuple[int, ...]
 
     def read_value(self) -> np.ndarray:
@@ -84,6 +85,7 @@ class _Ops(ReadsAsArray):
         rows = self.shape[0]
         if isinstance(first, slice):
             return self.sparse_read(np.arange(*first.indices(rows)))[(slice(None), *rest)]
+        first = int(first)
         if not -rows <= first < rows:
             raise IndexError(f"index {first} is out of bounds for axis 0 of {self.name!r} "
                              f"with size {rows}")
