@@ -132,6 +132,23 @@ def test_first_error_cancels_the_queue_and_asks_to_cancel_what_runs():
     assert state.apply(Take(0, 0)) == [Run(0, 0, (5,))]
 
 
+def test_the_error_kept_is_the_failure_not_the_cancellations_it_caused():
+    # A failing call cancels the other calls of its Run on the worker: the Run answers their
+    # CancelledErrors too, maybe first.
+    state = started(num_workers=1, batch=3)
+    schedule(state, 1, 2, 3)
+    state.apply(Take(0, 0))
+    state.apply(Finished(0, 0, (Outcome(error=CancelledError("mate")),
+                                Outcome(error=ValueError("boom")), Outcome(3))))
+    [raised] = state.apply(ErrorTaken())
+    assert isinstance(raised.error, ValueError)
+    # a function that raises CancelledError itself is an error like another
+    schedule(state, 4)
+    state.apply(Take(0, 0))
+    state.apply(Finished(0, 0, (Outcome(error=CancelledError("its own")),)))
+    assert isinstance(state.apply(ErrorTaken())[0].error, CancelledError)
+
+
 def test_a_lost_worker_gives_its_closures_back_and_is_probed_once():
     state = started(batch=2)
     schedule(state, *range(1, 9))

@@ -154,11 +154,11 @@ class ScheduleState:
         self._release(lane)
         instructions: list[Instruction] = [
             Resolve(closure_id, outcome) for closure_id, outcome in zip(ids, event.outcomes)]
-        if self.error is None:
-            for outcome in event.outcomes:
-                if outcome.error is not None:
-                    instructions += self._fail(outcome.error)
-                    break
+        errors = [outcome.error for outcome in event.outcomes if outcome.error is not None]
+        if errors and self.error is None:
+            # the first failure, before the cancellations it caused among its Run-mates
+            instructions += self._fail(next(
+                (e for e in errors if not isinstance(e, CancelledError)), errors[0]))
         return instructions
 
     def _on_WorkerLost(self, event: WorkerLost) -> list[Instruction]:
