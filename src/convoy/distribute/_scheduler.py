@@ -21,7 +21,6 @@ from typing import Any
 from convoy import _rpc, nest
 from convoy._rpc import Outcome
 from convoy.distribute._calls import Call, call_message, load_outcomes, run_request
-from convoy.distribute._protocol import WORKER_METHODS, WORKER_SERVICE, decode_one, encode
 from convoy.distribute._schedule_messages import (
     Abandon,
     Build,
@@ -52,13 +51,8 @@ from convoy.distribute._schedule_messages import (
 )
 from convoy.distribute._schedule_state import ScheduleState
 from convoy.distribute._values import PerWorkerValues, RemoteValue
-from convoy.distribute.server import worker_context
-from convoy.errors import (
-    CancelledError,
-    DataLossError,
-    FailedPreconditionError,
-    UnavailableError,
-)
+from convoy.distribute._workers import Lane, WorkerLink, build_resource, send_without_waiting
+from convoy.errors import DataLossError, FailedPreconditionError, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -100,127 +94,17 @@ class Closure:
         return call_message(self.function, tuple(args), kwargs, self.closure_id)
 
 
-_unanswered: dict[Any, _rpc.Client] = {}  # calls sent without waiting, until they answer
-
-
-def _send_without_waiting(client: _rpc.Client, method: str, ids: Sequence[int]) -> None:
-    """Call ``method`` with ``ids``, best effort (a worker gone has lost what they name)."""
-    try:
-        future = client.future(method, encode(list(ids)), timeout=10)
-    except Exception as error:  # e.g. at interpreter exit
-        log.debug("%s at %s not sent: %r", method, client.address, error)
-        return
-    _unanswered[future] = client  # a gRPC future dropped (or its channel) cancels its call
-
-    def answered(done: Any) -> None:
-        _unanswered.pop(done, None)
-        try:
-            done.result()
-        except Exception as error:
-            log.debug("%s at %s failed: %r", method, client.address, error)
-
-    future.add_done_callback(answered)
-
-
-class _Worker:
-    """The coordinator's connection to one worker task."""
-
-    def __init__(self, index: int, address: str) -> None:
-        self.index = index
-        self.client = _rpc.Client(address, WORKER_SERVICE, WORKER_METHODS)
-
-    def run(self, call: Call) -> Outcome:
-        """Run one call on a stream of its own; raises UnavailableError if the worker cannot
-        be reached."""
-        stream = self.client.stream("Run")
-        try:
-            outcomes = load_outcomes(stream.call(run_request([call])))
-        finally:
-            stream.close()
-        if len(outcomes) != 1:
-            raise DataLossError(f"one call got {len(outcomes)} outcomes from worker "
-                                f"{self.index}")
-        return outcomes[0]
-
-    def ping(self) -> str:
-        """The worker's incarnation (which process answers)."""
-        return decode_one(self.client.call("Ping", encode(None), timeout=5))
-
-
-class _Lane:
-    """One lane of a worker: a Run in flight at a time, on a stream that :meth:`abandon` can
-    cut short from another thread."""
-
-    def __init__(self, worker: _Worker, index: int, wakeup: threading.Condition) -> None:
-        self.worker, self.index, self.wakeup = worker, index, wakeup
-        self._lock = threading.Lock()
-        self._stream: _rpc.Stream | None = None
-        self._ids: tuple[int, ...] = ()  # the closures of the lane's Run
-        self._in_call = False
-        self._abandoned = False
-
-    def begin(self, closure_ids: tuple[int, ...]) -> None:
-        with self._lock:
-            self._ids, self._abandoned = closure_ids, False
-
-    def call(self, request: bytes) -> bytes:
-        with self._lock:
-            if self._abandoned:
-                raise CancelledError("the Run was abandoned before it was sent")
-            if self._stream is None:
-                self._stream = self.worker.client.stream("Run")
-            stream, self._in_call = self._stream, True
-        try:
-            return stream.call(request)
-        finally:
-            with self._lock:
-                self._in_call = False
-
-    def abandon(self, closure_ids: tuple[int, ...]) -> bool:
-        """Cut the Run of ``closure_ids`` short; whether it was still in its call."""
-        with self._lock:
-            if self._ids != closure_ids:
-                return False
-            self._abandoned = True
-            if not self._in_call:
-                return False
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            try:
-                stream.close()  # the waiting call raises; the lane opens another stream
-            except Exception:  # a call failing at the same moment closes it too
-                pass
-        return True
-
-    def close(self) -> None:
-        with self._lock:
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.close()
-
-
-def _build_resource(resource_id: int, make: Callable[[], Any], for_dataset: bool) -> None:
-    context = worker_context()
-    if context is None:
-        raise FailedPreconditionError("per-worker resources can only be created on workers")
-    context.creating_dataset = for_dataset
-    try:
-        context.resources[resource_id] = make()
-    finally:
-        context.creating_dataset = False
-
-
 class Scheduler:
     """Runs closures on the workers at ``addresses``, ``pipelining`` at once per worker."""
 
     def __init__(self, addresses: Sequence[str], pipelining: int, name: str) -> None:
-        self._workers = [_Worker(i, address) for i, address in enumerate(addresses)]
+        self._workers = [WorkerLink(i, address) for i, address in enumerate(addresses)]
         # Several functions share a Run: on a busy cluster per-call costs dominate small steps.
         lanes = min(pipelining, LANES_PER_WORKER)
         self._state = ScheduleState(len(self._workers), -(-pipelining // lanes))
         self._lock = threading.Lock()  # guards _state and _closures
         self._progress = threading.Condition(self._lock)  # settled, or an error pending
-        self._lanes = {(w.index, i): _Lane(w, i, threading.Condition(self._lock))
+        self._lanes = {(w.index, i): Lane(w, i, threading.Condition(self._lock))
                        for w in self._workers for i in range(lanes)}
         self._closures: dict[int, Closure] = {}
         self._resource_calls: dict[int, Call] = {}
@@ -261,7 +145,7 @@ class Scheduler:
         """Build ``make()`` on every worker (and again on a new process of one); its id."""
         resource_id = next(_ids)
         call = self._resource_calls[resource_id] = call_message(
-            _build_resource, (resource_id, make, for_dataset), {})
+            build_resource, (resource_id, make, for_dataset), {})
         errors: list[BaseException] = []
         for build in self._apply(ResourceAdded(resource_id, what)):
             assert isinstance(build, Build)
@@ -321,9 +205,9 @@ class Scheduler:
             elif isinstance(instruction, Abandon):
                 lane = self._lanes[(instruction.worker, instruction.lane)]
                 lane.abandon(instruction.closure_ids)
-                _send_without_waiting(lane.worker.client, "Cancel", instruction.closure_ids)
+                send_without_waiting(lane.worker.client, "Cancel", instruction.closure_ids)
             elif isinstance(instruction, Free):
-                _send_without_waiting(self._workers[instruction.worker].client, "Free",
+                send_without_waiting(self._workers[instruction.worker].client, "Free",
                                       instruction.resource_ids)
             else:
                 others.append(instruction)
@@ -350,7 +234,7 @@ class Scheduler:
             log.debug("no thread for %s: the interpreter is exiting", what)
 
     # ----- the threads ----------------------------------------------------------------------
-    def _serve(self, lane: _Lane) -> None:
+    def _serve(self, lane: Lane) -> None:
         take = Take(lane.worker.index, lane.index)
         while True:
             with self._lock:  # Take only ever answers a Run
@@ -367,7 +251,7 @@ class Scheduler:
             self._apply(WorkerLost(lane.worker.index, lane.index) if outcomes is None
                         else Finished(lane.worker.index, lane.index, outcomes))
 
-    def _run(self, lane: _Lane, closures: list[Closure]) -> tuple[Outcome, ...] | None:
+    def _run(self, lane: Lane, closures: list[Closure]) -> tuple[Outcome, ...] | None:
         """The closures' outcomes on the lane's worker; None if it cannot be reached."""
         outcomes: list[Outcome | None] = []
         calls = []
@@ -395,7 +279,7 @@ class Scheduler:
     def _cancel(self, cancel: CancelRunning) -> None:
         """Ask the worker to stop the closures; past the grace period, give their Run up."""
         lane = self._lanes[(cancel.worker, cancel.lane)]
-        _send_without_waiting(lane.worker.client, "Cancel", cancel.closure_ids)
+        send_without_waiting(lane.worker.client, "Cancel", cancel.closure_ids)
         time.sleep(CANCEL_GRACE_S)
         self._apply(GraceOver(cancel.worker, cancel.lane, cancel.closure_ids))
         # A call cut short just as its stream opens goes on: cut it again until it ends.
@@ -414,7 +298,7 @@ class Scheduler:
             self.close()
 
     @staticmethod
-    def _ping(worker: _Worker) -> str | None:
+    def _ping(worker: WorkerLink) -> str | None:
         try:
             return worker.ping()
         except _rpc.RETRYABLE:
