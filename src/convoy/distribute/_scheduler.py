@@ -146,8 +146,13 @@ class Scheduler:
         resource_id = next(_ids)
         call = self._resource_calls[resource_id] = call_message(
             build_resource, (resource_id, make, for_dataset), {})
+        try:
+            builds = self._apply(ResourceAdded(resource_id, what))
+        except FailedPreconditionError:  # shut down
+            del self._resource_calls[resource_id]
+            raise
         errors: list[BaseException] = []
-        for build in self._apply(ResourceAdded(resource_id, what)):
+        for build in builds:
             assert isinstance(build, Build)
             try:
                 outcome = self._workers[build.worker].run(call)
