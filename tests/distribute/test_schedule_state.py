@@ -1,6 +1,6 @@
 """The coordinator's scheduling state machine, driven without a network: closures through
-lanes, the first error and its cancellations, lost workers, probes and resource rebuilds, and a
-hypothesis property over any interleaving of them."""
+lanes, the first error and its cancellations (grace periods, abandoned Runs), lost workers,
+probes, resource rebuilds and frees, and a hypothesis property over any interleaving of them."""
 
 from __future__ import annotations
 
@@ -12,17 +12,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from convoy._rpc import Outcome
-from convoy.distribute._schedule_state import (
-    DOWN,
-    FAILED,
-    REBUILDING,
-    UP,
+from convoy.distribute._schedule_messages import (
+    Abandon,
     Build,
     Built,
     CancelRunning,
     Closed,
     ErrorTaken,
     Finished,
+    Free,
+    GraceOver,
     Probe,
     RaiseError,
     Rebuild,
@@ -33,13 +32,13 @@ from convoy.distribute._schedule_state import (
     ResourceDropped,
     Run,
     Scheduled,
-    ScheduleState,
     Start,
     Take,
     Wake,
     WorkerBack,
     WorkerLost,
 )
+from convoy.distribute._schedule_state import DOWN, FAILED, REBUILDING, UP, ScheduleState
 from convoy.errors import (
     CancelledError,
     FailedPreconditionError,
@@ -116,8 +115,8 @@ def test_first_error_cancels_the_queue_and_asks_to_cancel_what_runs():
     assert set(outcomes) == {3, 4}
     assert all(isinstance(o.error, CancelledError) and "boom" in str(o.error)
                for o in outcomes.values())
-    assert of(CancelRunning, instructions) == [CancelRunning(1, (2,))]
-    # join waits for the running closure; the error is not taken before.
+    assert of(CancelRunning, instructions) == [CancelRunning(1, 0, (2,))]
+    # join waits for the running closure (or its grace period); the error is not taken before.
     assert state.error is not None and not state.settled
     with pytest.raises(FailedPreconditionError):
         state.apply(ErrorTaken())
@@ -131,6 +130,23 @@ def test_first_error_cancels_the_queue_and_asks_to_cancel_what_runs():
     assert state.apply(ErrorTaken()) == []  # raised once, then cleared
     schedule(state, 5)
     assert state.apply(Take(0, 0)) == [Run(0, 0, (5,))]
+
+
+def test_the_error_kept_is_the_failure_not_the_cancellations_it_caused():
+    # A failing call cancels the other calls of its Run on the worker: the Run answers their
+    # CancelledErrors too, maybe first.
+    state = started(num_workers=1, batch=3)
+    schedule(state, 1, 2, 3)
+    state.apply(Take(0, 0))
+    state.apply(Finished(0, 0, (Outcome(error=CancelledError("mate")),
+                                Outcome(error=ValueError("boom")), Outcome(3))))
+    [raised] = state.apply(ErrorTaken())
+    assert isinstance(raised.error, ValueError)
+    # a function that raises CancelledError itself is an error like another
+    schedule(state, 4)
+    state.apply(Take(0, 0))
+    state.apply(Finished(0, 0, (Outcome(error=CancelledError("its own")),)))
+    assert isinstance(state.apply(ErrorTaken())[0].error, CancelledError)
 
 
 def test_a_lost_worker_gives_its_closures_back_and_is_probed_once():
@@ -243,20 +259,114 @@ def test_a_worker_silent_at_start_is_probed():
     assert [w.status for w in state.workers] == [UP, DOWN]
 
 
-def test_closing_cancels_the_queue_and_wakes_waiting_lanes():
+def test_closing_cancels_the_queue_and_what_runs_and_wakes_waiting_lanes():
     state = started(num_workers=2, batch=1)
     state.apply(Take(1, 0))
     schedule(state, 1, 2, 3)
     state.apply(Take(0, 0))
     instructions = state.apply(Closed())
-    assert set(resolved(instructions)) == {2, 3}
-    assert of(Wake, instructions) == [] and state.closed
+    outcomes = resolved(instructions)
+    assert set(outcomes) == {1, 2, 3}  # the running one too: it is abandoned
+    assert all(isinstance(o.error, CancelledError) and "shut down" in str(o.error)
+               for o in outcomes.values())
+    assert of(Abandon, instructions) == [Abandon(0, 0, (1,))]
+    assert of(Wake, instructions) == [] and state.closed and state.settled
     assert state.apply(Take(1, 0)) == [] and not state.idle
     with pytest.raises(FailedPreconditionError, match="shut down"):
         state.apply(Scheduled(4))
-    outcomes = resolved(state.apply(WorkerLost(0, 0)))  # not put back: cancelled
-    assert isinstance(outcomes[1].error, CancelledError) and state.settled
+    with pytest.raises(FailedPreconditionError, match="shut down"):
+        state.apply(ResourceAdded(9, "per-worker dataset"))
+    assert state.apply(WorkerLost(0, 0)) == []  # the abandoned Run's end: dropped
     assert state.workers[0].status == UP  # nobody probes after shutdown
+    assert state.apply(Take(0, 0)) == []
+
+
+def test_closing_frees_every_resource_and_wakes_idle_lanes():
+    state = started(num_workers=2, batch=1)
+    state.apply(ResourceAdded(5, "per-worker dataset"))
+    state.apply(Built(0, 5))
+    state.apply(Built(1, 5))
+    state.apply(ResourceAdded(6, "per-worker iterator"))
+    state.apply(Built(1, 6))
+    state.apply(Take(0, 0))
+    instructions = state.apply(Closed())
+    assert of(Wake, instructions) == [Wake(0, 0)]
+    assert of(Free, instructions) == [Free(0, (5,)), Free(1, (5, 6))]
+    assert state.apply(Closed()) == []  # twice: nothing more
+    # a build that lands after the shutdown is freed at once
+    assert state.apply(Built(0, 6)) == [Free(0, (6,))]
+
+
+def test_a_cancelled_run_that_outlives_its_grace_period_is_abandoned():
+    state = started(num_workers=2, batch=2)
+    schedule(state, 1, 2, 3, 4, 5, 6)
+    state.apply(Take(0, 0))  # runs 1, 2
+    state.apply(Take(1, 0))  # runs 3, 4
+    instructions = state.apply(Finished(0, 0, (Outcome(error=ValueError("boom")), Outcome(2))))
+    assert of(CancelRunning, instructions) == [CancelRunning(1, 0, (3, 4))]
+    assert not state.settled
+    instructions = state.apply(GraceOver(1, 0, (3, 4)))
+    outcomes = resolved(instructions)
+    assert set(outcomes) == {3, 4}
+    assert all(isinstance(o.error, CancelledError) and "boom" in str(o.error)
+               for o in outcomes.values())
+    assert of(Abandon, instructions) == [Abandon(1, 0, (3, 4))]
+    assert state.settled and state.abandoned == {(1, 0)}  # join raises now
+    [raised] = state.apply(ErrorTaken())
+    assert isinstance(raised.error, ValueError)
+    schedule(state, 7)
+    with pytest.raises(InvalidArgumentError):
+        state.apply(Take(1, 0))  # its call is still on the wire
+    # The abandoned Run answers after all: dropped; the lane takes work again.
+    assert state.apply(Finished(1, 0, (Outcome(3), Outcome(4)))) == []
+    assert not state.abandoned
+    assert state.apply(Take(1, 0)) == [Run(1, 0, (7,))]
+
+
+def test_a_grace_period_over_after_the_run_answered_changes_nothing():
+    state = started(num_workers=2, batch=1)
+    schedule(state, 1, 2)
+    state.apply(Take(0, 0))
+    state.apply(Take(1, 0))
+    state.apply(Finished(0, 0, (Outcome(error=ValueError("boom")),)))
+    # the cancelled function stopped at its next variable operation
+    outcomes = resolved(state.apply(Finished(1, 0, (Outcome(error=CancelledError("c")),))))
+    assert isinstance(outcomes[2].error, CancelledError) and state.settled
+    assert state.apply(GraceOver(1, 0, (2,))) == []
+    assert isinstance(state.apply(ErrorTaken())[0].error, ValueError)  # the first error
+    schedule(state, 3)
+    assert state.apply(Take(1, 0)) == [Run(1, 0, (3,))]
+    assert state.apply(GraceOver(1, 0, (2,))) == []  # a late one: the lane runs another Run
+    assert state.running == {(1, 0): (3,)}
+
+
+def test_an_abandoned_run_whose_worker_is_lost_is_not_run_again():
+    state = started(num_workers=2, batch=1)
+    schedule(state, 1, 2)
+    state.apply(Take(0, 0))
+    state.apply(Take(1, 0))
+    state.apply(Finished(0, 0, (Outcome(error=ValueError("boom")),)))
+    state.apply(GraceOver(1, 0, (2,)))
+    assert state.apply(WorkerLost(1, 0)) == [Probe(1)]
+    assert not state.queue and not state.abandoned and state.workers[1].status == DOWN
+
+
+def test_a_dropped_resource_is_freed_where_it_was_built():
+    state = started(num_workers=3)
+    state.apply(ResourceAdded(4, "per-worker iterator"))
+    state.apply(Built(0, 4))
+    state.apply(Built(2, 4))
+    assert state.apply(ResourceDropped(4)) == [Free(0, (4,)), Free(2, (4,))]
+    assert state.apply(ResourceDropped(4)) == []  # once
+    # a build or rebuild that lands after the drop is freed where it landed
+    assert state.apply(Built(1, 4)) == [Free(1, (4,))]
+    state.apply(ResourceAdded(5, "per-worker dataset"))
+    state.apply(Built(0, 5))
+    state.apply(WorkerLost(0))
+    assert state.apply(WorkerBack(0, "new")) == [Rebuild(0, (5,))]
+    state.apply(ResourceDropped(5))
+    assert state.apply(Rebuilt(0, (5,))) == [Free(0, (5,))]
+    assert state.workers[0].status == UP and not state.workers[0].built
 
 
 def test_events_that_do_not_fit_are_refused():
@@ -282,8 +392,9 @@ def test_events_that_do_not_fit_are_refused():
 class Interleavings(RuleBasedStateMachine):
     """Plays the coordinator's threads and the workers in any order: schedules, takes,
     finishes (with errors), lost Runs and workers, probes answered by the same or a new
-    process, rebuilds that succeed, fail or find the worker gone, resources added, errors
-    taken, shutdown. Each instruction is checked against what the shell may be asked."""
+    process, rebuilds that succeed, fail or find the worker gone, resources added and
+    dropped, grace periods over (also late ones), errors taken, shutdown. Each instruction is
+    checked against what the shell may be asked."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -297,7 +408,9 @@ class Interleavings(RuleBasedStateMachine):
         self.lanes = [(w, lane) for w in range(workers) for lane in range(lanes)]
         self.incarnation = {w: f"p{w}" for w in range(workers)}
         self.held: dict[str, set[int]] = {}  # the resources each process holds
-        self.runs: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.runs: dict[tuple[int, int], tuple[int, ...]] = {}  # Runs on the wire
+        self.abandoned: set[tuple[int, int]] = set()  # ... given up by the state
+        self.cancels: set[tuple[tuple[int, int], tuple[int, ...]]] = set()  # grace periods
         self.waiting: set[tuple[int, int]] = set()  # lanes that took nothing, not woken
         self.ready = set(self.lanes)  # lanes that take next (started, woken or done)
         self.probes: dict[int, str | None] = {}
@@ -334,8 +447,19 @@ class Interleavings(RuleBasedStateMachine):
                 assert instruction.resource_ids
                 self.rebuilds[instruction.worker] = instruction.resource_ids
             elif kind is CancelRunning:
-                assert any(self.runs.get((instruction.worker, lane)) == instruction.closure_ids
-                           for _, lane in self.lanes)
+                lane = (instruction.worker, instruction.lane)
+                assert self.runs.get(lane) == instruction.closure_ids
+                assert lane not in self.abandoned
+                self.cancels.add((lane, instruction.closure_ids))
+            elif kind is Abandon:
+                lane = (instruction.worker, instruction.lane)
+                assert self.runs.get(lane) == instruction.closure_ids
+                assert lane not in self.abandoned
+                self.abandoned.add(lane)
+            elif kind is Free:
+                assert not set(instruction.resource_ids) & set(self.state.resources)
+                self.held.get(self.incarnation[instruction.worker], set()).difference_update(
+                    instruction.resource_ids)
             else:
                 assert kind in (RaiseError, Build), instruction
 
@@ -389,6 +513,10 @@ class Interleavings(RuleBasedStateMachine):
     @precondition(started)
     def add_resource(self, data):
         resource_id = self.next_id = self.next_id + 1
+        if self.state.closed:
+            with pytest.raises(FailedPreconditionError):
+                self.state.apply(ResourceAdded(resource_id, "per-worker dataset"))
+            return
         builds = self.state.apply(ResourceAdded(resource_id, "per-worker dataset"))
         failed = False
         for build in builds:
@@ -401,6 +529,20 @@ class Interleavings(RuleBasedStateMachine):
             failed |= result == "error"
         if failed:
             self.carry_out(self.state.apply(ResourceDropped(resource_id)))
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.started() and self.state.resources)
+    def drop_resource(self, data):
+        resource_id = data.draw(st.sampled_from(sorted(self.state.resources)))
+        self.carry_out(self.state.apply(ResourceDropped(resource_id)))
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.started() and self.cancels)
+    def grace_over(self, data):
+        # any grace period, also of a Run that answered since
+        lane, ids = data.draw(st.sampled_from(sorted(self.cancels)))
+        self.cancels.discard((lane, ids))
+        self.carry_out(self.state.apply(GraceOver(*lane, ids)))
 
     @rule()
     @precondition(lambda self: self.started() and not self.state.closed)
@@ -417,7 +559,8 @@ class Interleavings(RuleBasedStateMachine):
         ids = self.runs.pop(lane)
         self.ready.add(lane)
         fails = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
-        first = self.state.error is None and any(fails)
+        first = self.state.error is None and any(fails) and lane not in self.abandoned
+        self.abandoned.discard(lane)
         self.carry_out(self.state.apply(Finished(*lane, tuple(
             Outcome(error=ValueError(i)) if fail else Outcome(i)
             for i, fail in zip(ids, fails, strict=True)))))
@@ -430,7 +573,10 @@ class Interleavings(RuleBasedStateMachine):
         lane = data.draw(st.sampled_from(sorted(self.runs)))
         ids = self.runs.pop(lane)
         self.ready.add(lane)
-        self.lost |= set(ids)
+        if lane in self.abandoned:  # resolved already
+            self.abandoned.discard(lane)
+        else:
+            self.lost |= set(ids)
         self.carry_out(self.state.apply(WorkerLost(*lane)))
 
     @rule(data=st.data())
@@ -467,7 +613,9 @@ class Interleavings(RuleBasedStateMachine):
         if self.state is None:
             return
         state = self.state
-        assert state.running == self.runs
+        assert state.running == {lane: ids for lane, ids in self.runs.items()
+                                 if lane not in self.abandoned}
+        assert state.abandoned == self.abandoned
         assert state.in_flight == sum(len(ids) for ids in state.running.values())
         # join's condition: nothing queued and nothing running; an error empties the queue
         assert state.settled == (not state.queue and not state.in_flight)
@@ -510,6 +658,7 @@ class Interleavings(RuleBasedStateMachine):
             elif self.runs:
                 lane, ids = next(iter(self.runs.items()))
                 del self.runs[lane]
+                self.abandoned.discard(lane)
                 self.ready.add(lane)
                 self.carry_out(self.state.apply(Finished(*lane, tuple(map(Outcome, ids)))))
             elif self.rebuilds:

@@ -20,19 +20,18 @@ import pytest
 from convoy import _rpc
 from convoy._rpc import Outcome
 from convoy.codec import Encoder
+from convoy.distribute._calls import call_message, load_outcomes, run_request
 from convoy.distribute._protocol import (
     PS_METHODS,
     PS_SERVICE,
     WORKER_METHODS,
     WORKER_SERVICE,
-    call_message,
     decode_one,
     encode,
-    load_outcomes,
     remote_store,
-    run_request,
 )
 from convoy.errors import (
+    CancelledError,
     DataLossError,
     InvalidArgumentError,
     NotFoundError,
@@ -215,10 +214,11 @@ def test_worker_refuses_hostile_requests_and_keeps_serving(cluster):
             run.call(payload)
     bad_calls = [(b"a", b"b"), (b"digest", b"not a pickle", b"nor this"), ("a", "b", "c"), 7]
     outcomes = load_outcomes(run.call(encode([*bad_calls, call_message(no_op, (), {})])))
-    assert [outcome.ok for outcome in outcomes] == [False] * len(bad_calls) + [True]
+    assert [outcome.ok for outcome in outcomes[:-1]] == [False] * len(bad_calls)
     assert all(isinstance(outcome.error, InvalidArgumentError | UnknownError | Exception)
                for outcome in outcomes[:-1])
-    assert outcomes[-1] == Outcome("ran")
+    # a failing call cancels the others of its Run: the good one ran, or never started
+    assert outcomes[-1] == Outcome("ran") or isinstance(outcomes[-1].error, CancelledError)
     assert load_outcomes(run.call(good)) == [Outcome("ran")]
     client.close()
 
@@ -241,6 +241,97 @@ def test_a_run_request_runs_its_calls_at_once(cluster):
     calls = [call_message(meet, (key,), {}) for _ in range(3)]
     outcomes = load_outcomes(client.stream("Run").call(run_request(calls)))
     assert outcomes == [Outcome("met")] * 3
+    client.close()
+
+
+def beat_until_cancelled(address, name):
+    """A scheduled function that adds 1 to a variable's first row every 20 ms, for up to a
+    minute."""
+    from convoy.distribute._protocol import remote_store as store_at
+
+    store = store_at(address, 0)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        store.execute([("scatter_add", name, np.array([0]), np.ones((1, WIDTH)))])
+        time.sleep(0.02)
+    return "not cancelled"
+
+
+def fail_after(seconds):
+    time.sleep(seconds)
+    raise ValueError("boom")
+
+
+@pytest.mark.timeout(60)
+def test_cancel_stops_a_call_at_its_next_variable_operation(cluster, table):
+    store, name = table
+    ps = cluster.cluster["ps"][0]
+    client = _rpc.Client(cluster.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    call_id = random.randrange(2**60)
+    answer = {}
+    running = threading.Thread(target=lambda: answer.update(outcomes=load_outcomes(
+        client.stream("Run").call(run_request([
+            call_message(beat_until_cancelled, (ps, name), {}, call_id)])))))
+    running.start()
+    deadline = time.monotonic() + 30
+    while store.execute([("read", name)])[0][0, 0] == 0:
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.05)
+    started = time.monotonic()
+    assert decode_one(client.call("Cancel", encode([call_id, call_id + 1]))) == 1
+    running.join(timeout=10)
+    assert time.monotonic() - started < 5
+    [outcome] = answer["outcomes"]
+    assert isinstance(outcome.error, CancelledError)
+    # one cancelled before it starts never runs
+    client.call("Cancel", encode([call_id + 2]))
+    [outcome] = load_outcomes(client.stream("Run").call(run_request([
+        call_message(no_op, (), {}, call_id + 2)])))
+    assert isinstance(outcome.error, CancelledError) and "before it started" in str(outcome.error)
+    # uncancellable calls and others run as before
+    assert load_outcomes(client.stream("Run").call(run_request([
+        call_message(no_op, (), {}), call_message(no_op, (), {}, call_id)]))) == [
+        Outcome("ran")] * 2
+    client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_call_cancels_the_other_calls_of_its_run(cluster, table):
+    _, name = table
+    ps = cluster.cluster["ps"][0]
+    client = _rpc.Client(cluster.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    started = time.monotonic()
+    outcomes = load_outcomes(client.stream("Run").call(run_request([
+        call_message(beat_until_cancelled, (ps, name), {}, 1),
+        call_message(fail_after, (0.3,), {}, 2),
+        call_message(beat_until_cancelled, (ps, name), {}, 3)])))
+    assert time.monotonic() - started < 10
+    assert [type(outcome.error) for outcome in outcomes] == [
+        CancelledError, ValueError, CancelledError]
+    client.close()
+
+
+@pytest.mark.timeout(60)
+def test_free_deletes_resources_and_cancel_and_free_refuse_bad_requests(cluster):
+    client = _rpc.Client(cluster.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+
+    def hold(resource_id):
+        from convoy.distribute.server import worker_context
+
+        worker_context().resources[resource_id] = [resource_id]
+        return len(worker_context().resources)
+
+    ids = [random.randrange(2**60) for _ in range(3)]
+    held = [outcome.value for outcome in load_outcomes(client.stream("Run").call(
+        run_request([call_message(hold, (i,), {}) for i in ids])))]
+    remaining = decode_one(client.call("Free", encode([])))
+    assert remaining >= 3 and max(held) <= remaining
+    assert decode_one(client.call("Free", encode(ids[:2] + [12345]))) == remaining - 2
+    assert decode_one(client.call("Free", encode(ids))) == remaining - 3
+    for method in ("Cancel", "Free"):
+        for payload in [b"", encode(5), encode(["a"]), encode([1.5]), encode(None)]:
+            with pytest.raises((InvalidArgumentError, DataLossError)):
+                client.call(method, payload)
     client.close()
 
 

@@ -3,38 +3,45 @@
 Both services carry codec messages (pickle protocol 5, arrays out of band): a parameter
 server's ``Execute`` takes lists of variable operations, runs each list atomically and answers
 each list's :class:`~convoy._rpc.Outcome` (its results or its error); a worker's ``Run``
-takes cloudpickled function calls, runs them at once and answers each one's Outcome, so a
-function's own failure is told apart from the worker's (the call's status). Both carry several
-callers' work per call when there is a queue: the fixed cost of a call would otherwise dominate
-small training steps.
+takes cloudpickled function calls (see :mod:`convoy.distribute._calls`), runs them at once and
+answers each one's Outcome, so a function's own failure is told apart from the worker's (the
+call's status). Both carry several callers' work per call when there is a queue: the fixed
+cost of a call would otherwise dominate small training steps.
+
+A scheduled function running on a worker is a :class:`RunningCall` of its thread: its
+variable updates may be queued without waiting, and once the coordinator cancels it, its next
+variable operation raises CancelledError.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from typing import Any
 
-import cloudpickle
-
-from convoy import _pickling, _rpc
+from convoy import _rpc
 from convoy._channel import Channel
 from convoy._rpc import Outcome
 from convoy.codec import Encoder, decode
 from convoy.distribute._store import VariableStore
-from convoy.errors import ConvoyError, DataLossError, InvalidArgumentError, UnknownError
+from convoy.errors import (
+    CancelledError,
+    ConvoyError,
+    DataLossError,
+    InvalidArgumentError,
+    UnknownError,
+)
 
 log = logging.getLogger(__name__)
 
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
 PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True)]
-WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None)]
+#: A worker's ``Run`` runs calls; ``Ping`` answers its incarnation; ``Cancel`` cancels calls by
+#: id; ``Free`` deletes per-worker resources by id.
+WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None),
+                  _rpc.Method("Cancel", None, None), _rpc.Method("Free", None, None)]
 
 _encoder = Encoder(None)
 
@@ -50,77 +57,37 @@ def decode_one(payload: bytes) -> Any:
     return elements[0]
 
 
-# ----- function calls: a function is pickled once per coordinator, unpickled once per worker ---
-_pickled: weakref.WeakKeyDictionary[Any, tuple[bytes, bytes]] = weakref.WeakKeyDictionary()
-_unpickled: OrderedDict[bytes, Callable[..., Any]] = OrderedDict()
-_cache_lock = threading.Lock()
-_UNPICKLED_KEPT = 1024
+class RunningCall:
+    """A scheduled function running in a thread of a worker: the variable updates it queued
+    (it counts as done once they have landed), and whether the coordinator cancelled it."""
+
+    __slots__ = ("updates", "cancelled")
+
+    def __init__(self) -> None:
+        self.updates: list[Future[list[Any]]] = []
+        self.cancelled = False
 
 
-def _pickle_function(function: Callable[..., Any]) -> tuple[bytes, bytes]:
-    """(digest, pickled) for ``function``, pickled on its first use only: like a traced
-    function, what it captures is fixed when it is first scheduled."""
-    with _cache_lock:
-        try:
-            cached = _pickled.get(function)
-        except TypeError:  # not weak-referenceable: pickle every time
-            cached = None
-    if cached is None:
-        data = _pickling.dumps(function, "the scheduled function cannot be sent to the workers")
-        cached = (hashlib.sha1(data).digest(), data)
-        with _cache_lock:
-            try:
-                _pickled[function] = cached
-            except TypeError:
-                pass
-    return cached
+class _ThisThread(threading.local):
+    call: RunningCall | None = None  # the scheduled function this thread runs
 
 
-Call = tuple[bytes, bytes, bytes]
+_this_thread = _ThisThread()
 
 
-def call_message(function: Callable[..., Any], args: tuple, kwargs: dict) -> Call:
-    """``function(*args, **kwargs)`` as one call of a worker's ``Run`` request."""
-    digest, data = _pickle_function(function)
-    return digest, data, _pickling.dumps(
-        (args, kwargs), "the arguments of a scheduled function cannot be sent to the workers")
+def enter_call(call: RunningCall | None) -> None:
+    """Mark this thread as running ``call`` (None: no scheduled function)."""
+    _this_thread.call = call
 
 
-def load_call(call: Any) -> tuple[Callable[..., Any], tuple, dict]:
-    """The function and arguments of one call (the function unpickled once per worker)."""
-    if type(call) is not tuple or len(call) != 3 or not all(type(p) is bytes for p in call):
-        raise InvalidArgumentError("a call must be a (digest, function, arguments) tuple of "
-                                   "bytes")
-    digest, data, arguments = call
-    with _cache_lock:
-        function = _unpickled.get(digest)
-    if function is None:
-        function = cloudpickle.loads(data)
-        with _cache_lock:
-            _unpickled[digest] = function
-            while len(_unpickled) > _UNPICKLED_KEPT:
-                _unpickled.popitem(last=False)
-    args, kwargs = cloudpickle.loads(arguments)
-    return function, args, kwargs
-
-
-def run_request(calls: list[Call]) -> bytes:
-    """A worker ``Run`` request: calls the worker runs at once."""
-    return encode(calls)
-
-
-def run_calls(request: bytes, pool: Executor) -> bytes:
-    """A worker's ``Run``: the request's calls, the first in this thread and the others on
-    ``pool``, all at once; answers each one's pickled :class:`Outcome`."""
-    calls = decode_one(request)
-    if type(calls) is not list or not calls:
-        raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
-                                   f"{type(calls).__name__}")
-    others = [pool.submit(_pickled_outcome, call) for call in calls[1:]]
-    return encode([_pickled_outcome(calls[0]), *(future.result() for future in others)])
-
-
-_queued_updates = threading.local()  # .futures: the updates the running call has queued
+def raise_if_cancelled() -> None:
+    """In a scheduled function the coordinator cancelled, raise CancelledError. Checked before
+    every parameter-server call and every ``next`` of a per-worker iterator, so a cancelled
+    function stops at its next variable operation."""
+    call = _this_thread.call
+    if call is not None and call.cancelled:
+        raise CancelledError("the scheduled function was cancelled: another scheduled "
+                             "function failed, or the coordinator shut down")
 
 
 def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
@@ -128,59 +95,11 @@ def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
     function counts as done once they are applied, and fails if one fails. Elsewhere this
     waits for them. (Later operations of this process on the same store see them: each
     store's calls leave in order.)"""
-    queued = getattr(_queued_updates, "futures", None)
-    if queued is None:
+    call = _this_thread.call
+    if call is None:
         execute_all(calls)
         return
-    queued.extend(store.execute_async(operations) for store, operations in calls)
-
-
-def _pickled_outcome(call: Any) -> bytes:
-    outcome = _run_call(call)
-    try:
-        return cloudpickle.dumps(outcome)
-    except Exception as error:  # the result or exception does not pickle
-        what = outcome.value if outcome.ok else outcome.error
-        return cloudpickle.dumps(Outcome(error=UnknownError(
-            f"{type(what).__name__} from a scheduled function could not be sent back: "
-            f"{error}; it was: {what!r:.200}")))
-
-
-def _run_call(call: Any) -> Outcome:
-    """The outcome of one call, once the updates it queued have landed."""
-    _queued_updates.futures = queued = []
-    try:
-        outcome = Outcome.of(_call, call)
-    finally:
-        _queued_updates.futures = None
-    for future in queued:  # all of them, even after an error: nothing is left in flight
-        try:
-            future.result()
-        except Exception as error:
-            if outcome.ok:
-                outcome = Outcome(error=error)
-    return outcome
-
-
-def _call(call: Any) -> Any:
-    function, args, kwargs = load_call(call)
-    return function(*args, **kwargs)
-
-
-def load_outcomes(response: bytes) -> list[Outcome]:
-    """The :class:`Outcome` of each call of a ``Run`` response."""
-    outcomes = []
-    for pickled in decode_one(response):
-        try:
-            outcome = cloudpickle.loads(pickled)
-        except Exception as error:  # e.g. an exception class this process cannot import
-            outcome = Outcome(error=UnknownError(
-                f"a scheduled function's result could not be unpickled here: "
-                f"{type(error).__name__}: {error}"))
-        if type(outcome) is not Outcome:
-            raise DataLossError(f"a Run answer holds {outcome!r:.100}, not an Outcome")
-        outcomes.append(outcome)
-    return outcomes
+    call.updates.extend(store.execute_async(operations) for store, operations in calls)
 
 
 class LocalStore:
@@ -284,6 +203,7 @@ class RemoteStore:
     def execute_async(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
         """Queue ``operations`` for the next message; the future's result is their results.
         Their arrays are read when the message is sent: leave them unchanged until then."""
+        raise_if_cancelled()
         future: Future[list[Any]] = Future()
         self._pending.put((list(operations), future))
         if self._sender is None:

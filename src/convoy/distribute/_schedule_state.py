@@ -3,7 +3,8 @@
 Every decision of the ClusterCoordinator lives here: which closures wait, which a worker runs,
 what becomes of them when their worker is lost or one fails, and when a worker that answers
 again takes work (once its resources are rebuilt). The coordinator's threads carry the
-instructions out. Ids name closures and resources; the coordinator maps them to objects.
+instructions out. Ids name closures and resources; the coordinator maps them to objects. The
+events and instructions are in :mod:`convoy.distribute._schedule_messages`.
 
 Each worker has ``lanes``: threads of the coordinator with one Run in flight each, carrying up
 to ``batch`` closures. A worker is ``up`` (it takes work), ``down`` (lost: probed until it
@@ -13,22 +14,55 @@ worker starts ``down``; :class:`Start` brings up those that answered a first pin
 
 The first error (a function's, or a failed rebuild) is kept until :class:`ErrorTaken`, which
 is applied once nothing runs. It cancels the queued closures and those a lost worker gives
-back, and asks for the running ones to be cancelled (:class:`CancelRunning`); a running
-closure resolves with whatever its worker answers, so one that finished keeps its result.
+back, and asks for the running ones to be cancelled (:class:`CancelRunning`). A running
+closure resolves with whatever its worker answers (its result if it finished, its
+CancelledError if it stopped), unless the grace period passes first (:class:`GraceOver`):
+then its Run is abandoned, its closures resolve as cancelled, and the lane's answer, whenever
+it comes, is dropped. Shutting down abandons every Run at once.
+
+Per-worker resources (datasets, iterators) are built on every worker that is up, rebuilt on a
+new process of a worker before it takes work, and freed on the workers once dropped.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from convoy._rpc import Outcome
+from convoy.distribute._schedule_messages import (
+    Abandon,
+    Build,
+    Built,
+    CancelRunning,
+    Closed,
+    ErrorTaken,
+    Event,
+    Finished,
+    Free,
+    GraceOver,
+    Instruction,
+    Probe,
+    RaiseError,
+    Rebuild,
+    RebuildFailed,
+    Rebuilt,
+    Resolve,
+    ResourceAdded,
+    ResourceDropped,
+    Run,
+    Scheduled,
+    Start,
+    Take,
+    Wake,
+    WorkerBack,
+    WorkerLost,
+)
 from convoy.errors import CancelledError, FailedPreconditionError, InvalidArgumentError
 
 UP, DOWN, REBUILDING, FAILED = "up", "down", "rebuilding", "failed"
 
-_message = dataclass(frozen=True, slots=True)
+Lane = tuple[int, int]  # (worker, lane)
 
 
 @dataclass
@@ -38,150 +72,6 @@ class WorkerRecord:
     built: set[int] = field(default_factory=set)  # resources that process holds
 
 
-# ----- events ------------------------------------------------------------------------------------
-@_message
-class Start:
-    """The coordinator starts: each worker's answer to a first ping (None: it is probed)."""
-    incarnations: tuple[str | None, ...]
-
-
-@_message
-class Scheduled:
-    closure_id: int
-
-
-@_message
-class Take:
-    """A lane is free: it runs the :class:`Run` returned, or waits for a :class:`Wake`."""
-    worker: int
-    lane: int
-
-
-@_message
-class Finished:
-    """A lane's Run answered: one outcome per closure, in the Run's order."""
-    worker: int
-    lane: int
-    outcomes: tuple[Outcome, ...]
-
-
-@_message
-class WorkerLost:
-    """A call found the worker unreachable: the Run of ``lane``, or another (``lane`` None)."""
-    worker: int
-    lane: int | None = None
-
-
-@_message
-class WorkerBack:
-    """A probed worker answered, as the process ``incarnation``."""
-    worker: int
-    incarnation: str
-
-
-@_message
-class Rebuilt:
-    worker: int
-    resource_ids: tuple[int, ...]
-
-
-@_message
-class RebuildFailed:
-    """Rebuilding ``resource_id`` raised ``error``, or found the worker ``unreachable``."""
-    worker: int
-    resource_id: int
-    error: BaseException
-    unreachable: bool = False
-
-
-@_message
-class ResourceAdded:
-    """A per-worker resource was created; ``what`` names it in errors ("per-worker dataset")."""
-    resource_id: int
-    what: str
-
-
-@_message
-class Built:
-    """A :class:`Build` succeeded."""
-    worker: int
-    resource_id: int
-
-
-@_message
-class ResourceDropped:
-    """Creating the resource failed: it is not rebuilt anywhere."""
-    resource_id: int
-
-
-@_message
-class ErrorTaken:
-    """``join``, ``done`` or ``schedule`` takes the pending error; only once nothing runs."""
-
-
-@_message
-class Closed:
-    """The coordinator shuts down: queued closures are cancelled, waiting lanes woken."""
-
-
-# ----- instructions ------------------------------------------------------------------------------
-@_message
-class Run:
-    worker: int
-    lane: int
-    closure_ids: tuple[int, ...]
-
-
-@_message
-class Resolve:
-    """Set the closure's RemoteValue."""
-    closure_id: int
-    outcome: Outcome
-
-
-@_message
-class Wake:
-    """The lane has work: it should :class:`Take` again."""
-    worker: int
-    lane: int
-
-
-@_message
-class CancelRunning:
-    """Another closure failed: stop these if the worker can (they resolve with its answer)."""
-    worker: int
-    closure_ids: tuple[int, ...]
-
-
-@_message
-class Probe:
-    """Ping the worker until it answers as a process other than ``unless``."""
-    worker: int
-    unless: str | None = None
-
-
-@_message
-class Rebuild:
-    """Build these resources on the worker, in order; :class:`Rebuilt` or RebuildFailed."""
-    worker: int
-    resource_ids: tuple[int, ...]
-
-
-@_message
-class Build:
-    """Build a new resource on the worker; :class:`Built` or WorkerLost."""
-    worker: int
-    resource_id: int
-
-
-@_message
-class RaiseError:
-    error: BaseException
-
-
-Instruction = Run | Resolve | Wake | CancelRunning | Probe | Rebuild | Build | RaiseError
-
-
 class ScheduleState:
     """What the coordinator knows of its closures and workers. Mutate only via :meth:`apply`."""
 
@@ -189,10 +79,11 @@ class ScheduleState:
         self.batch = batch  # closures per Run at most
         self.workers = [WorkerRecord() for _ in range(num_workers)]
         self.queue: deque[int] = deque()
-        self.running: dict[tuple[int, int], tuple[int, ...]] = {}  # (worker, lane) -> closures
+        self.running: dict[Lane, tuple[int, ...]] = {}  # lane -> closures
         self.in_flight = 0  # closures in ``running``
-        self.idle: dict[tuple[int, int], None] = {}  # lanes waiting for a Wake, oldest first
-        self.woken: set[tuple[int, int]] = set()  # lanes woken that have not taken yet
+        self.abandoned: set[Lane] = set()  # lanes whose Run is given up but not answered yet
+        self.idle: dict[Lane, None] = {}  # lanes waiting for a Wake, oldest first
+        self.woken: set[Lane] = set()  # lanes woken that have not taken yet
         self.resources: dict[int, str] = {}  # id -> what it is
         self.error: BaseException | None = None
         self.closed = False
@@ -202,13 +93,14 @@ class ScheduleState:
         """Nothing queued and nothing running: ``join`` returns, or raises the error."""
         return not self.queue and not self.in_flight
 
-    def apply(self, event: Any) -> list[Instruction]:
+    def apply(self, event: Event) -> list[Instruction]:
         """Apply one event; its instructions. Raises a convoy error for an event that does not
         fit the state (a bug of the caller), leaving the state unchanged."""
         handler = getattr(self, "_on_" + type(event).__name__, None)
         if handler is None:
             raise InvalidArgumentError(f"unknown scheduling event {type(event).__name__}")
-        return handler(event)
+        instructions: list[Instruction] = handler(event)
+        return instructions
 
     # ----- closures ---------------------------------------------------------------------------
     def _on_Start(self, event: Start) -> list[Instruction]:
@@ -234,7 +126,7 @@ class ScheduleState:
 
     def _on_Take(self, event: Take) -> list[Instruction]:
         lane = (event.worker, event.lane)
-        if lane in self.running:
+        if lane in self.running or lane in self.abandoned:
             raise InvalidArgumentError(f"lane {lane} already has a Run in flight")
         self.woken.discard(lane)
         if not self.queue or self.workers[event.worker].status != UP:
@@ -251,24 +143,33 @@ class ScheduleState:
         return [Run(event.worker, event.lane, ids)]
 
     def _on_Finished(self, event: Finished) -> list[Instruction]:
-        ids = self.running.get((event.worker, event.lane))
+        lane = (event.worker, event.lane)
+        if lane in self.abandoned:  # its closures are resolved already
+            self.abandoned.discard(lane)
+            return []
+        ids = self.running.get(lane)
         if ids is None or len(ids) != len(event.outcomes):
-            raise InvalidArgumentError(f"lane {(event.worker, event.lane)} did not run "
-                                       f"{len(event.outcomes)} closures")
-        self._release(event.worker, event.lane)
+            raise InvalidArgumentError(f"lane {lane} did not run {len(event.outcomes)} "
+                                       f"closures")
+        self._release(lane)
         instructions: list[Instruction] = [
             Resolve(closure_id, outcome) for closure_id, outcome in zip(ids, event.outcomes)]
-        if self.error is None:
-            for outcome in event.outcomes:
-                if outcome.error is not None:
-                    instructions += self._fail(outcome.error)
-                    break
+        errors = [outcome.error for outcome in event.outcomes if outcome.error is not None]
+        if errors and self.error is None:
+            # the first failure, before the cancellations it caused among its Run-mates
+            instructions += self._fail(next(
+                (e for e in errors if not isinstance(e, CancelledError)), errors[0]))
         return instructions
 
     def _on_WorkerLost(self, event: WorkerLost) -> list[Instruction]:
-        if event.lane is not None and (event.worker, event.lane) not in self.running:
-            raise InvalidArgumentError(f"lane {(event.worker, event.lane)} has no Run in flight")
-        ids = self._release(event.worker, event.lane) if event.lane is not None else ()
+        lane = None if event.lane is None else (event.worker, event.lane)
+        ids: tuple[int, ...] = ()
+        if lane is not None and lane in self.abandoned:
+            self.abandoned.discard(lane)  # its closures are resolved already
+        elif lane is not None:
+            if lane not in self.running:
+                raise InvalidArgumentError(f"lane {lane} has no Run in flight")
+            ids = self._release(lane)
         instructions: list[Instruction] = []
         if self.error is not None or self.closed:
             instructions += [Resolve(closure_id, self._cancelled()) for closure_id in ids]
@@ -280,10 +181,22 @@ class ScheduleState:
             instructions.append(Probe(event.worker))
         return instructions + self._wakes()
 
-    def _release(self, worker: int, lane: int) -> tuple[int, ...]:
-        ids = self.running.pop((worker, lane))
+    def _on_GraceOver(self, event: GraceOver) -> list[Instruction]:
+        lane = (event.worker, event.lane)
+        if self.running.get(lane) != event.closure_ids:
+            return []  # answered meanwhile
+        return self._abandon(lane)
+
+    def _release(self, lane: Lane) -> tuple[int, ...]:
+        ids = self.running.pop(lane)
         self.in_flight -= len(ids)
         return ids
+
+    def _abandon(self, lane: Lane) -> list[Instruction]:
+        ids = self._release(lane)
+        self.abandoned.add(lane)
+        return [*(Resolve(closure_id, self._cancelled()) for closure_id in ids),
+                Abandon(*lane, ids)]
 
     def _fail(self, error: BaseException) -> list[Instruction]:
         """Keep the first error: cancel what is queued, ask to cancel what runs."""
@@ -291,7 +204,8 @@ class ScheduleState:
         instructions: list[Instruction] = [
             Resolve(closure_id, self._cancelled()) for closure_id in self.queue]
         self.queue.clear()
-        instructions += [CancelRunning(worker, ids) for (worker, _), ids in self.running.items()]
+        instructions += [CancelRunning(worker, lane, ids)
+                         for (worker, lane), ids in self.running.items()]
         return instructions
 
     def _cancelled(self) -> Outcome:
@@ -310,8 +224,15 @@ class ScheduleState:
         instructions: list[Instruction] = [
             Resolve(closure_id, self._cancelled()) for closure_id in self.queue]
         self.queue.clear()
+        for lane in list(self.running):
+            instructions += self._abandon(lane)
         instructions += [Wake(worker, lane) for worker, lane in self.idle]  # to end
         self.idle.clear()
+        self.resources.clear()
+        for worker, record in enumerate(self.workers):
+            if record.built:
+                instructions.append(Free(worker, tuple(sorted(record.built))))
+                record.built = set()
         return instructions
 
     def _wakes(self) -> list[Instruction]:
@@ -359,11 +280,18 @@ class ScheduleState:
         return record
 
     def _on_Rebuilt(self, event: Rebuilt) -> list[Instruction]:
-        record = self._expect_rebuilding(event.worker)
-        record.built.update(event.resource_ids)
+        self._expect_rebuilding(event.worker)
+        instructions = self._keep_built(event.worker, event.resource_ids)
         if self.closed:
-            return []
-        return self._rebuild_or_up(event.worker)  # with resources added meanwhile
+            return instructions
+        return instructions + self._rebuild_or_up(event.worker)  # with resources added since
+
+    def _keep_built(self, worker: int, resource_ids: tuple[int, ...]) -> list[Instruction]:
+        """Record what the worker built; free there what was dropped meanwhile."""
+        kept = [r for r in resource_ids if r in self.resources]
+        self.workers[worker].built.update(kept)
+        dropped = tuple(r for r in resource_ids if r not in self.resources)
+        return [Free(worker, dropped)] if dropped else []
 
     def _on_RebuildFailed(self, event: RebuildFailed) -> list[Instruction]:
         record = self._expect_rebuilding(event.worker)
@@ -384,17 +312,21 @@ class ScheduleState:
         return instructions
 
     def _on_ResourceAdded(self, event: ResourceAdded) -> list[Instruction]:
+        if self.closed:
+            raise FailedPreconditionError("the coordinator was shut down: it creates no more "
+                                          "per-worker resources")
         self.resources[event.resource_id] = event.what
         return [Build(worker, event.resource_id)
                 for worker, record in enumerate(self.workers) if record.status == UP]
 
     def _on_Built(self, event: Built) -> list[Instruction]:
-        if event.resource_id in self.resources:
-            self.workers[event.worker].built.add(event.resource_id)
-        return []
+        return self._keep_built(event.worker, (event.resource_id,))
 
     def _on_ResourceDropped(self, event: ResourceDropped) -> list[Instruction]:
         self.resources.pop(event.resource_id, None)
-        for record in self.workers:
-            record.built.discard(event.resource_id)
-        return []
+        instructions: list[Instruction] = []
+        for worker, record in enumerate(self.workers):
+            if event.resource_id in record.built:
+                record.built.discard(event.resource_id)
+                instructions.append(Free(worker, (event.resource_id,)))
+        return instructions

@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from convoy._rpc import Outcome
+from convoy.distribute._protocol import raise_if_cancelled
 from convoy.errors import InvalidArgumentError
 
 
@@ -42,6 +43,10 @@ class PerWorkerValues:
 class PerWorkerIterator(PerWorkerValues):
     """Per-worker iterators: pass to ``schedule``; the function calls ``next`` on its own."""
 
+    def __init__(self, values: tuple[Any, ...], datasets: PerWorkerValues) -> None:
+        super().__init__(values)
+        self._datasets = datasets  # the iterators are rebuilt from them: keep them
+
     def __iter__(self) -> PerWorkerIterator:
         return self
 
@@ -63,9 +68,17 @@ class SharedIterator:
         return self
 
     def __next__(self) -> Any:
+        raise_if_cancelled()
         with self._lock:
             return next(self._iterator)
 
     def get_next(self) -> Any:
+        raise_if_cancelled()
         with self._lock:
             return self._iterator.get_next()
+
+    def close(self) -> None:
+        """Stop the iterator's background work now (when the chief drops it)."""
+        close = getattr(self._iterator, "close", None)
+        if callable(close):
+            close()

@@ -9,36 +9,29 @@ rebuilt if it is a new process, and it takes work again. A worker whose resource
 rebuilt takes no work until it restarts again, and its error is raised like a function's.
 
 The first error a function raises is raised by the next ``schedule``, ``join`` or ``done``
-(then cleared), once the functions still running have finished; the functions queued behind
-it are cancelled.
+(then cleared). The functions queued behind it are cancelled, and so are those still running,
+as TensorFlow does: each stops at its next variable operation (or ``next`` of a per-worker
+iterator) with CancelledError; one that does not stop within a grace period (a couple of
+seconds) is abandoned: the coordinator stops waiting for it. Their ``fetch`` raises
+CancelledError.
 
-Every decision is made by a state machine (:mod:`convoy.distribute._schedule_state`); the
-threads here carry its instructions out: one thread per lane of a worker (a Run in flight),
-and one for each probe or rebuild of a lost worker.
+There is one coordinator per strategy: ``ClusterCoordinator(strategy)`` returns the same
+object each time. Its threads end when it is garbage-collected (or at ``shutdown()``).
+Every decision is made by a state machine (:mod:`convoy.distribute._schedule_state`) whose
+instructions threads carry out (:mod:`convoy.distribute._scheduler`).
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
-import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from convoy import _rpc, nest
-from convoy._rpc import Outcome
-from convoy.distribute import _schedule_state as state
-from convoy.distribute._protocol import (
-    WORKER_METHODS,
-    WORKER_SERVICE,
-    Call,
-    call_message,
-    decode_one,
-    encode,
-    load_outcomes,
-    run_request,
-)
+from convoy import nest
+from convoy.data import Dataset
+from convoy.distribute._scheduler import Closure, Scheduler
 from convoy.distribute._values import (
     PerWorkerIterator,
     PerWorkerValues,
@@ -46,320 +39,119 @@ from convoy.distribute._values import (
     SharedIterator,
 )
 from convoy.distribute.server import ResourceRef, worker_context
-from convoy.errors import (
-    DataLossError,
-    FailedPreconditionError,
-    InvalidArgumentError,
-    UnavailableError,
-)
+from convoy.distribute.strategy import ParameterServerStrategy
+from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
-log = logging.getLogger(__name__)
+__all__ = ["ClusterCoordinator", "PerWorkerDataset", "PerWorkerValues", "RemoteValue",
+           "experimental_get_current_worker_index"]
 
 #: Functions in flight per worker.
 DEFAULT_PIPELINING = 4
-#: Lanes (threads) per worker, each with one Run in flight carrying up to pipelining / lanes
-#: functions.
-_LANES_PER_WORKER = 2
-#: How often a lost worker is probed.
-PROBE_INTERVAL_S = 0.5
-#: How long a thread waits before it looks again whether it should stop.
-_WAIT_S = 1.0
 
-
-class _Closure:
-    __slots__ = ("function", "args", "kwargs", "result")
-
-    def __init__(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> None:
-        self.function, self.args, self.kwargs = function, args, kwargs
-        self.result = RemoteValue()
-
-    def call(self, worker_index: int) -> Call:
-        """The call as the worker ``worker_index`` runs it (per-worker values resolved)."""
-        def resolve(value: Any) -> Any:
-            return value._values[worker_index] if isinstance(value, PerWorkerValues) else value
-        args = nest.map_structure(resolve, self.args) if self.args else ()
-        kwargs = nest.map_structure(resolve, self.kwargs) if self.kwargs else {}
-        return call_message(self.function, tuple(args), kwargs)
-
-
-class _Worker:
-    """The coordinator's connection to one worker task."""
-
-    def __init__(self, index: int, address: str) -> None:
-        self.index = index
-        self.client = _rpc.Client(address, WORKER_SERVICE, WORKER_METHODS)
-        self._streams_lock = threading.Lock()
-        self._idle_streams: list[_rpc.Stream] = []  # Run streams no thread is using
-        self._closed = False
-
-    def run_all(self, calls: list[Call]) -> list[Outcome]:
-        """Run calls at once; their outcomes. Raises UnavailableError if the worker cannot be
-        reached."""
-        with self._streams_lock:
-            stream = self._idle_streams.pop() if self._idle_streams else self.client.stream("Run")
-        try:
-            outcomes = load_outcomes(stream.call(run_request(calls)))
-        except BaseException:
-            stream.close()  # not back to the pool: it may be unusable
-            raise
-        with self._streams_lock:
-            if self._closed:
-                stream.close()
-            else:
-                self._idle_streams.append(stream)
-        if len(outcomes) != len(calls):
-            raise DataLossError(f"{len(calls)} calls got {len(outcomes)} outcomes from worker "
-                                f"{self.index}")
-        return outcomes
-
-    def run(self, call: Call) -> Outcome:
-        return self.run_all([call])[0]
-
-    def ping(self) -> str:
-        """The worker's incarnation (which process answers)."""
-        return decode_one(self.client.call("Ping", encode(None), timeout=5))
-
-    def close(self) -> None:
-        """End the Run streams (one still in use ends when its call returns)."""
-        with self._streams_lock:
-            self._closed = True
-            idle, self._idle_streams = self._idle_streams, []
-        for stream in idle:
-            stream.close()
-
-
-def _build_resource(resource_id: int, make: Callable[[], Any], for_dataset: bool) -> None:
-    context = worker_context()
-    if context is None:
-        raise FailedPreconditionError("per-worker resources can only be created on workers")
-    context.creating_dataset = for_dataset
-    try:
-        context.resources[resource_id] = make()
-    finally:
-        context.creating_dataset = False
+_creating = threading.Lock()  # one coordinator per strategy, even for threads racing
+_numbers = itertools.count()  # names the threads of each coordinator apart
 
 
 class ClusterCoordinator:
-    """Runs functions on the workers of ``strategy``'s cluster, asynchronously."""
+    """Runs functions on the workers of ``strategy``'s cluster, asynchronously; one per
+    strategy."""
 
-    def __init__(self, strategy: Any, pipelining: int = DEFAULT_PIPELINING) -> None:
-        if isinstance(pipelining, bool) or not isinstance(pipelining, int) or pipelining < 1:
+    strategy: ParameterServerStrategy
+    _pipelining: int
+    _scheduler: Scheduler
+
+    def __new__(cls, strategy: ParameterServerStrategy,
+                pipelining: int | None = None) -> ClusterCoordinator:
+        if not isinstance(strategy, ParameterServerStrategy):
+            raise InvalidArgumentError(f"ClusterCoordinator works with a "
+                                       f"ParameterServerStrategy, got {type(strategy).__name__}")
+        if pipelining is not None and (isinstance(pipelining, bool)
+                                       or not isinstance(pipelining, int) or pipelining < 1):
             raise InvalidArgumentError(f"pipelining must be an int >= 1 (functions in flight "
                                        f"per worker), got {pipelining!r}")
-        self.strategy = strategy
-        spec = strategy.cluster_spec
-        self._workers = [_Worker(i, spec.task_address("worker", i))
-                         for i in range(spec.num_tasks("worker"))]
-        # Several functions share a Run: on a busy cluster per-call costs dominate small steps.
-        lanes = min(pipelining, _LANES_PER_WORKER)
-        self._state = state.ScheduleState(len(self._workers), -(-pipelining // lanes))
-        self._lock = threading.Lock()  # guards _state and _closures
-        self._progress = threading.Condition(self._lock)  # settled, or an error pending
-        self._wakeups = {(w.index, lane): threading.Condition(self._lock)
-                         for w in self._workers for lane in range(lanes)}
-        self._closures: dict[int, _Closure] = {}
-        self._closure_ids = itertools.count(1)
-        self._resource_ids = itertools.count(1)
-        self._resource_calls: dict[int, Call] = {}
-        for (worker, lane) in self._wakeups:
-            threading.Thread(target=self._serve, args=(self._workers[worker], lane),
-                             daemon=True, name=f"convoy-coordinator-w{worker}-{lane}").start()
-        self._apply(state.Start(tuple(self._ping(worker) for worker in self._workers)))
+        with _creating:
+            existing: ClusterCoordinator | None = strategy._cluster_coordinator
+            if existing is not None and not existing._scheduler.closed:
+                if pipelining not in (None, existing._pipelining):
+                    raise InvalidArgumentError(
+                        f"this strategy's coordinator runs pipelining={existing._pipelining}, "
+                        f"not {pipelining}: there is one coordinator per strategy")
+                return existing
+            self = super().__new__(cls)
+            self.strategy = strategy
+            self._pipelining = pipelining or DEFAULT_PIPELINING
+            spec = strategy.cluster_spec
+            self._scheduler = Scheduler(
+                [spec.task_address("worker", i) for i in range(spec.num_tasks("worker"))],
+                self._pipelining, f"convoy-coordinator{next(_numbers)}")
+            # The threads hold the scheduler, never this object: once it is collected (or at
+            # exit) the scheduler closes, and they end.
+            weakref.finalize(self, self._scheduler.close_soon)
+            strategy._cluster_coordinator = self
+            return self
 
-    # ----- the public API -------------------------------------------------------------------------
-    def schedule(self, fn: Callable[..., Any], args: tuple = (),
-                 kwargs: dict | None = None) -> RemoteValue:
-        """Queue ``fn(*args, **kwargs)`` to run on some worker; returns at once."""
+    # ----- scheduling -----------------------------------------------------------------------
+    def schedule(self, fn: Callable[..., Any], args: tuple | list | None = None,
+                 kwargs: dict[str, Any] | None = None) -> RemoteValue:
+        """Queue ``fn(*args, **kwargs)`` to run on some worker; returns its RemoteValue at
+        once. Per-worker values among the arguments become the running worker's own; a
+        RemoteValue cannot be an argument (fetch it first). Raises the first error of a
+        function scheduled before, if any."""
         if not callable(fn):
             raise InvalidArgumentError(f"fn must be callable, got {type(fn).__name__}")
-        closure = _Closure(fn, tuple(args), dict(kwargs or {}))
-        closure_id = next(self._closure_ids)
-        with self._lock:
-            self._raise_error()
-            self._closures[closure_id] = closure
-            try:
-                self._apply_locked(state.Scheduled(closure_id))
-            except FailedPreconditionError:  # shut down
-                del self._closures[closure_id]
-                raise
+        args = () if args is None else args
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple or list of arguments, got "
+                            f"{type(args).__name__}")
+        if not isinstance(kwargs, dict):
+            raise TypeError(f"kwargs must be a dict of keyword arguments, got "
+                            f"{type(kwargs).__name__}")
+        closure = Closure(fn, tuple(args), dict(kwargs), _per_worker_arguments(args, kwargs))
+        self._scheduler.schedule(closure)
         return closure.result
 
     def join(self) -> None:
         """Wait until every scheduled function has finished; raise the first error."""
-        with self._lock:
-            while not self._state.settled:
-                self._progress.wait(_WAIT_S)
-            self._raise_error()
+        self._scheduler.join()
 
     def done(self) -> bool:
         """Whether every scheduled function has finished; raises the first error."""
-        with self._lock:
-            self._raise_error()
-            return self._state.settled
+        return self._scheduler.done()
 
     def fetch(self, val: Any) -> Any:
         """The results of a structure of RemoteValues (other leaves pass through)."""
         return nest.map_structure(
             lambda v: v.fetch() if isinstance(v, RemoteValue) else v, val)
 
-    def create_per_worker_dataset(self, dataset_fn: Callable[[], Any]) -> PerWorkerDataset:
-        """A dataset built on every worker by ``dataset_fn`` (rebuilt if a worker restarts)."""
-        datasets = self._create_resource(dataset_fn, "per-worker dataset", for_dataset=True)
-        return PerWorkerDataset(self, datasets)
-
     def shutdown(self) -> None:
-        """Stop the coordinator's threads; queued functions are cancelled."""
-        self._apply(state.Closed())
-        for worker in self._workers:
-            worker.close()
+        """Stop now: queued and running functions are cancelled, per-worker resources freed,
+        threads ended. (They also end when the coordinator is garbage-collected.)"""
+        self._scheduler.close()
 
-    # ----- applying events ----------------------------------------------------------------------
-    def _apply(self, event: Any) -> list[state.Instruction]:
-        """Apply ``event`` and carry out its instructions; returns those for the caller."""
-        with self._lock:
-            instructions = self._apply_locked(event)
-        for_caller = []
-        for instruction in instructions:
-            if type(instruction) in (state.Probe, state.Rebuild):
-                target = self._probe if type(instruction) is state.Probe else self._rebuild
-                threading.Thread(target=target, args=(instruction,), daemon=True,
-                                 name=f"convoy-coordinator-recover-w{instruction.worker}").start()
-            else:
-                for_caller.append(instruction)
-        return for_caller
+    # ----- per-worker resources -------------------------------------------------------------
+    def create_per_worker_dataset(self, dataset_fn: Callable[[], Any] | Dataset
+                                  ) -> PerWorkerDataset:
+        """A dataset on every worker: built there by ``dataset_fn`` (or ``dataset`` itself,
+        sent to each), and rebuilt on a worker that restarts."""
+        if isinstance(dataset_fn, Dataset):
+            dataset = dataset_fn
+            dataset_fn = lambda: dataset
+        if not callable(dataset_fn):
+            raise TypeError(f"dataset_fn must be a function that returns a dataset, or a "
+                            f"cv.data.Dataset; got {type(dataset_fn).__name__}")
+        resource_id = self._scheduler.create_resource(dataset_fn, "per-worker dataset",
+                                                      for_dataset=True)
+        return PerWorkerDataset(self, self._per_worker(resource_id, PerWorkerValues))
 
-    def _apply_locked(self, event: Any) -> list[state.Instruction]:
-        """Apply ``event`` (lock held) and carry out the instructions that do not block;
-        returns the others."""
-        others = []
-        for instruction in self._state.apply(event):
-            kind = type(instruction)
-            if kind is state.Resolve:
-                self._closures.pop(instruction.closure_id).result._set(instruction.outcome)
-            elif kind is state.Wake:
-                self._wakeups[(instruction.worker, instruction.lane)].notify()
-            elif kind is state.CancelRunning:
-                pass  # workers cannot stop a running function yet: join waits for it
-            else:
-                others.append(instruction)
-        if self._state.settled or self._state.error is not None:
-            self._progress.notify_all()
-        return others
-
-    def _raise_error(self) -> None:
-        """Raise (once) the first error of a scheduled function, after the functions still
-        running have finished. Call with the lock held."""
-        if self._state.error is None:
-            return
-        while self._state.in_flight:
-            self._progress.wait(_WAIT_S)
-        [raise_error] = self._apply_locked(state.ErrorTaken())
-        raise raise_error.error
-
-    # ----- the lanes ------------------------------------------------------------------------------
-    def _serve(self, worker: _Worker, lane: int) -> None:
-        take = state.Take(worker.index, lane)
-        wakeup = self._wakeups[(worker.index, lane)]
-        while True:
-            with self._lock:  # Take only ever answers a Run: nothing else to carry out
-                while not (runs := self._state.apply(take)):
-                    if self._state.closed:
-                        return
-                    wakeup.wait(_WAIT_S)
-                closures = [self._closures[i] for i in runs[0].closure_ids]
-            outcomes = self._run(worker, closures)
-            self._apply(state.WorkerLost(worker.index, lane) if outcomes is None
-                        else state.Finished(worker.index, lane, outcomes))
-
-    def _run(self, worker: _Worker, closures: list[_Closure]) -> tuple[Outcome, ...] | None:
-        """The closures' outcomes on ``worker``; None if it cannot be reached."""
-        outcomes: list[Outcome | None] = []
-        calls = []
-        for closure in closures:
-            try:
-                calls.append(closure.call(worker.index))
-            except Exception as error:  # e.g. arguments that do not pickle
-                outcomes.append(Outcome(error=error))
-            else:
-                outcomes.append(None)
-        if not calls:
-            return tuple(outcomes)  # type: ignore[arg-type]
-        try:
-            answers = iter(worker.run_all(calls))
-        except UnavailableError:
-            return None
-        except Exception as error:
-            answers = itertools.repeat(Outcome(error=error))
-        return tuple(next(answers) if outcome is None else outcome for outcome in outcomes)
-
-    # ----- resources and recovery -----------------------------------------------------------------
-    def _create_resource(self, make: Callable[[], Any], what: str, for_dataset: bool = False,
-                         kind: type[PerWorkerValues] = PerWorkerValues) -> PerWorkerValues:
-        resource_id = next(self._resource_ids)
-        call = self._resource_calls[resource_id] = call_message(
-            _build_resource, (resource_id, make, for_dataset), {})
-        errors = []
-        for build in self._apply(state.ResourceAdded(resource_id, what)):
-            try:
-                outcome = self._workers[build.worker].run(call)
-            except UnavailableError:  # built when the worker is back
-                self._apply(state.WorkerLost(build.worker))
-                continue
-            if outcome.ok:
-                self._apply(state.Built(build.worker, resource_id))
-            else:
-                errors.append(outcome.error)
-        if errors:
-            self._apply(state.ResourceDropped(resource_id))
-            raise errors[0]
-        return kind(tuple(ResourceRef(resource_id) for _ in self._workers))
-
-    @staticmethod
-    def _ping(worker: _Worker) -> str | None:
-        try:
-            return worker.ping()
-        except _rpc.RETRYABLE:
-            return None
-
-    def _probe(self, probe: state.Probe) -> None:
-        """Ping until the worker answers as a process other than ``probe.unless``."""
-        worker = self._workers[probe.worker]
-        unreachable = False
-        while not self._state.closed:
-            try:
-                incarnation = worker.ping()
-            except _rpc.RETRYABLE as error:
-                if not unreachable:
-                    log.warning("worker %d (%s) is unreachable (%s); probing it every %.1f s",
-                                worker.index, worker.client.address, error, PROBE_INTERVAL_S)
-                unreachable = True
-            except Exception:
-                log.exception("probing worker %d failed", worker.index)
-            else:
-                if incarnation != probe.unless:
-                    if unreachable:
-                        log.warning("worker %d is back", worker.index)
-                    self._apply(state.WorkerBack(worker.index, incarnation))
-                    return
-            time.sleep(PROBE_INTERVAL_S)
-
-    def _rebuild(self, rebuild: state.Rebuild) -> None:
-        """Build the resources a new worker process lacks, in the order they were created."""
-        worker = self._workers[rebuild.worker]
-        for resource_id in rebuild.resource_ids:
-            try:
-                outcome = worker.run(self._resource_calls[resource_id])
-            except UnavailableError as error:
-                self._apply(state.RebuildFailed(worker.index, resource_id, error, True))
-                return
-            except Exception as error:
-                outcome = Outcome(error=error)
-            if not outcome.ok:
-                log.warning("worker %d could not rebuild per-worker resource %d: %r",
-                            worker.index, resource_id, outcome.error)
-                self._apply(state.RebuildFailed(worker.index, resource_id, outcome.error))
-                return
-        self._apply(state.Rebuilt(worker.index, rebuild.resource_ids))
+    def _per_worker(self, resource_id: int,
+                    kind: Callable[[tuple[Any, ...]], PerWorkerValues]) -> PerWorkerValues:
+        """The per-worker values of a resource, freed on the workers when they are dropped."""
+        refs = tuple(ResourceRef(resource_id)
+                     for _ in range(self.strategy.cluster_spec.num_tasks("worker")))
+        values = kind(refs)
+        weakref.finalize(values, self._scheduler.drop_resource, resource_id)
+        return values
 
 
 class PerWorkerDataset:
@@ -369,9 +161,47 @@ class PerWorkerDataset:
         self._coordinator = coordinator
         self._datasets = datasets
 
-    def __iter__(self) -> PerWorkerValues:
+    def __iter__(self) -> PerWorkerIterator:
         # Every worker has its dataset under the same id; unpickled there, the reference
         # becomes that worker's dataset.
         dataset = self._datasets._values[0]
-        return self._coordinator._create_resource(lambda: SharedIterator(iter(dataset)),
-                                                  "per-worker iterator", kind=PerWorkerIterator)
+        coordinator = self._coordinator
+        resource_id = coordinator._scheduler.create_resource(
+            lambda: SharedIterator(iter(dataset)), "per-worker iterator", for_dataset=False)
+        iterators = coordinator._per_worker(
+            resource_id, lambda refs: PerWorkerIterator(refs, self._datasets))
+        assert isinstance(iterators, PerWorkerIterator)
+        return iterators
+
+    def build(self) -> PerWorkerValues:
+        """The per-worker datasets themselves: passed to ``schedule``, the function gets its
+        worker's dataset."""
+        return self._datasets
+
+
+def experimental_get_current_worker_index() -> int:
+    """The index of the worker running this code: call it in a scheduled function or a
+    per-worker dataset function. Raises FailedPreconditionError (a RuntimeError) elsewhere."""
+    context = worker_context()
+    if context is None:
+        raise FailedPreconditionError(
+            "experimental_get_current_worker_index() is called on a worker: inside a function "
+            "passed to ClusterCoordinator.schedule or create_per_worker_dataset")
+    return context.task_index
+
+
+def _per_worker_arguments(args: tuple | list, kwargs: dict[str, Any]) -> bool:
+    """Whether an argument holds per-worker values; refuses RemoteValues, naming the
+    argument."""
+    if not args and not kwargs:
+        return False
+    leaves = nest.flatten((list(args), kwargs))
+    if any(isinstance(leaf, RemoteValue) for leaf in leaves):
+        named = [*((f"args[{i}]", arg) for i, arg in enumerate(args)),
+                 *((f"kwargs[{key!r}]", value) for key, value in kwargs.items())]
+        name = next(name for name, value in named
+                    if any(isinstance(leaf, RemoteValue) for leaf in nest.flatten(value)))
+        raise InvalidArgumentError(
+            f"{name} is or holds a RemoteValue: the result of a scheduled function cannot be "
+            f"an argument of another (as in TensorFlow); fetch() it and pass its value")
+    return any(isinstance(leaf, PerWorkerValues) for leaf in leaves)

@@ -291,7 +291,7 @@ def partition_count(partitioner: Callable[..., Sequence[int]], shape: Sequence[i
         problem = "a first-axis count >= 1"
     elif any(c != 1 for c in counts[1:]):
         problem = "1 for every axis but the first (only the first axis can be partitioned)"
-    if problem is not None:
+    if problem is not None or counts is None:
         raise InvalidArgumentError(
             f"variable_partitioner {_describe(partitioner)} returned {answer!r} for shape "
             f"{list(dims)} and dtype {dtype!r}; it must return {problem}"

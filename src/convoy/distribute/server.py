@@ -11,13 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from convoy import _rpc
+from convoy.distribute._calls import cancel_calls, run_calls
 from convoy.distribute._protocol import (
     PS_METHODS,
     PS_SERVICE,
     WORKER_METHODS,
     WORKER_SERVICE,
+    decode_one,
     encode,
-    run_calls,
     serve_operations,
 )
 from convoy.distribute._store import VariableStore
@@ -57,6 +58,23 @@ def resolve_resource(resource_id: int) -> Any:
             f"ClusterCoordinator.create_per_worker_dataset?)"
         )
     return _context.resources[resource_id]
+
+
+def free_resources(request: bytes) -> bytes:
+    """A worker's ``Free``: delete these per-worker resources, closing those that can be (an
+    iterator's background threads); answers how many resources this worker still holds."""
+    resource_ids = decode_one(request)
+    if type(resource_ids) is not list or not all(type(i) is int for i in resource_ids):
+        raise InvalidArgumentError("Free takes a list of resource ids (ints)")
+    resources = _context.resources if _context is not None else {}
+    for resource_id in resource_ids:
+        close = getattr(resources.pop(resource_id, None), "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:
+                log.exception("closing per-worker resource %d failed", resource_id)
+    return encode(len(resources))
 
 
 class ResourceRef:
@@ -103,8 +121,13 @@ class Server(_rpc.ServerBase):
         global _context
         _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
         pool = self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
-        return {WORKER_METHODS[0]: lambda request: run_calls(request, pool),
-                WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
+        handlers: dict[str, Callable[[Any], Any]] = {
+            "Run": lambda request: run_calls(request, pool),
+            "Ping": lambda _: encode(self.incarnation),
+            "Cancel": cancel_calls,
+            "Free": free_resources,
+        }
+        return {method: handlers[method.name] for method in WORKER_METHODS}
 
     def _on_start(self) -> None:
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)

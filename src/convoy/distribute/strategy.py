@@ -89,6 +89,7 @@ class ParameterServerStrategy:
         self._lock = threading.Lock()
         self._colocation = threading.local()  # .variable: where colocate_vars_with places
         self.extended = StrategyExtended(self)
+        self._cluster_coordinator: Any = None  # its one ClusterCoordinator, once made
         if worker_context() is None:
             _scope.become_chief()
 
@@ -155,10 +156,12 @@ class ParameterServerStrategy:
             raise InvalidArgumentError(
                 "a variable_partitioner needs an initial_value to create a variable; got None"
             )
-        lazy = callable(initial_value) and shape is not None and dtype is not None
-        full = None if lazy else initial_array(initial_value, dtype, shape)
-        full_shape = tuple(shape) if full is None else full.shape
-        full_dtype = np.dtype(dtype) if full is None else full.dtype
+        full: np.ndarray | None = None
+        if callable(initial_value) and shape is not None and dtype is not None:  # lazy
+            full_shape, full_dtype = tuple(shape), np.dtype(dtype)
+        else:
+            full = initial_array(initial_value, dtype, shape)
+            full_shape, full_dtype = full.shape, full.dtype
         count = 1 if not full_shape else partition_count(self._partitioner, full_shape,
                                                          full_dtype)
         if count <= 1:

@@ -1,6 +1,7 @@
-"""One cluster for every ported TensorFlow test that needs parameter servers: 3 ps and 1
-worker in their own processes, started once. ``resolver(num_ps)`` sees only the first
-``num_ps`` parameter servers, so a test written for a 2-ps cluster runs on the same one."""
+"""One cluster for every ported TensorFlow test that needs parameter servers or workers and
+kills none: 3 ps and 2 workers in their own processes, started once. ``resolver(num_ps)``
+sees only the first ``num_ps`` parameter servers, so a test written for a 2-ps cluster runs on
+the same one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from convoy.testing import TrainingCluster
 
 @pytest.fixture(scope="session")
 def ps_cluster():
-    with TrainingCluster(num_workers=1, num_ps=3) as cluster:
+    with TrainingCluster(num_workers=2, num_ps=3) as cluster:
         yield cluster
 
 

@@ -1,0 +1,274 @@
+"""The ClusterCoordinator's cancellation, resource release and lifetime, on real ``convoy
+server`` processes: a failure cancels the functions still running (cooperatively at their next
+variable operation, or by abandoning them after a grace period), dropped per-worker iterators
+are freed on the workers and not rebuilt, there is one coordinator per strategy, and its
+threads end when it is collected or shut down.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+import convoy as cv
+from convoy.distribute import _scheduler
+from convoy.distribute.coordinator import DEFAULT_PIPELINING
+from convoy.distribute.server import worker_context
+from convoy.errors import CancelledError, InvalidArgumentError
+from convoy.testing import TrainingCluster
+
+# Functions defined here run on the workers, which cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with TrainingCluster(num_workers=2, num_ps=1) as training_cluster:
+        yield training_cluster
+
+
+@pytest.fixture
+def make():
+    """``make(cluster)`` -> (strategy, coordinator), shut down afterwards."""
+    coordinators = []
+
+    def build(cluster):
+        strategy = cv.distribute.ParameterServerStrategy(cluster.resolver())
+        coordinator = cv.distribute.ClusterCoordinator(strategy)
+        coordinators.append(coordinator)
+        return strategy, coordinator
+
+    yield build
+    for coordinator in coordinators:
+        coordinator.shutdown()
+
+
+def wait_until(condition, timeout_s=30.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def fail_soon():
+    time.sleep(0.1)
+    raise ValueError("boom from a scheduled function")
+
+
+def where():
+    time.sleep(0.05)  # long enough that both workers take functions
+    return worker_context().task_index
+
+
+def coordinator_threads(coordinator):
+    prefix = coordinator._scheduler._name + "-"
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+# ===== cancellation ============================================================================
+
+@pytest.mark.timeout(120)
+def test_a_failure_cancels_a_function_running_at_its_next_variable_operation(cluster, make):
+    strategy, coordinator = make(cluster)
+    with strategy.scope():
+        beats = cv.Variable(0, name="beats")
+
+    def sleeper():
+        while True:
+            beats.read_value()  # a variable operation: where a cancelled function stops
+            beats.assign_add(1)
+            time.sleep(0.05)
+
+    sleeping = coordinator.schedule(sleeper)
+    wait_until(lambda: int(beats.numpy()) > 0, what="the sleeper")
+    failed = coordinator.schedule(fail_soon)  # on another lane: the sleeper's Run is out
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="boom"):
+        coordinator.join()
+    assert time.monotonic() - started < 10
+    with pytest.raises(ValueError, match="boom"):
+        failed.fetch()
+    # stopped on its worker, which said so (not abandoned by the coordinator)
+    with pytest.raises(CancelledError, match="scheduled function was cancelled"):
+        sleeping.fetch()
+    stopped_at = int(beats.numpy())
+    time.sleep(0.3)
+    assert int(beats.numpy()) == stopped_at
+    # both workers take work again
+    ran_on = coordinator.fetch([coordinator.schedule(where) for _ in range(16)])
+    assert set(ran_on) == {0, 1}
+    coordinator.join()
+
+
+@pytest.mark.timeout(120)
+def test_a_function_that_never_checks_is_abandoned_after_the_grace_period(
+        cluster, make, monkeypatch):
+    monkeypatch.setattr(_scheduler, "CANCEL_GRACE_S", 1.0)
+    strategy, coordinator = make(cluster)
+    with strategy.scope():
+        started = cv.Variable(0, name="started")
+
+    def forever():
+        started.assign(1)
+        threading.Event().wait()  # no variable operation: never sees its cancellation
+
+    stuck = coordinator.schedule(forever)
+    wait_until(lambda: int(started.numpy()) == 1, what="the stuck function")
+    coordinator.schedule(fail_soon)
+    began = time.monotonic()
+    with pytest.raises(ValueError, match="boom"):
+        coordinator.join()
+    assert 1.0 <= time.monotonic() - began < 10
+    with pytest.raises(CancelledError, match="earlier function failed"):
+        stuck.fetch()
+    # schedule, done and join do not wait for it; both workers take work again
+    assert coordinator.done()
+    ran_on = coordinator.fetch([coordinator.schedule(where) for _ in range(16)])
+    assert set(ran_on) == {0, 1}
+    coordinator.join()
+
+
+@pytest.mark.timeout(120)
+def test_shutdown_cancels_running_functions_and_ends_the_threads(cluster, make):
+    strategy, coordinator = make(cluster)
+    with strategy.scope():
+        started = cv.Variable(0, name="started")
+
+    def forever():
+        started.assign(1)
+        threading.Event().wait()
+
+    stuck = coordinator.schedule(forever)
+    wait_until(lambda: int(started.numpy()) == 1, what="the stuck function")
+    queued = [coordinator.schedule(where) for _ in range(3)]
+    assert coordinator_threads(coordinator)
+    coordinator.shutdown()
+    for result in [stuck, *queued]:
+        try:
+            result.fetch()  # one that ran before the shutdown keeps its result
+        except CancelledError as error:
+            assert "shut down" in str(error)
+    with pytest.raises(CancelledError, match="shut down"):
+        stuck.fetch()
+    wait_until(lambda: not coordinator_threads(coordinator), what="the threads to end")
+    with pytest.raises(cv.errors.FailedPreconditionError, match="shut down"):
+        coordinator.schedule(where)
+    # a new coordinator for the strategy works
+    again = cv.distribute.ClusterCoordinator(strategy)
+    assert again is not coordinator
+    assert again.schedule(lambda: 7).fetch() == 7
+    again.shutdown()
+
+
+# ===== per-worker resources ====================================================================
+
+def resource_counts(coordinator, num_workers=2):
+    """{worker index: how many per-worker resources it holds}."""
+    def count():
+        time.sleep(0.05)
+        return worker_context().task_index, len(worker_context().resources)
+
+    counts = {}
+    deadline = time.monotonic() + 30
+    while len(counts) < num_workers:
+        assert time.monotonic() < deadline, "a worker took no work"
+        counts.update(coordinator.fetch([coordinator.schedule(count) for _ in range(8)]))
+    return counts
+
+
+@pytest.mark.timeout(120)
+def test_dropped_iterators_are_freed_on_the_workers(cluster, make):
+    _, coordinator = make(cluster)
+    dataset = coordinator.create_per_worker_dataset(
+        lambda: cv.data.Dataset.range(1_000_000).batch(1000).prefetch(4))
+    before = resource_counts(coordinator)
+    iterators = [iter(dataset) for _ in range(20)]
+    for iterator in iterators:
+        coordinator.schedule(lambda it: next(it), args=(iterator,))
+    coordinator.join()
+    assert resource_counts(coordinator) == {w: count + 20 for w, count in before.items()}
+    del iterator, iterators
+    gc.collect()
+    wait_until(lambda: resource_counts(coordinator) == before, what="the iterators freed")
+    # an iterator in use is kept; the dataset is kept while an iterator of it lives
+    kept = iter(dataset)
+    del dataset
+    gc.collect()
+    assert coordinator.schedule(lambda it: next(it).tolist()[:2], args=(kept,)).fetch() == [0, 1]
+    assert resource_counts(coordinator) == {w: count + 1 for w, count in before.items()}
+
+
+@pytest.mark.timeout(120)
+def test_a_restarted_worker_rebuilds_only_what_is_still_held(make):
+    with TrainingCluster(num_workers=1, num_ps=1) as small:
+        _, coordinator = make(small)
+        dataset = coordinator.create_per_worker_dataset(lambda: cv.data.Dataset.range(100))
+        kept = iter(dataset)
+        dropped = [iter(dataset) for _ in range(5)]
+        assert resource_counts(coordinator, 1) == {0: 7}
+        del dropped
+        gc.collect()
+        wait_until(lambda: resource_counts(coordinator, 1) == {0: 2}, what="the frees")
+        small.kill_task("worker", 0)
+        small.start_task("worker", 0)
+        # the new process gets the dataset and the iterator still held, nothing more
+        assert resource_counts(coordinator, 1) == {0: 2}
+        assert coordinator.schedule(lambda it: int(next(it)), args=(kept,)).fetch() == 0
+
+
+# ===== one coordinator per strategy, living as long as it is used ===============================
+
+@pytest.mark.timeout(120)
+def test_one_coordinator_per_strategy_whose_threads_end_when_it_is_collected(cluster):
+    strategy = cv.distribute.ParameterServerStrategy(cluster.resolver())
+    coordinator = cv.distribute.ClusterCoordinator(strategy)
+    assert cv.distribute.ClusterCoordinator(strategy) is coordinator
+    assert cv.distribute.ClusterCoordinator(strategy=strategy,
+                                            pipelining=DEFAULT_PIPELINING) is coordinator
+    with pytest.raises(InvalidArgumentError, match="one coordinator per strategy"):
+        cv.distribute.ClusterCoordinator(strategy, pipelining=DEFAULT_PIPELINING + 1)
+    other = cv.distribute.ClusterCoordinator(cv.distribute.ParameterServerStrategy(
+        cluster.resolver()))
+    assert other is not coordinator
+    iterator = iter(coordinator.create_per_worker_dataset(lambda: cv.data.Dataset.range(9)))
+    assert coordinator.schedule(lambda it: int(next(it)), args=(iterator,)).fetch() == 0
+    threads = coordinator_threads(coordinator)
+    assert len(threads) >= 2 * 2  # the lanes of two workers
+    result = coordinator.schedule(lambda: "kept")
+    del coordinator, strategy, iterator
+    gc.collect()
+    wait_until(lambda: not any(t.is_alive() for t in threads), 10, "the threads to end")
+    try:  # resolved either way: never left waiting
+        assert result.fetch() == "kept"
+    except CancelledError:
+        pass
+    assert other.schedule(lambda: 1).fetch() == 1
+    other.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_bad_arguments_are_refused_at_once(cluster, make):
+    strategy, coordinator = make(cluster)
+    with pytest.raises(InvalidArgumentError, match="ParameterServerStrategy"):
+        cv.distribute.ClusterCoordinator(object())
+    ready = coordinator.schedule(lambda: 1)
+    with pytest.raises(InvalidArgumentError, match=r"args\[1\].*RemoteValue"):
+        coordinator.schedule(lambda a, b: a, args=(1, [ready]))
+    with pytest.raises(InvalidArgumentError, match=r"kwargs\['x'\].*RemoteValue"):
+        coordinator.schedule(lambda x: x, kwargs={"x": {"nested": ready}})
+    with pytest.raises(TypeError, match="args must be a tuple"):
+        coordinator.schedule(lambda x: x, args=5)
+    with pytest.raises(TypeError, match="kwargs must be a dict"):
+        coordinator.schedule(lambda x: x, kwargs=[("x", 1)])
+    with pytest.raises(TypeError, match="dataset_fn"):
+        coordinator.create_per_worker_dataset(42)
+    assert coordinator.schedule(lambda a, b: a + b, args=[1, 2]).fetch() == 3
+    assert ready.fetch() == 1
+    with pytest.raises(cv.errors.FailedPreconditionError, match="on a worker"):
+        cv.distribute.coordinator.experimental_get_current_worker_index()
