@@ -109,7 +109,8 @@ def main() -> int:
                 min_shard_bytes=64 << 10, max_shards=2))
         model = build_model(strategy)
         print("embedding:", model["embedding"])
-        optimizer = cv.optimizers.Adam(learning_rate=0.01)
+        with strategy.scope():  # its step counter lives on a ps, as in TensorFlow
+            optimizer = cv.optimizers.Adam(learning_rate=0.01)
         coordinator = cv.distribute.ClusterCoordinator(strategy)
 
         train = make_records(args.steps * BATCH, seed=1)
