@@ -264,15 +264,22 @@ class Client:
             for m in methods
         }
         self._streamed = {m.name for m in methods if m.streamed}
+        self._closed = False
 
     def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
-        """Call ``method``; failures raise the matching :mod:`convoy.errors` exception."""
+        """Call ``method``; failures raise the matching :mod:`convoy.errors` exception (a
+        call on a closed client: :class:`~convoy.errors.CancelledError`)."""
         if method in self._streamed:
             raise errors.InvalidArgumentError(f"{method} is streamed: use Client.stream")
         try:
             return self._stubs[method](request, timeout=timeout)
         except grpc.RpcError as error:
             raise translate(error, f"{method} at {self.address}") from None
+        except ValueError:
+            if not self._closed:
+                raise
+            raise errors.CancelledError(f"{method} at {self.address}: the client is closed"
+                                        ) from None
 
     def future(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
         """Start ``method`` without waiting; ``.result()`` raises grpc errors untranslated."""
@@ -283,6 +290,8 @@ class Client:
         return Stream(self._stubs[method], f"{method} at {self.address}")
 
     def close(self) -> None:
+        """Close the channel: calls in flight fail, and later calls raise CancelledError."""
+        self._closed = True
         self._channel.close()
 
 
