@@ -294,9 +294,11 @@ class Client:
             for m in methods
         }
         self._streamed = {m.name for m in methods if m.streamed}
+        self._closed = False
 
     def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
-        """Call ``method``; failures raise the matching :mod:`convoy.errors` exception."""
+        """Call ``method``; failures raise the matching :mod:`convoy.errors` exception (a
+        call on a closed client: :class:`~convoy.errors.CancelledError`)."""
         if method in self._streamed:
             raise errors.InvalidArgumentError(f"{method} is streamed: use Client.stream")
         try:
@@ -307,6 +309,11 @@ class Client:
                                                            metadata=metadata)
         except grpc.RpcError as error:
             raise translate(error, f"{method} at {self.address}") from None
+        except ValueError:
+            if not self._closed:
+                raise
+            raise errors.CancelledError(f"{method} at {self.address}: the client is closed"
+                                        ) from None
         return self._verified(method, call, reply, response)
 
     def _verified(self, method: str, call: grpc.Call, reply: str, response: bytes) -> Any:
@@ -329,6 +336,8 @@ class Client:
                       self._paths[method], self._parsers[method] if self._auth else _identity)
 
     def close(self) -> None:
+        """Close the channel: calls in flight fail, and later calls raise CancelledError."""
+        self._closed = True
         self._channel.close()
 
 

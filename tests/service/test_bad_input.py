@@ -222,6 +222,18 @@ def test_dispatcher_timeout(reader: Any, value: Any, message: str) -> None:
         reader(dispatcher_timeout_ms=value)
 
 
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("value, message", [
+    (0, r"max_buffered_elements must be >= 1, got 0"),
+    (-64, r"max_buffered_elements must be >= 1, got -64"),
+    (2.5, r"max_buffered_elements must be an integer, got 2.5 \(float\)"),
+    (True, r"max_buffered_elements must be an integer, got True \(bool\)"),
+])
+def test_max_buffered_elements(reader: Any, value: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        reader(job_name="j", max_buffered_elements=value)
+
+
 @pytest.mark.parametrize("trainer_id", ["", None, 3])
 def test_cross_trainer_cache_needs_a_trainer_id(trainer_id: Any) -> None:
     with pytest.raises(InvalidArgumentError,

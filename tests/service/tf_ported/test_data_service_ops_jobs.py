@@ -80,8 +80,6 @@ def test_non_string_job_name_from_dataset_id(cluster1):
                                 job_name=b"foo")
 
 
-@pytest.mark.xfail(strict=True, reason="consumers sharing a job_name do not share: one "
-                                       "consumer takes up to 2048 elements at once")
 def test_shared_job_name(make_cluster):
     """testSharedJobName: two consumers of one named job read alternately; both get elements
     and together every element once.

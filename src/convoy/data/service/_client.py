@@ -102,15 +102,24 @@ def distribute(processing_mode: Any, service: str | tuple[str, str], job_name: s
                data_transfer_protocol: str | None = None, compression: str | None = "AUTO",
                target_workers: str = "AUTO",
                cross_trainer_cache: CrossTrainerCache | None = None, *,
-               dispatcher_timeout_ms: int | None = None) -> Callable[[Dataset], Dataset]:
+               dispatcher_timeout_ms: int | None = None,
+               max_buffered_elements: int | None = None) -> Callable[[Dataset], Dataset]:
     """A transformation (for ``Dataset.apply``) that moves the pipeline so far onto the data
-    service at ``service``; what follows it runs locally."""
+    service at ``service``; what follows it runs locally.
+
+    Beyond TensorFlow's arguments: ``dispatcher_timeout_ms``, how long a dispatcher or worker
+    that cannot be reached is retried before UnavailableError (default 60 s);
+    ``max_buffered_elements``, the most elements a consumer holds (buffered or asked for)
+    beyond those it has returned: by default 64 on a named job, so the consumers sharing it
+    take elements first come, first served, and no bound but large batches otherwise.
+    """
     options = read_options(
         processing_mode=processing_mode, service=service, job_name=job_name,
         consumer_index=consumer_index, num_consumers=num_consumers,
         max_outstanding_requests=max_outstanding_requests,
         data_transfer_protocol=data_transfer_protocol, target_workers=target_workers,
-        cross_trainer_cache=cross_trainer_cache, dispatcher_timeout_ms=dispatcher_timeout_ms)
+        cross_trainer_cache=cross_trainer_cache, dispatcher_timeout_ms=dispatcher_timeout_ms,
+        max_buffered_elements=max_buffered_elements)
     validate_compression(compression)
     options.refuse_unavailable()
 
@@ -131,18 +140,21 @@ def from_dataset_id(processing_mode: Any, service: str | tuple[str, str], datase
                     data_transfer_protocol: str | None = None,
                     target_workers: str = "AUTO",
                     cross_trainer_cache: CrossTrainerCache | None = None, *,
-                    dispatcher_timeout_ms: int | None = None) -> Dataset:
+                    dispatcher_timeout_ms: int | None = None,
+                    max_buffered_elements: int | None = None) -> Dataset:
     """A dataset reading the registered dataset ``dataset_id`` from the data service.
 
     Job names are scoped to the dataset id, so equal names on different datasets never share.
-    Without ``element_spec`` it is fetched from the dispatcher.
+    Without ``element_spec`` it is fetched from the dispatcher. The keyword-only arguments
+    are those of :func:`distribute`.
     """
     options = read_options(
         processing_mode=processing_mode, service=service, job_name=job_name,
         consumer_index=consumer_index, num_consumers=num_consumers,
         max_outstanding_requests=max_outstanding_requests,
         data_transfer_protocol=data_transfer_protocol, target_workers=target_workers,
-        cross_trainer_cache=cross_trainer_cache, dispatcher_timeout_ms=dispatcher_timeout_ms)
+        cross_trainer_cache=cross_trainer_cache, dispatcher_timeout_ms=dispatcher_timeout_ms,
+        max_buffered_elements=max_buffered_elements)
     check.string("dataset_id", dataset_id)
     options.refuse_unavailable()
     dispatcher = dispatcher_client(service)
@@ -209,7 +221,11 @@ class DataServiceOp(Op):
             repetition = self.repetitions
             self.repetitions += 1
         dispatcher = dispatcher_client(self.options.service)
-        dataset_id = self.ensure_registered(dispatcher)
+        try:
+            dataset_id = self.ensure_registered(dispatcher)
+        except BaseException:
+            dispatcher.close()
+            raise
         return _ServiceNode(Reader.open(dispatcher, self.options, dataset_id, repetition))
 
     def ensure_registered(self, dispatcher: _rpc.Client) -> str:

@@ -23,6 +23,9 @@ from convoy.errors import InvalidArgumentError, UnimplementedError
 DEFAULT_DISPATCHER_TIMEOUT_MS = 60_000
 #: Requests in flight per iterator when max_outstanding_requests is None.
 DEFAULT_OUTSTANDING = 4
+#: The most elements a consumer of a named job holds beyond those it has returned, when
+#: max_buffered_elements is None.
+DEFAULT_SHARED_BUFFER = 64
 
 
 class CrossTrainerCache:
@@ -72,6 +75,7 @@ class ReadOptions:
     target_workers: str
     trainer_id: str
     timeout_s: float
+    window: int | None  # elements held beyond those returned, at most (None: no bound)
 
     def refuse_unavailable(self) -> None:
         """Raise for the options this version accepts but cannot serve yet."""
@@ -98,7 +102,8 @@ def read_options(*, processing_mode: Any, service: Any, job_name: Any = None,
                  consumer_index: Any = None, num_consumers: Any = None,
                  max_outstanding_requests: Any = None, data_transfer_protocol: Any = None,
                  target_workers: Any = "AUTO", cross_trainer_cache: Any = None,
-                 dispatcher_timeout_ms: Any = None) -> ReadOptions:
+                 dispatcher_timeout_ms: Any = None,
+                 max_buffered_elements: Any = None) -> ReadOptions:
     """The read options from the arguments of distribute or from_dataset_id, each checked."""
     mode = sharding_policy(processing_mode)
     service = service_target(service)
@@ -111,10 +116,13 @@ def read_options(*, processing_mode: Any, service: Any, job_name: Any = None,
         raise InvalidArgumentError(
             f"data_transfer_protocol must be None or 'grpc', got {data_transfer_protocol!r}"
         )
+    window = check.optional_integer("max_buffered_elements", max_buffered_elements, 1)
+    if window is None and job_name is not None:
+        window = DEFAULT_SHARED_BUFFER
     return ReadOptions(service, mode, job_name or "", consumer_index, num_consumers,
                        DEFAULT_OUTSTANDING if outstanding in (None, -1) else outstanding,
                        _target_workers(target_workers), _trainer_id(cross_trainer_cache),
-                       timeout_s(dispatcher_timeout_ms))
+                       timeout_s(dispatcher_timeout_ms), window)
 
 
 def _check_job_name(job_name: Any) -> None:

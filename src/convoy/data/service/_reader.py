@@ -9,6 +9,7 @@ only carry its instructions out.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -18,12 +19,20 @@ from convoy import _rpc
 from convoy._channel import Channel
 from convoy.codec import decode
 from convoy.data.service import service_pb2 as pb
+from convoy.data.service._config import ShardingPolicy
 from convoy.data.service._options import ReadOptions
-from convoy.data.service._protocol import ELEMENTS, END_OF_SEQUENCE, WORKER, WORKER_METHODS
-from convoy.data.service._reader_state import (
+from convoy.data.service._protocol import (
+    ELEMENT_WAIT_S,
+    ELEMENTS,
+    END_OF_SEQUENCE,
+    WORKER,
+    WORKER_METHODS,
+)
+from convoy.data.service._reader_events import (
     CancelResults,
     Close,
     ElementsArrived,
+    ElementsReturned,
     EndOfSequence,
     EndResults,
     FailResults,
@@ -32,20 +41,32 @@ from convoy.data.service._reader_state import (
     HeartbeatView,
     NextRead,
     Read,
-    ReaderState,
     ReadFailed,
     StopReading,
+    Warn,
     WorkerUnreachable,
 )
-from convoy.errors import ConvoyError, UnavailableError
+from convoy.data.service._reader_state import ReaderConfig, ReaderState
+from convoy.errors import (
+    AbortedError,
+    CancelledError,
+    ConvoyError,
+    DeadlineExceededError,
+    UnavailableError,
+)
+
+log = logging.getLogger(__name__)
 
 #: How often an iterator asks the dispatcher for its task list.
 HEARTBEAT_INTERVAL_S = 0.2
-#: Elements and bytes asked for per GetElements call.
-ELEMENTS_PER_CALL = 2048
+#: Bytes asked for per GetElements call.
 BYTES_PER_CALL = 16 << 20
-#: How long a worker that could not be reached is left alone.
-UNREACHABLE_BACKOFF_S = 0.5
+#: A GetElements call that has no answer by then counts as its worker being unreachable: the
+#: worker answers within ELEMENT_WAIT_S; the rest is room for a large reply on a busy machine.
+GET_ELEMENTS_DEADLINE_S = ELEMENT_WAIT_S + 10.0
+#: What a GetElements call fails with when its worker is away (gone, stopping, not answering),
+#: as TensorFlow's client sees it: the worker is retried, not the reading failed.
+WORKER_AWAY = (UnavailableError, DeadlineExceededError, CancelledError, AbortedError)
 
 
 class Reader:
@@ -56,7 +77,10 @@ class Reader:
         self._dispatcher = dispatcher
         self._client_id = client_id
         self._cond = threading.Condition()
-        self._state = ReaderState(UNREACHABLE_BACKOFF_S)
+        self._state = ReaderState(ReaderConfig(
+            window=options.window, outstanding=options.max_outstanding_requests,
+            unreachable_timeout_s=options.timeout_s,
+            can_skip=options.processing_mode in (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC)))
         self._workers: dict[str, _rpc.Client] = {}
         self._wake = threading.Event()  # set to heartbeat now rather than at the next interval
         #: Batches of elements, in the order they arrived.
@@ -67,18 +91,28 @@ class Reader:
     @classmethod
     def open(cls, dispatcher: _rpc.Client, options: ReadOptions, dataset_id: str,
              repetition: int) -> Reader:
-        """Join the iteration ``repetition`` of the job reading ``dataset_id``; start reading."""
+        """Join the iteration ``repetition`` of the job reading ``dataset_id``; start reading.
+        The reader owns ``dispatcher`` from then on (it is closed if opening fails)."""
 
         def call(method: str, request: Any) -> Any:
             return _rpc.retry(lambda: dispatcher.call(method, request), options.timeout_s,
                               f"{method} at dispatcher {dispatcher.address}")
 
-        job = call("GetOrCreateJob", pb.GetOrCreateJobRequest(
-            dataset_id=dataset_id, job_name=options.job_name, options=options.job_options()))
-        iteration = call("GetOrCreateIteration", pb.GetOrCreateIterationRequest(
-            job_id=job.job_id, repetition=repetition))
+        try:
+            job = call("GetOrCreateJob", pb.GetOrCreateJobRequest(
+                dataset_id=dataset_id, job_name=options.job_name,
+                options=options.job_options()))
+            iteration = call("GetOrCreateIteration", pb.GetOrCreateIterationRequest(
+                job_id=job.job_id, repetition=repetition))
+        except BaseException:
+            dispatcher.close()
+            raise
         reader = cls(options, dispatcher, iteration.client_id)
-        reader._heartbeat()
+        try:
+            reader._heartbeat()
+        except BaseException:
+            reader.close()
+            raise
         threading.Thread(target=reader._heartbeat_loop, daemon=True,
                          name="convoy-client-heartbeat").start()
         for _ in range(options.max_outstanding_requests):
@@ -87,13 +121,18 @@ class Reader:
         return reader
 
     def elements(self) -> Iterator[Any]:
-        """The iteration's elements, for the consumer; raises the error that ended it."""
-        for batch in self.results:
-            yield from batch
+        """The iteration's elements, for the consumer; raises the error that ended it. The
+        reader closes once they end."""
+        try:
+            for batch in self.results:
+                yield from batch
+                self._apply(ElementsReturned(len(batch)))
+        finally:
+            self.close()
 
     def close(self) -> None:
-        """Stop reading and tell the dispatcher this consumer has gone."""
-        if self._apply(Close()) is None:
+        """Stop reading, tell the dispatcher this consumer has gone, close the clients."""
+        if not self._apply(Close()):
             return  # already closed
         self._wake.set()
         try:
@@ -101,21 +140,29 @@ class Reader:
                                   pb.ReleaseClientRequest(client_id=self._client_id), timeout=2)
         except ConvoyError:
             pass  # the dispatcher forgets silent clients by itself
+        with self._cond:  # no reader thread opens a client once closed
+            clients = [self._dispatcher, *self._workers.values()]
+            self._workers.clear()
+        for client in clients:
+            client.close()  # calls still in flight fail, and their answers are moot
 
-    def _apply(self, event: Any) -> Any:
-        """Apply ``event`` and carry out the instruction it calls for."""
+    def _apply(self, event: Any) -> tuple[Any, ...]:
+        """Apply ``event`` and carry out the instructions it calls for."""
         with self._cond:
-            instruction = self._state.apply(event)
+            instructions = self._state.apply(event)
             self._cond.notify_all()
-            if isinstance(instruction, EndResults):
-                self.results.close()
-            elif isinstance(instruction, FailResults):
-                self.results.fail(instruction.error)
-            elif isinstance(instruction, CancelResults):
-                self.results.cancel()
-            elif isinstance(instruction, HeartbeatNow):
-                self._wake.set()
-            return instruction
+            for instruction in instructions:
+                if isinstance(instruction, EndResults):
+                    self.results.close()
+                elif isinstance(instruction, FailResults):
+                    self.results.fail(instruction.error)
+                elif isinstance(instruction, CancelResults):
+                    self.results.cancel()
+                elif isinstance(instruction, HeartbeatNow):
+                    self._wake.set()
+                elif isinstance(instruction, Warn):
+                    log.warning("%s", instruction.message)
+            return instructions
 
     # ----- the dispatcher's side ------------------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -143,22 +190,21 @@ class Reader:
 
     # ----- the workers' side ----------------------------------------------------------------------
     def _read_loop(self) -> None:
-        request = pb.GetElementsRequest(consumer_index=-1, max_elements=ELEMENTS_PER_CALL,
-                                        max_bytes=BYTES_PER_CALL)
+        request = pb.GetElementsRequest(consumer_index=-1, max_bytes=BYTES_PER_CALL)
         while True:
             with self._cond:
                 read = self._next_read()
                 if read is None:
                     return
                 worker = self._worker(read.worker_address)
-            request.task_id = read.task_id
+            request.task_id, request.max_elements = read.task_id, read.max_elements
             self._apply(self._read(read.task_id, worker, request))
 
     def _next_read(self) -> Read | None:
         """The next task to read, waiting (holding ``_cond``) while none is ready."""
         while True:
             now = time.monotonic()
-            step = self._state.apply(NextRead(now))
+            (step,) = self._state.apply(NextRead(now))
             if isinstance(step, Read):
                 return step
             if isinstance(step, StopReading):
@@ -176,12 +222,12 @@ class Reader:
         """One GetElements call; what came of it, as an event (its elements are in
         ``results`` by then, so a task's elements keep their order)."""
         try:
-            reply = worker.call("GetElements", request, timeout=None)
+            reply = worker.call("GetElements", request, timeout=GET_ELEMENTS_DEADLINE_S)
             if reply[:1] == END_OF_SEQUENCE:
                 return EndOfSequence(task_id)
             elements = decode(memoryview(reply)[1:]) if reply[:1] == ELEMENTS else []
-        except UnavailableError:
-            return WorkerUnreachable(task_id, time.monotonic())
+        except WORKER_AWAY as error:
+            return WorkerUnreachable(task_id, error, time.monotonic())
         except ConvoyError as error:
             return ReadFailed(task_id, error)
         if elements:

@@ -2,10 +2,18 @@
 
 The tasks come from the dispatcher's heartbeat views. Reader threads ask which task to read
 next (:class:`NextRead`): tasks are read round robin with at most one request in flight each,
-as in TensorFlow's client, so each worker's elements arrive in the order it produced them. A
-task whose worker could not be reached is left alone for a while. The iteration is done when
-the dispatcher says it has finished and every task has ended with no request in flight (a
-reply still in flight on an ended task may hold elements).
+as in TensorFlow's client, so each worker's elements arrive in the order it produced them.
+
+With a window (named jobs), the consumer holds at most that many elements, buffered or asked
+for, beyond those it has returned: consumers sharing a job take its elements first come,
+first served, and none holds a pile while another starves.
+
+A worker that cannot be reached is retried with a growing backoff and named in warnings.
+After the timeout its task is skipped if another worker has been reached (under OFF that one
+delivers its own copy, under DYNAMIC it reads the remaining splits); else the reading fails.
+
+Done: every task ended with no request in flight (a reply in flight may hold elements), and
+the dispatcher said the iteration finished, or a task was skipped (then it never will).
 
 No threads, locks, clocks or sockets: time enters as the ``now`` of the events that need it.
 """
@@ -15,133 +23,72 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from convoy.errors import ConvoyError, InvalidArgumentError
+from convoy.data.service import _reader_events as ev
+from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
+
+Instructions = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """How a consumer reads. Times are in seconds."""
+
+    window: int | None = None  # elements held beyond those returned, at most (None: no bound)
+    outstanding: int = 4  # requests in flight at most; each asks for a share of the window
+    elements_per_call: int = 2048  # asked for per request, at most
+    unreachable_timeout_s: float = 60.0  # an unreachable worker is retried this long
+    can_skip: bool = True  # the other workers can finish a job without one worker's task
+    first_backoff_s: float = 0.1  # after a first failure to reach a worker; then doubled ...
+    max_backoff_s: float = 2.0  # ... up to this
+    warn_every_s: float = 10.0  # while a worker stays unreachable
+
+    @property
+    def per_call(self) -> int:
+        """Elements asked for per request."""
+        if self.window is None:
+            return self.elements_per_call
+        return max(1, min(self.elements_per_call, self.window // self.outstanding))
 
 
 @dataclass
 class TaskState:
     task_id: int
     worker_address: str
-    ended: bool = False  # read to its end, or no longer listed by the dispatcher
+    ended: bool = False  # read to its end, skipped, or no longer listed by the dispatcher
+    skipped: bool = False  # given up on: its worker stayed unreachable
     in_flight: bool = False
-    retry_at: float = 0.0  # not read before this time: its worker could not be reached
-
-
-# ----- events ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class HeartbeatView:
-    """The dispatcher's answer to a heartbeat: the unfinished tasks as (task id, worker
-    address), and whether the iteration has finished."""
-
-    tasks: tuple[tuple[int, str], ...]
-    iteration_finished: bool
-
-
-@dataclass(frozen=True)
-class NextRead:
-    """A reader thread asks what to do; the answer is :class:`Read`, :class:`Wait` or
-    :class:`StopReading`."""
-
-    now: float
-
-
-@dataclass(frozen=True)
-class ElementsArrived:
-    """A task's worker answered with ``count`` elements (0: none ready yet)."""
-
-    task_id: int
-    count: int
-
-
-@dataclass(frozen=True)
-class EndOfSequence:
-    """A task's worker says the task has no more elements."""
-
-    task_id: int
-
-
-@dataclass(frozen=True)
-class WorkerUnreachable:
-    task_id: int
-    now: float
-
-
-@dataclass(frozen=True)
-class ReadFailed:
-    task_id: int
-    error: ConvoyError
-
-
-@dataclass(frozen=True)
-class HeartbeatFailed:
-    error: ConvoyError
-
-
-@dataclass(frozen=True)
-class Close:
-    """The consumer stops reading."""
-
-
-# ----- instructions and answers ------------------------------------------------------------------
-@dataclass(frozen=True)
-class Read:
-    """Ask this task's worker for elements, then report what came of it."""
-
-    task_id: int
-    worker_address: str
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Nothing to read now: ask again after the next event, or at ``until`` at the latest
-    (None: only after an event)."""
-
-    until: float | None
-
-
-@dataclass(frozen=True)
-class StopReading:
-    """The reading is over (done, failed or closed)."""
-
-
-@dataclass(frozen=True)
-class HeartbeatNow:
-    """Every known task has ended: ask the dispatcher now whether the iteration has too."""
-
-
-@dataclass(frozen=True)
-class EndResults:
-    """The iteration is done: the consumer gets what is buffered, then the end."""
-
-
-@dataclass(frozen=True)
-class FailResults:
-    """The consumer gets what is buffered, then ``error``."""
-
-    error: ConvoyError
-
-
-@dataclass(frozen=True)
-class CancelResults:
-    """The consumer has gone: drop what is buffered."""
+    asked: int = 0  # elements asked for by the request in flight
+    reached: bool = False  # its worker has answered, and was not unreachable since
+    unreachable_since: float | None = None  # of the current run of failures to reach it
+    backoff_s: float = 0.0
+    retry_at: float = 0.0  # not read before this time
+    warned_at: float = 0.0
 
 
 class ReaderState:
     """What one consumer knows of its iteration. Mutate it only through :meth:`apply`."""
 
-    def __init__(self, backoff_s: float) -> None:
-        self.backoff_s = backoff_s  # how long a task whose worker was unreachable is left alone
+    def __init__(self, config: ReaderConfig) -> None:
+        self.config = config
         self.tasks: dict[int, TaskState] = {}
         self.iteration_finished = False  # as of the latest heartbeat view
+        self.unreturned = 0  # received, not yet returned (briefly < 0: see ElementsReturned)
         self.closed = False
-        self.outcome: EndResults | FailResults | None = None  # given once
+        self.outcome: ev.EndResults | ev.FailResults | None = None  # given once
         self._turn = 0  # where in the task list the next read starts looking
 
     @property
+    def held(self) -> int:
+        """Elements buffered or asked for, beyond those returned."""
+        return self.unreturned + sum(task.asked for task in self.tasks.values())
+
+    @property
     def done(self) -> bool:
-        """The dispatcher said the iteration finished; every task ended, none in flight."""
-        return self.iteration_finished and all(t.ended and not t.in_flight
-                                               for t in self.tasks.values())
+        """Every task ended with none in flight; the dispatcher said the iteration finished,
+        or a task was skipped."""
+        tasks = self.tasks.values()
+        return (all(t.ended and not t.in_flight for t in tasks)
+                and (self.iteration_finished or any(t.skipped for t in tasks)))
 
     @property
     def over(self) -> bool:
@@ -150,18 +97,18 @@ class ReaderState:
 
     @property
     def error(self) -> ConvoyError | None:
-        return self.outcome.error if isinstance(self.outcome, FailResults) else None
+        return self.outcome.error if isinstance(self.outcome, ev.FailResults) else None
 
-    def apply(self, event: Any) -> Any:
-        """Apply one event; returns its answer (:class:`NextRead`) or the instruction it
-        calls for, if any."""
+    def apply(self, event: Any) -> Instructions:
+        """Apply one event; returns the instructions it calls for (for :class:`NextRead`,
+        its one answer)."""
         handler = getattr(self, "_on_" + type(event).__name__, None)
         if handler is None:
             raise InvalidArgumentError(f"unknown reader event {type(event).__name__}")
         return handler(event)
 
     # ----- the dispatcher's side ------------------------------------------------------------------
-    def _on_HeartbeatView(self, event: HeartbeatView) -> EndResults | None:
+    def _on_HeartbeatView(self, event: ev.HeartbeatView) -> Instructions:
         for task_id, address in event.tasks:
             if task_id not in self.tasks:
                 self.tasks[task_id] = TaskState(task_id, address)
@@ -174,13 +121,17 @@ class ReaderState:
         self.iteration_finished = event.iteration_finished
         return self._end_if_done()
 
-    def _on_HeartbeatFailed(self, event: HeartbeatFailed) -> FailResults | None:
+    def _on_HeartbeatFailed(self, event: ev.HeartbeatFailed) -> Instructions:
         return self._fail(event.error)
 
     # ----- the workers' side ----------------------------------------------------------------------
-    def _on_NextRead(self, event: NextRead) -> Read | Wait | StopReading:
+    def _on_NextRead(self, event: ev.NextRead) -> Instructions:
         if self.over:
-            return StopReading()
+            return (ev.StopReading(),)
+        per_call = self.config.per_call
+        window = self.config.window
+        if window is not None and self.held + per_call > window:
+            return (ev.Wait(None),)  # until the consumer returns some
         tasks = list(self.tasks.values())  # in the order they became known
         waiting = []
         for offset in range(len(tasks)):
@@ -190,38 +141,69 @@ class ReaderState:
                 continue
             if task.retry_at <= event.now:
                 self._turn = position + 1
-                task.in_flight = True
-                return Read(task.task_id, task.worker_address)
+                task.in_flight, task.asked = True, per_call
+                return (ev.Read(task.task_id, task.worker_address, per_call),)
             waiting.append(task.retry_at)
-        return Wait(min(waiting, default=None))
+        return (ev.Wait(min(waiting, default=None)),)
 
-    def _on_ElementsArrived(self, event: ElementsArrived) -> EndResults | None:
-        self._answered(event.task_id)
+    def _on_ElementsArrived(self, event: ev.ElementsArrived) -> Instructions:
+        self._reached(self._answered(event.task_id))
+        self.unreturned += event.count
         return self._end_if_done()
 
-    def _on_EndOfSequence(self, event: EndOfSequence) -> EndResults | HeartbeatNow | None:
-        self._answered(event.task_id).ended = True
+    def _on_EndOfSequence(self, event: ev.EndOfSequence) -> Instructions:
+        task = self._answered(event.task_id)
+        self._reached(task)
+        task.ended = True
         end = self._end_if_done()
-        if end is None and not self.over and all(t.ended for t in self.tasks.values()):
-            return HeartbeatNow()
+        if not end and not self.over and all(t.ended for t in self.tasks.values()):
+            return (ev.HeartbeatNow(),)
         return end
 
-    def _on_WorkerUnreachable(self, event: WorkerUnreachable) -> EndResults | None:
-        self._answered(event.task_id).retry_at = event.now + self.backoff_s
-        return self._end_if_done()
+    def _on_WorkerUnreachable(self, event: ev.WorkerUnreachable) -> Instructions:
+        task = self._answered(event.task_id)
+        if self.over or task.ended:  # the dispatcher dropped it meanwhile
+            return self._end_if_done()
+        config, now, address = self.config, event.now, task.worker_address
+        warnings: list[ev.Warn] = []
+        task.reached = False
+        if task.unreachable_since is None:
+            task.unreachable_since = task.warned_at = now
+            task.backoff_s = config.first_backoff_s
+            warnings.append(ev.Warn(
+                f"Cannot reach data service worker {address} (task {task.task_id}): "
+                f"{event.error}; retrying for up to {config.unreachable_timeout_s:g} s"))
+        else:
+            task.backoff_s = min(2 * task.backoff_s, config.max_backoff_s)
+        task.retry_at = now + task.backoff_s
+        unreachable_for = now - task.unreachable_since
+        if unreachable_for >= config.unreachable_timeout_s:
+            return self._give_up(task, event.error, unreachable_for)
+        if now - task.warned_at >= config.warn_every_s:
+            task.warned_at = now
+            warnings.append(ev.Warn(
+                f"Still waiting on task {task.task_id}: nothing from it for "
+                f"{unreachable_for:.0f} s, its worker {address} unreachable: {event.error}"))
+        return tuple(warnings)
 
-    def _on_ReadFailed(self, event: ReadFailed) -> FailResults | None:
+    def _on_ReadFailed(self, event: ev.ReadFailed) -> Instructions:
         task = self._answered(event.task_id)
         error = event.error
         return self._fail(type(error)(
             f"Failed to get elements from worker {task.worker_address}: {error}"))
 
     # ----- the consumer's side --------------------------------------------------------------------
-    def _on_Close(self, event: Close) -> CancelResults | None:
+    def _on_ElementsReturned(self, event: ev.ElementsReturned) -> Instructions:
+        # May come before the ElementsArrived of its elements (the consumer can take them
+        # as soon as they are buffered); they were counted as asked for until then.
+        self.unreturned -= event.count
+        return ()
+
+    def _on_Close(self, event: ev.Close) -> Instructions:
         if self.closed:
-            return None
+            return ()
         self.closed = True
-        return CancelResults()
+        return (ev.CancelResults(),)
 
     # ----- helpers --------------------------------------------------------------------------------
     def _answered(self, task_id: int) -> TaskState:
@@ -229,17 +211,37 @@ class ReaderState:
         task = self.tasks.get(task_id)
         if task is None or not task.in_flight:
             raise InvalidArgumentError(f"task {task_id} has no request in flight")
-        task.in_flight = False
+        task.in_flight, task.asked = False, 0
         return task
 
-    def _end_if_done(self) -> EndResults | None:
-        if self.over or not self.done:
-            return None
-        self.outcome = EndResults()
-        return self.outcome
+    @staticmethod
+    def _reached(task: TaskState) -> None:
+        task.reached = True
+        task.unreachable_since = None
+        task.backoff_s = task.retry_at = 0.0
 
-    def _fail(self, error: ConvoyError) -> FailResults | None:
+    def _give_up(self, task: TaskState, error: ConvoyError, unreachable_for: float
+                 ) -> Instructions:
+        """Skip ``task`` if the other workers can finish the job without it; else fail."""
+        what = (f"worker {task.worker_address} (task {task.task_id}) unreachable for "
+                f"{unreachable_for:.1f} s: {error}")
+        others = [t for t in self.tasks.values()
+                  if t.reached and t.worker_address != task.worker_address]
+        if not (self.config.can_skip and others):
+            return self._fail(UnavailableError(f"Failed to get elements from {what}"))
+        task.ended = task.skipped = True
+        warning = ev.Warn(f"Reading on without {what}; the other workers finish the job "
+                       "(its elements not yet read are skipped)")
+        return (warning, *self._end_if_done())
+
+    def _end_if_done(self) -> Instructions:
+        if self.over or not self.done:
+            return ()
+        self.outcome = ev.EndResults()
+        return (self.outcome,)
+
+    def _fail(self, error: ConvoyError) -> Instructions:
         if self.over:
-            return None
-        self.outcome = FailResults(error)
-        return self.outcome
+            return ()
+        self.outcome = ev.FailResults(error)
+        return (self.outcome,)

@@ -24,6 +24,7 @@ from convoy.data.service._config import ShardingPolicy, WorkerConfig
 from convoy.data.service._protocol import (
     DISPATCHER,
     DISPATCHER_METHODS,
+    ELEMENT_WAIT_S,
     ELEMENTS,
     END_OF_SEQUENCE,
     NOT_READY,
@@ -35,9 +36,6 @@ from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
 
-#: How long a GetElements call waits for a first element (or for the heartbeat that may bring
-#: its task) before answering "not ready".
-ELEMENT_WAIT_S = 0.5
 #: Splits asked of the dispatcher per GetSplits call.
 SPLITS_PER_REQUEST = 8
 #: A GetElements call never carries more than this many elements ...
