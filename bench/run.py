@@ -72,14 +72,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("names", nargs="*", help="workloads to run (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-tensorflow", action="store_true",
+                        help="run convoy's side only, even where .venv-tf exists")
     args = parser.parse_args()
     known = {w.name for w in workloads.ALL}
     unknown = [name for name in args.names if name not in known]
     if unknown:
         parser.error(f"unknown workloads {unknown}; expected some of {sorted(known)}")
     selected = [w for w in workloads.ALL if not args.names or w.name in args.names]
-    with_tf = TF_PYTHON.exists()
-    if not with_tf:
+    with_tf = TF_PYTHON.exists() and not args.no_tensorflow
+    if not TF_PYTHON.exists():
         print("TensorFlow: not installed, run make bench-tf")
     header = f"{'workload':<22}{'unit':<12}{'convoy':>12}{'range':>22}"
     if with_tf:
