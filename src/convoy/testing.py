@@ -44,8 +44,9 @@ class LocalCluster:
     def address(self) -> str:
         return self.dispatcher._address
 
-    def add_worker(self) -> WorkerServer:
-        worker = WorkerServer(WorkerConfig(dispatcher_address=self.address,
+    def add_worker(self, port: int = 0) -> WorkerServer:
+        """Start a worker on ``port`` (0: any free port); it registers before this returns."""
+        worker = WorkerServer(WorkerConfig(dispatcher_address=self.address, port=port,
                                            heartbeat_interval_ms=self.heartbeat_interval_ms))
         self.workers.append(worker)
         return worker

@@ -18,6 +18,7 @@ from convoy.data._map import FilterOp, MapOp
 from convoy.data._op import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
+    SHARD_HINT,
     UNKNOWN_CARDINALITY,
     Node,
     Op,
@@ -286,10 +287,19 @@ class Dataset:
         return self._then(TakeWhileOp(self._op, check.function("predicate", predicate)))
 
     def shard(self, num_shards: int, index: int, name: str | None = None) -> Dataset:
-        """Every ``num_shards``-th element, starting with element ``index``."""
-        shards = check.integer("num_shards", num_shards, 1)
-        index = check.integer("index", index, 0)
-        if index >= shards:
+        """Every ``num_shards``-th element, starting with element ``index``.
+
+        ``shard(SHARD_HINT, SHARD_HINT)`` is a placeholder that the data service's HINT
+        sharding policy fills in with ``(number of workers, worker index)``.
+        """
+        shards = check.integer("num_shards", num_shards, 1, allowed=(SHARD_HINT,))
+        index = check.integer("index", index, 0, allowed=(SHARD_HINT,))
+        if (shards == SHARD_HINT) != (index == SHARD_HINT):
+            raise InvalidArgumentError(
+                f"shard(SHARD_HINT, SHARD_HINT) is a placeholder for both arguments; got "
+                f"num_shards={shards}, index={index}"
+            )
+        if index >= shards and shards != SHARD_HINT:
             raise InvalidArgumentError(
                 f"index must be less than num_shards ({shards}), got {index}"
             )

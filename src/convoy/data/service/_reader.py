@@ -37,6 +37,7 @@ from convoy.data.service._reader_state import (
     StopReading,
     WorkerUnreachable,
 )
+from convoy.data.service._static_policy import LocalTasks, reads_local_workers
 from convoy.errors import ConvoyError, UnavailableError
 
 #: How often an iterator asks the dispatcher for its task list.
@@ -59,6 +60,8 @@ class Reader:
         self._state = ReaderState(UNREACHABLE_BACKOFF_S)
         self._workers: dict[str, _rpc.Client] = {}
         self._wake = threading.Event()  # set to heartbeat now rather than at the next interval
+        self._local = (LocalTasks() if reads_local_workers(
+            options.processing_mode.name, options.target_workers) else None)
         #: Batches of elements, in the order they arrived.
         self.results: Channel[list[Any]] = Channel(
             "elements read from the data service",
@@ -124,9 +127,11 @@ class Reader:
                               self._options.timeout_s,
                               f"heartbeat to dispatcher {self._dispatcher.address}",
                               lambda: self._state.closed)
-        self._apply(HeartbeatView(
-            tuple((info.task_id, info.worker_address) for info in response.tasks),
-            response.iteration_finished))
+        tasks = tuple((info.task_id, info.worker_address) for info in response.tasks)
+        finished = response.iteration_finished
+        if self._local is not None:  # static sharding: this host's workers only
+            tasks, finished = self._local.view(tasks, finished)
+        self._apply(HeartbeatView(tasks, finished))
 
     def _heartbeat_loop(self) -> None:
         while True:
