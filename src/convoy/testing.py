@@ -171,9 +171,19 @@ class ProcessCluster:
 
 def free_port() -> int:
     """A TCP port that was free a moment ago (for cluster specs that need fixed ports)."""
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that were free a moment ago."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:  # all held open at once, so no port is drawn twice
+            probe.bind(("localhost", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 class TrainingCluster:
