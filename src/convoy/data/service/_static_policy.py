@@ -139,7 +139,7 @@ class LocalTasks:
         all finished (the other hosts' shards are their own consumers' to read). Raises if
         the dispatcher lists tasks, none of them ever on this host."""
         local = tuple(task for task in tasks if is_local_address(task[1]))
-        if tasks and not local and not self.seen:
+        if tasks and not local and not self.seen and not iteration_finished:
             raise FailedPreconditionError(
                 f"static sharding reads the workers on the consumer's own host "
                 f"({socket.gethostname()}), but the job's workers are all elsewhere: "
