@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -62,6 +63,10 @@ class _OptionsOp(Op):
 
     def static_spec(self) -> Any:
         return self.input.static_spec()
+
+
+def _is_hint(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and value == SHARD_HINT
 
 
 def _as_op(dataset: Any, argument: str) -> Op:
@@ -292,14 +297,11 @@ class Dataset:
         ``shard(SHARD_HINT, SHARD_HINT)`` is a placeholder that the data service's HINT
         sharding policy fills in with ``(number of workers, worker index)``.
         """
-        shards = check.integer("num_shards", num_shards, 1, allowed=(SHARD_HINT,))
-        index = check.integer("index", index, 0, allowed=(SHARD_HINT,))
-        if (shards == SHARD_HINT) != (index == SHARD_HINT):
-            raise InvalidArgumentError(
-                f"shard(SHARD_HINT, SHARD_HINT) is a placeholder for both arguments; got "
-                f"num_shards={shards}, index={index}"
-            )
-        if index >= shards and shards != SHARD_HINT:
+        if _is_hint(num_shards) and _is_hint(index):
+            return self._then(ShardOp(self._op, SHARD_HINT, SHARD_HINT))
+        shards = check.integer("num_shards", num_shards, 1)
+        index = check.integer("index", index, 0)
+        if index >= shards:
             raise InvalidArgumentError(
                 f"index must be less than num_shards ({shards}), got {index}"
             )
