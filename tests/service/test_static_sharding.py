@@ -27,7 +27,7 @@ from convoy.data.service import (
 )
 from convoy.data.service._static_policy import LocalTasks, is_local_address
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
-from convoy.testing import LocalCluster, free_port, free_ports
+from convoy.testing import LocalCluster, ProcessCluster, free_port, free_ports
 
 NUM_WORKERS = 3
 
@@ -207,6 +207,28 @@ def test_a_restarted_worker_replays_its_shard_from_the_start() -> None:
     assert set(counts) == set(range(size))
     assert all(counts[odd] == 1 for odd in range(1, size, 2))  # the other shard, once
     assert counts[0] == 2  # delivered before the restart, and again by the new process
+
+
+def test_a_killed_worker_process_replays_its_shard_from_the_start() -> None:
+    """The same with worker processes (on the CLI's --worker-addresses), one SIGKILLed."""
+    size = 200_000
+    ports = free_ports(2)
+    listed = ",".join(f"localhost:{port}" for port in ports)
+    with ProcessCluster(0, dispatcher_args=["--worker-addresses", listed]) as processes:
+        for port in ports:
+            processes.add_worker(port)
+        dataset = cv.data.Dataset.range(size).apply(distribute(
+            processing_mode="DATA", service=processes.target))
+        iterator = iter(dataset)
+        seen = [int(next(iterator))]
+        while seen[-1] % 2:
+            seen.append(int(next(iterator)))
+        processes.restart_worker(0)
+        seen += [int(x) for x in iterator]
+    counts = Counter(seen)
+    assert set(counts) == set(range(size))
+    assert all(counts[odd] == 1 for odd in range(1, size, 2))
+    assert counts[0] == 2
 
 
 def test_a_restarted_worker_keeps_its_index() -> None:
