@@ -265,6 +265,21 @@ def test_file_sharding_shards_every_input_of_a_combining_op(files: list[str]) ->
     assert len(list(cv.data.Dataset(shard_statically(mixed, "FILE_OR_DATA", 2, 1)))) == 8
 
 
+def test_a_file_cache_above_the_shard_is_refused(files: list[str], tmp_path: Any) -> None:
+    cache = str(tmp_path / "cache")
+    cached_files = cv.data.TFRecordDataset(files).cache(cache)._op
+    with pytest.raises(InvalidArgumentError, match="FILE sharding cannot shard the input of "
+                                                   "`cache` to a file"):
+        shard_statically(cached_files, "FILE", 2, 0)
+    # FILE_OR_DATA shards the output instead, which every worker caches whole
+    assert len(list(cv.data.Dataset(shard_statically(cached_files, "FILE_OR_DATA", 2, 0)))) == 14
+    hinted = cv.data.Dataset.range(4).shard(cv.data.SHARD_HINT, cv.data.SHARD_HINT)
+    with pytest.raises(InvalidArgumentError, match="HINT sharding cannot shard the input of "
+                                                   "`cache` to a file"):
+        shard_statically(hinted.cache(cache)._op, "HINT", 2, 0)
+    assert list(cv.data.Dataset(shard_statically(hinted.cache("")._op, "HINT", 2, 1))) == [1, 3]
+
+
 @pytest.mark.parametrize("address, local", [
     ("localhost:5050", True), ("127.0.0.1:1", True), ("[::1]:2", True),
     (f"{socket.gethostname()}:3", True), ("worker.example.invalid:5050", False),

@@ -9,12 +9,14 @@ rewritten for its ``(num_workers, worker_index)``, as TensorFlow's auto-shard re
   names: shuffling then reorders the worker's own files only), a file reader over a list of
   files, or ``from_tensor_slices`` of file names read by an ``interleave``/``flat_map``.
   Combining ops (``zip``, ``concatenate`` ...) shard each of their inputs. Fewer files than
-  workers, or a source that is not one of files, is an error.
+  workers is an error, and so is a source that is not one of files or a ``cache`` to a file
+  above the files (the workers of one host would each write their shard to the same file).
 - ``DATA``: the whole pipeline runs and its output is ``shard(num_workers, worker_index)``.
-- ``FILE_OR_DATA``: FILE where every source is one of files, else DATA.
+- ``FILE_OR_DATA``: FILE where it can shard the files, else DATA.
 - ``HINT``: each ``shard(SHARD_HINT, SHARD_HINT)`` becomes ``shard(num_workers,
-  worker_index)``; an explicit ``shard(n, i)`` is left as it is. Placeholders inside the
-  function of an ``interleave``/``flat_map`` are not seen (they fail when run).
+  worker_index)``; an explicit ``shard(n, i)`` is left as it is, and a ``cache`` to a file
+  above a placeholder is refused. Placeholders inside the function of an
+  ``interleave``/``flat_map`` are not seen (they fail when run).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from convoy.data._cache import CacheOp
 from convoy.data._interleave import InterleaveOp
 from convoy.data._op import Op
 from convoy.data._readers import FileReaderOp
@@ -36,8 +39,8 @@ _FILE_SOURCES = ("list_files, a file reader (TFRecordDataset, TextLineDataset) o
                  "files, or from_tensor_slices of file names read by interleave or flat_map")
 
 
-class NoFilesError(InvalidArgumentError):
-    """FILE sharding found a source that is not one of files."""
+class NotShardableByFileError(InvalidArgumentError):
+    """FILE sharding found a source that is not one of files, or a file cache above one."""
 
 
 def shard_statically(op: Op, policy: str, num_workers: int, worker_index: int) -> Op:
@@ -68,7 +71,7 @@ def shard_files_or_data(op: Op, num_workers: int, worker_index: int) -> Op:
     """FILE_OR_DATA: FILE if every source of ``op`` is one of files, else DATA."""
     try:
         return shard_files(op, num_workers, worker_index)
-    except NoFilesError:
+    except NotShardableByFileError:
         return shard_data(op, num_workers, worker_index)
 
 
@@ -79,6 +82,8 @@ def fill_shard_hints(op: Op, num_workers: int, worker_index: int) -> Op:
     inputs = tuple(fill_shard_hints(i, num_workers, worker_index) for i in op.inputs)
     if isinstance(op, ShardOp) and op.is_hint:
         return ShardOp(inputs[0], num_workers, worker_index)
+    if _caches_to_file(op) and _has_hint(op.input):
+        raise InvalidArgumentError(_CACHE_REFUSAL.format(policy="HINT"))
     return op.with_inputs(inputs)
 
 
@@ -89,8 +94,8 @@ POLICIES: dict[str, Callable[[Op, int, int], Op]] = {
 
 
 def check_file_sources(op: Op) -> None:
-    """Raise :class:`NoFilesError` naming the first source of ``op`` that is not one of files
-    (what ``distribute`` checks for FILE before anything runs)."""
+    """Raise :class:`NotShardableByFileError` naming what in ``op`` FILE sharding cannot shard
+    (what ``distribute`` checks before anything runs)."""
     shard_files(op, 1, 0)
 
 
@@ -105,13 +110,28 @@ def _shard_files(op: Op, num_workers: int, worker_index: int, in_interleave: boo
             )
         return _keep_files(op, slice(worker_index, None, num_workers))
     if not op.inputs:
-        raise NoFilesError(
+        raise NotShardableByFileError(
             f"FILE sharding found no files to shard: `{op_name(op)}` is not a source of "
             f"files ({_FILE_SOURCES}); use DATA or FILE_OR_DATA sharding"
         )
+    if _caches_to_file(op):
+        raise NotShardableByFileError(_CACHE_REFUSAL.format(policy="FILE"))
     in_interleave = in_interleave or isinstance(op, InterleaveOp)
     return op.with_inputs(tuple(_shard_files(i, num_workers, worker_index, in_interleave)
                                 for i in op.inputs))
+
+
+_CACHE_REFUSAL = ("{policy} sharding cannot shard the input of `cache` to a file: every worker "
+                  "on a host would write its own shard to the same file, and read another's "
+                  "back; cache in memory (filename=''), or cache after the sharding")
+
+
+def _caches_to_file(op: Op) -> bool:
+    return isinstance(op, CacheOp) and bool(op.filename)
+
+
+def _has_hint(op: Op) -> bool:
+    return (isinstance(op, ShardOp) and op.is_hint) or any(map(_has_hint, op.inputs))
 
 
 def _file_list(op: Op, in_interleave: bool) -> list[Any] | np.ndarray | None:
