@@ -71,14 +71,19 @@ def _dispatcher_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work-dir", default=None, help="directory for the dispatcher's state")
     parser.add_argument("--fault-tolerant", action="store_true",
                         help="journal state changes in --work-dir and replay them on restart")
+    parser.add_argument("--worker-addresses", default=None,
+                        help="comma-separated HOST:PORT of a fixed list of workers (needed by "
+                             "the FILE, DATA, FILE_OR_DATA and HINT sharding policies)")
 
 
 @command("dispatcher", "run a data service dispatcher", _dispatcher_arguments)
 def _dispatcher(args: argparse.Namespace) -> int:
     from convoy.data.service import DispatcherConfig, DispatchServer
 
+    workers = args.worker_addresses.split(",") if args.worker_addresses else None
     server = DispatchServer(DispatcherConfig(port=args.port, work_dir=args.work_dir,
-                                             fault_tolerant_mode=args.fault_tolerant))
+                                             fault_tolerant_mode=args.fault_tolerant,
+                                             worker_addresses=workers))
     return _serve_until_signalled(server, "dispatcher", server._address)
 
 

@@ -44,8 +44,9 @@ class LocalCluster:
     def address(self) -> str:
         return self.dispatcher._address
 
-    def add_worker(self) -> WorkerServer:
-        worker = WorkerServer(WorkerConfig(dispatcher_address=self.address,
+    def add_worker(self, port: int = 0) -> WorkerServer:
+        """Start a worker on ``port`` (0: any free port); it registers before this returns."""
+        worker = WorkerServer(WorkerConfig(dispatcher_address=self.address, port=port,
                                            heartbeat_interval_ms=self.heartbeat_interval_ms))
         self.workers.append(worker)
         return worker
@@ -170,9 +171,19 @@ class ProcessCluster:
 
 def free_port() -> int:
     """A TCP port that was free a moment ago (for cluster specs that need fixed ports)."""
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that were free a moment ago."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:  # all held open at once, so no port is drawn twice
+            probe.bind(("localhost", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 class TrainingCluster:

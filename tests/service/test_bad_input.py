@@ -243,7 +243,6 @@ def test_cross_trainer_cache_needs_a_trainer_id(trainer_id: Any) -> None:
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"processing_mode": "FILE"}, "sharding policy FILE is not available yet"),
     ({"job_name": "j", "consumer_index": 0, "num_consumers": 2},
      r"coordinated reads \(num_consumers\) are not available yet"),
     ({"job_name": "j", "cross_trainer_cache": CrossTrainerCache("t")},
@@ -417,10 +416,43 @@ def test_dispatcher_config_fault_tolerance_needs_a_work_dir() -> None:
     ({"worker_timeout_ms": -10}, r"worker_timeout_ms must be >= 1, got -10"),
     ({"job_gc_check_interval_ms": 0}, r"job_gc_check_interval_ms must be >= 1, got 0"),
     ({"job_gc_timeout_ms": -2}, r"job_gc_timeout_ms must be >= -1, got -2"),
+    ({"worker_addresses": "localhost:1"}, r"worker_addresses must be a list of 'host:port' "
+                                          r"strings, got 'localhost:1'"),
+    ({"worker_addresses": ["localhost:%port%"]},
+     r"entries must be exact 'host:port' addresses.*got 'localhost:%port%'"),
+    ({"worker_addresses": ["localhost"]}, r"exact 'host:port' addresses.*got 'localhost'"),
+    ({"worker_addresses": ["localhost:worker"]}, r"got 'localhost:worker'"),
+    ({"worker_addresses": [5050]}, r"got 5050"),
+    ({"worker_addresses": ["a:1", "b:2", "a:1"]}, r"worker_addresses lists \['a:1'\] more than "
+                                                  r"once"),
 ])
 def test_dispatcher_config_values(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         DispatcherConfig(**overrides)
+
+
+def test_a_worker_list_becomes_a_tuple() -> None:
+    assert DispatcherConfig(worker_addresses=["a:1", "[::1]:2"]).worker_addresses == (
+        "a:1", "[::1]:2")
+    assert DispatcherConfig().worker_addresses is None
+
+
+def test_file_sharding_needs_files_at_distribute() -> None:
+    with pytest.raises(InvalidArgumentError,
+                       match="FILE sharding found no files to shard: `range` is not a source "
+                             "of files"):
+        Dataset.range(5).map(lambda x: x).apply(distribute(processing_mode="FILE",
+                                                           service=SERVICE))
+
+
+def test_shard_hint_is_a_placeholder_for_both_arguments() -> None:
+    from convoy.data import SHARD_HINT
+    with pytest.raises(InvalidArgumentError, match="num_shards must be >= 1, got -1"):
+        Dataset.range(5).shard(SHARD_HINT, 0)
+    placeholder = Dataset.range(5).shard(SHARD_HINT, SHARD_HINT)
+    with pytest.raises(InvalidArgumentError, match="only the data service's HINT sharding "
+                                                   "policy runs it"):
+        list(placeholder)
 
 
 def test_servers_need_their_config_type() -> None:

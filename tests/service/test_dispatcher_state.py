@@ -149,14 +149,67 @@ def test_named_job_with_other_options_is_refused(state: st.DispatcherState,
     assert state.snapshot() == before
 
 
-def test_unsupported_and_unsplittable_jobs_are_refused(state: st.DispatcherState) -> None:
-    splittable = register(state, "a", units=10)
+def test_unsplittable_dynamic_jobs_are_refused(state: st.DispatcherState) -> None:
     unsplittable = register(state, "b", units=-1)
-    assert_unchanged(state, ev.GetOrCreateJob(splittable, "", ev.JobOptions("FILE")),
-                     UnimplementedError, "FILE is not available")
     assert_unchanged(state, ev.GetOrCreateJob(unsplittable, "", ev.JobOptions("DYNAMIC")),
                      UnimplementedError, "DYNAMIC sharding needs")
     assert job(state, unsplittable, mode="OFF") in state.jobs
+
+
+# ----- static sharding ---------------------------------------------------------------------------
+
+LISTED = ("w1:1", "w2:2", "w3:3")
+
+
+def static_job(state: st.DispatcherState, mode: str = "DATA", listed: tuple[str, ...] = LISTED,
+               **options: Any) -> int:
+    return state.apply(ev.GetOrCreateJob(register(state), "", ev.JobOptions(mode, **options),
+                                         listed))
+
+
+@pytest.mark.parametrize("mode", ["FILE", "DATA", "FILE_OR_DATA", "HINT"])
+def test_static_jobs_need_a_worker_list(state: st.DispatcherState, mode: str) -> None:
+    dataset_id = register(state)
+    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", ev.JobOptions(mode)),
+                     InvalidArgumentError,
+                     f"sharding policy {mode} needs a fixed list of workers: .*worker_addresses")
+    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", ev.JobOptions(mode, 0, "ANY"),
+                                              LISTED),
+                     InvalidArgumentError, "Static sharding requires reading from local workers")
+    job_id = static_job(state, mode)
+    assert state.jobs[job_id].worker_addresses == LISTED
+
+
+def test_only_static_jobs_keep_the_worker_list(state: st.DispatcherState) -> None:
+    for mode in ("OFF", "DYNAMIC"):
+        assert state.jobs[static_job(state, mode)].worker_addresses == ()
+
+
+def test_static_tasks_run_on_listed_workers_at_their_index(state: st.DispatcherState) -> None:
+    heartbeat(state, "w3:3")
+    heartbeat(state, "other:9")  # a dispatcher without a list (or an older one) let it in
+    job_id = static_job(state, listed=("w2:2", "w1:1", "w3:3"))
+    iteration_id, client_id = iteration(state, job_id)
+    assert sorted(state.iterations[iteration_id].tasks) == ["w3:3"]
+    assert heartbeat(state, "other:9").new_tasks == []
+    (task,) = heartbeat(state, "w3:3").new_tasks
+    assert (task.processing_mode, task.worker_index, task.num_workers) == ("DATA", 2, 3)
+    # listed workers that come later get their shard, at their own index
+    (late,) = heartbeat(state, "w1:1").new_tasks
+    assert (late.worker_index, late.num_workers) == (1, 3)
+    assert state.task_definition(late.task_id) == late
+    view = state.apply(ev.ClientHeartbeat(client_id, 1.0))
+    assert [address for _, address in view.tasks] == ["w3:3", "w1:1"]
+
+
+def test_a_restarted_static_worker_gets_its_shard_again(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1", uid="old")
+    heartbeat(state, "w2:2")
+    iteration_id, _ = iteration(state, static_job(state, "FILE"))
+    (task,) = heartbeat(state, "w2:2").new_tasks
+    (again,) = heartbeat(state, "w2:2", uid="new").new_tasks
+    assert again == task  # the same task at the same index: it runs its shard from the start
+    assert state.iterations[iteration_id].tasks["w2:2"] == task.task_id
 
 
 def test_unknown_processing_mode_is_invalid_argument(state: st.DispatcherState) -> None:
@@ -498,11 +551,12 @@ def draw_event(draw: Any, state: st.DispatcherState) -> Any:
     if kind == "job":
         options = ev.JobOptions(
             draw(hs.sampled_from(["OFF", "OFF", "DYNAMIC", "DYNAMIC", "DYNAMIC", "DATA",
-                                  "bogus"])),
-            draw(hs.sampled_from([0, 0, 2])), draw(hs.sampled_from(["AUTO", "ANY"])),
+                                  "FILE", "bogus"])),
+            draw(hs.sampled_from([0, 0, 2])), draw(hs.sampled_from(["AUTO", "AUTO", "ANY"])),
             draw(hs.sampled_from(["", "", "t"])))
         return ev.GetOrCreateJob(draw(_known_or_not(state.datasets, ["nope", ""])),
-                                 draw(hs.sampled_from(["", "", "j1", "j2"])), options)
+                                 draw(hs.sampled_from(["", "", "j1", "j2"])), options,
+                                 draw(hs.sampled_from([(), ADDRESSES[1:], ADDRESSES[::-1]])))
     if kind == "iteration":
         return ev.GetOrCreateIteration(draw(_known_or_not(state.jobs, [-1, 9999])),
                                        draw(hs.integers(0, 2)), draw(_now))
@@ -580,6 +634,12 @@ def check_consistent(state: st.DispatcherState) -> None:
             assert (task.iteration_id, task.worker_address) == (iteration_id, address)
     for client in state.clients.values():
         assert client.iteration_id in state.iterations
+    for task in state.tasks.values():  # a static job's tasks: on its workers, at their index
+        listed = state.jobs[state.iterations[task.iteration_id].job_id].worker_addresses
+        if listed:
+            assignment = state.task_definition(task.task_id)
+            assert listed[assignment.worker_index] == task.worker_address
+            assert assignment.num_workers == len(listed)
     # the indexes are those the records imply
     assert st.DispatcherState.restore(state.saved()).snapshot() == state.snapshot()
 

@@ -25,6 +25,7 @@ from convoy.data.service._journal_format import (
 SAMPLES = [
     ev.RegisterDataset("fp", b"\x00\xff\x80 not text", "AUTO", b"", -1, 7, "my-id"),
     ev.GetOrCreateJob("1000", "train", ev.JobOptions("DYNAMIC", 2, "ANY", "trainer")),
+    ev.GetOrCreateJob("1000", "", ev.JobOptions("FILE"), ("w1:1", "[::1]:5050")),
     ev.GetOrCreateIteration(2001, 3, 1.5),
     ev.ClientHeartbeat(2002, 1e9),
     ev.ReleaseClient(2002),
@@ -59,6 +60,22 @@ def test_a_field_added_with_a_default_reads_older_records() -> None:
     assert decode_event(b'{"kind":"RegisterDataset","fingerprint":"f","payload":"",'
                         b'"compression":"","element_spec":"","cardinality":1,'
                         b'"num_split_units":1}').requested_id == ""
+    # jobs from before static sharding have no worker list
+    job = decode_event(b'{"kind":"GetOrCreateJob","dataset_id":"1","job_name":"",'
+                       b'"options":{"processing_mode":"OFF"}}')
+    assert job == ev.GetOrCreateJob("1", "", ev.JobOptions("OFF"), ())
+    plain = json.loads(encode_snapshot(busy_state(), 1))
+    for record in plain["state"]["jobs"]:
+        del record["worker_addresses"]
+    restored, _ = decode_snapshot(json.dumps(plain).encode())
+    assert all(j.worker_addresses == () for j in restored.jobs.values())
+
+
+def test_a_worker_list_is_a_list_of_strings() -> None:
+    assert json.loads(encode_event(SAMPLES[2]))["worker_addresses"] == ["w1:1", "[::1]:5050"]
+    with pytest.raises(ValueError, match=r"worker_addresses\[0\]: expected <class 'str'>"):
+        decode_event(b'{"kind":"GetOrCreateJob","dataset_id":"1","job_name":"",'
+                     b'"options":{"processing_mode":"FILE"},"worker_addresses":[1]}')
 
 
 def _finite_floats(cls: type) -> hs.SearchStrategy[Any]:
@@ -103,6 +120,8 @@ def busy_state() -> st.DispatcherState:
         state.apply(ev.WorkerHeartbeat(address, "u", (), 0.0))
     dataset = state.apply(ev.RegisterDataset("fp", b"\x00\x01", "", b"\xfe", 50, 50))
     job = state.apply(ev.GetOrCreateJob(dataset, "named", ev.JobOptions("DYNAMIC")))
+    static = state.apply(ev.GetOrCreateJob(dataset, "", ev.JobOptions("DATA"), ("w2:2", "w1:1")))
+    state.apply(ev.GetOrCreateIteration(static, 0, 0.5))
     running, _ = state.apply(ev.GetOrCreateIteration(job, 0, 1.0))
     done, client = state.apply(ev.GetOrCreateIteration(job, 1, 2.0))
     for address, task_id in state.iterations[done].tasks.items():

@@ -22,7 +22,7 @@ import pytest
 
 import convoy as cv
 from convoy.errors import InvalidArgumentError, UnimplementedError
-from convoy.testing import LocalCluster, TrainingCluster, free_port
+from convoy.testing import LocalCluster, TrainingCluster, free_port, free_ports
 
 # Dataset functions defined here also run in other processes, which cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -145,14 +145,20 @@ def test_processing_mode_strings_equal_policies(cluster2, legacy, policy):
     assert read(legacy) == read(policy)
 
 
-def test_dynamic_sharding_example(cluster2, tmp_path):
+def write_files(directory: Any, count: int, records: int) -> list[str]:
+    """``count`` TFRecord files of ``records`` records "<file>-<record>"; their paths."""
     filenames = []
-    for f in range(6):
-        path = str(tmp_path / f"part-{f}.tfrecord")
+    for f in range(count):
+        path = str(directory / f"part-{f}.tfrecord")
         with cv.data.TFRecordWriter(path) as writer:
-            for r in range(7):
+            for r in range(records):
                 writer.write(f"{f}-{r}".encode())
         filenames.append(path)
+    return filenames
+
+
+def test_dynamic_sharding_example(cluster2, tmp_path):
+    filenames = write_files(tmp_path, 6, 7)
     batch_size = 4
 
     def preprocess_fn(record: bytes) -> bytes:
@@ -184,15 +190,52 @@ def test_jobs_section_range5(cluster2, policy, copies):
     assert sorted(ints(dataset)) == sorted(list(range(5)) * copies)
 
 
+@pytest.fixture
+def listed2() -> Iterator[LocalCluster]:
+    """Two workers on a fixed list in the DispatcherConfig, as static sharding requires."""
+    ports = free_ports(2)
+    config = service.DispatcherConfig(worker_addresses=[f"localhost:{p}" for p in ports])
+    with LocalCluster(num_workers=0, dispatcher_config=config) as local:
+        for port in ports:
+            local.add_worker(port)
+        yield local
+
+
 @pytest.mark.parametrize("policy", [service.ShardingPolicy.FILE, service.ShardingPolicy.DATA,
                                     service.ShardingPolicy.FILE_OR_DATA,
                                     service.ShardingPolicy.HINT])
-def test_static_sharding_policies(cluster1, policy):
-    # served by a later issue
-    with pytest.raises(UnimplementedError, match=f"sharding policy {policy.name} is not "
-                                                 "available yet"):
-        cv.data.Dataset.range(8).apply(
-            service.distribute(processing_mode=policy, service=cluster1.target))
+def test_static_sharding_section(listed2, tmp_path, policy):
+    # "FILE: Shards by input files (i.e. each worker will get a fixed set of files to
+    # process)." "DATA: Shards by elements produced by the dataset." "HINT: Looks for the
+    # presence of `shard(SHARD_HINT, ...)` which is treated as a placeholder to replace with
+    # `shard(num_workers, worker_index)`." Between them the workers produce every record once.
+    filenames = write_files(tmp_path, 4, 5)
+    dataset = cv.data.Dataset.from_tensor_slices(filenames)
+    dataset = dataset.interleave(cv.data.TFRecordDataset)
+    if policy is service.ShardingPolicy.HINT:
+        dataset = dataset.shard(cv.data.SHARD_HINT, cv.data.SHARD_HINT)
+    dataset = dataset.apply(
+        cv.data.service.distribute(processing_mode=policy, service=listed2.target))
+    records = sorted(bytes(r) for r in dataset.as_numpy_iterator())
+    assert records == sorted(f"{f}-{r}".encode() for f in range(4) for r in range(5))
+
+
+def test_static_sharding_needs_a_fixed_list_of_workers(cluster1):
+    # "These policies require: The tf.data service cluster is configured with a fixed list
+    # of workers in DispatcherConfig."
+    dataset = cv.data.Dataset.range(8).apply(service.distribute(
+        processing_mode=service.ShardingPolicy.DATA, service=cluster1.target))
+    with pytest.raises(InvalidArgumentError, match="DispatcherConfig.worker_addresses"):
+        list(dataset)
+
+
+def test_file_sharding_with_fewer_files_than_workers(listed2, tmp_path):
+    # "If there are fewer input files than workers, a runtime error will be raised."
+    dataset = cv.data.TFRecordDataset(write_files(tmp_path, 1, 3)).apply(service.distribute(
+        processing_mode=service.ShardingPolicy.FILE, service=listed2.target))
+    with pytest.raises(InvalidArgumentError, match="1 files, not enough for the required 2 "
+                                                   "shards/workers"):
+        list(dataset)
 
 
 def test_fault_tolerance_setup(tmp_path):

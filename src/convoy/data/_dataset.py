@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from convoy.data._map import FilterOp, MapOp
 from convoy.data._op import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
+    SHARD_HINT,
     UNKNOWN_CARDINALITY,
     Node,
     Op,
@@ -61,6 +63,10 @@ class _OptionsOp(Op):
 
     def static_spec(self) -> Any:
         return self.input.static_spec()
+
+
+def _is_hint(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and value == SHARD_HINT
 
 
 def _as_op(dataset: Any, argument: str) -> Op:
@@ -286,7 +292,13 @@ class Dataset:
         return self._then(TakeWhileOp(self._op, check.function("predicate", predicate)))
 
     def shard(self, num_shards: int, index: int, name: str | None = None) -> Dataset:
-        """Every ``num_shards``-th element, starting with element ``index``."""
+        """Every ``num_shards``-th element, starting with element ``index``.
+
+        ``shard(SHARD_HINT, SHARD_HINT)`` is a placeholder that the data service's HINT
+        sharding policy fills in with ``(number of workers, worker index)``.
+        """
+        if _is_hint(num_shards) and _is_hint(index):
+            return self._then(ShardOp(self._op, SHARD_HINT, SHARD_HINT))
         shards = check.integer("num_shards", num_shards, 1)
         index = check.integer("index", index, 0)
         if index >= shards:

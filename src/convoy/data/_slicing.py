@@ -10,12 +10,14 @@ from typing import Any
 from convoy import nest
 from convoy.data._op import (
     INFINITE_CARDINALITY,
+    SHARD_HINT,
     UNKNOWN_CARDINALITY,
     Node,
     Op,
     derive_key,
     element_caller,
 )
+from convoy.errors import InvalidArgumentError
 
 
 class _CountingNode(Node):
@@ -130,20 +132,33 @@ class TakeWhileOp(Op):
 
 
 class ShardOp(Op):
-    """Every ``num_shards``-th element, starting at ``index``."""
+    """Every ``num_shards``-th element, starting at ``index``; with both SHARD_HINT, a
+    placeholder that only the data service's HINT policy can run (it fills them in)."""
 
     def __init__(self, input: Op, num_shards: int, index: int) -> None:
         self.inputs = (input,)
         self.num_shards = num_shards
         self.index = index
 
+    @property
+    def is_hint(self) -> bool:
+        return self.num_shards == SHARD_HINT
+
     def cardinality(self) -> int:
+        if self.is_hint:
+            return UNKNOWN_CARDINALITY
         n = self.input.cardinality()
         if n < 0:
             return n
         return max(0, -(-(n - self.index) // self.num_shards))
 
     def iterator(self, state: Any, key: int) -> Node:
+        if self.is_hint:
+            raise InvalidArgumentError(
+                "shard(SHARD_HINT, SHARD_HINT) is a placeholder: only the data service's "
+                "HINT sharding policy runs it, as shard(number of workers, worker index); "
+                "distribute the pipeline with ShardingPolicy.HINT, or give shard numbers"
+            )
         return _counting(self, state, key, 0, self._run)
 
     def _run(self, node: _CountingNode) -> Iterator[Any]:

@@ -80,7 +80,7 @@ def source_units(op: Op) -> int:
         return -1
 
 
-def _op_name(op: Op) -> str:
+def op_name(op: Op) -> str:
     """The name users know ``op`` by: ``zip``, ``take_while``, ``from_tensor_slices`` ..."""
     name = type(op).__name__.removesuffix("Op")
     return _PUBLIC_NAMES.get(name) or re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
@@ -88,7 +88,7 @@ def _op_name(op: Op) -> str:
 
 def _refuse(op: Op, why: str, how: str = "") -> InvalidArgumentError:
     """The error for ``op``; ``how`` says which use of it is refused ("to a file")."""
-    return InvalidArgumentError(f"DYNAMIC sharding cannot split `{_op_name(op)}`{how}: {why}")
+    return InvalidArgumentError(f"DYNAMIC sharding cannot split `{op_name(op)}`{how}: {why}")
 
 
 def _units(op: Op, within: str) -> int:
@@ -105,7 +105,7 @@ def _units(op: Op, within: str) -> int:
     if isinstance(op, ConcatenateOp):
         return sum(_units(i, "concatenate") for i in op.inputs)
     if isinstance(op, _COMBINING):
-        return max(_units(i, _op_name(op)) for i in _split_inputs(op))
+        return max(_units(i, op_name(op)) for i in _split_inputs(op))
     if isinstance(op, CacheOp) and op.filename:
         raise _refuse(op, "every worker would fill and replay the same file, holding only "
                           "the splits it was handed; cache in memory (filename='') or use OFF",

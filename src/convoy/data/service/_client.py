@@ -21,6 +21,7 @@ from convoy.codec import validate_compression
 from convoy.data._dataset import Dataset
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._split import source_units, split_units
+from convoy.data._static_shard import check_file_sources
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._config import ShardingPolicy
 from convoy.data.service._options import (
@@ -127,6 +128,8 @@ def distribute(processing_mode: Any, service: str | tuple[str, str], job_name: s
         registration = _Registration.of(dataset, compression, with_spec=False)
         if options.processing_mode is ShardingPolicy.DYNAMIC:
             split_units(dataset._op)  # refuses what it cannot split, naming the op
+        elif options.processing_mode is ShardingPolicy.FILE:
+            check_file_sources(dataset._op)  # refuses a source that is not one of files
         return Dataset(DataServiceOp(options, registration, "", None, dataset.cardinality(),
                                      input_op=dataset._op))
 

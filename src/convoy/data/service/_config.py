@@ -10,7 +10,8 @@ from typing import Any
 from convoy import _check as check
 from convoy import _rpc
 from convoy.codec import COMPRESSIONS
-from convoy.errors import InvalidArgumentError, UnimplementedError
+from convoy.data.service._static_policy import checked_worker_addresses
+from convoy.errors import InvalidArgumentError
 
 
 class ShardingPolicy(enum.IntEnum):
@@ -26,9 +27,6 @@ class ShardingPolicy(enum.IntEnum):
 
 _MODE_NAMES = {"parallel_epochs": ShardingPolicy.OFF,
                "distributed_epoch": ShardingPolicy.DYNAMIC}
-
-#: Policies this version runs; the others are accepted, validated and refused at job creation.
-SUPPORTED_POLICIES = (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC)
 
 #: Which workers a trainer reads from (TensorFlow's values).
 TARGET_WORKERS = ("AUTO", "ANY", "LOCAL")
@@ -52,15 +50,6 @@ def sharding_policy(value: Any) -> ShardingPolicy:
         "processing_mode should be a convoy.data.service.ShardingPolicy, \"parallel_epochs\" "
         f"or \"distributed_epoch\". Got {value!r}."
     )
-
-
-def require_supported(policy: ShardingPolicy) -> None:
-    """Raise UnimplementedError for a policy this version does not run."""
-    if policy not in SUPPORTED_POLICIES:
-        raise UnimplementedError(
-            f"sharding policy {policy.name} is not available yet; use "
-            f"{' or '.join(p.name for p in SUPPORTED_POLICIES)}"
-        )
 
 
 def _port(value: Any) -> int:
@@ -100,8 +89,8 @@ class DispatcherConfig:
                 "Cannot enable fault tolerant mode without configuring a work_dir: the "
                 "journal is written there"
             )
-        if self.worker_addresses is not None:
-            object.__setattr__(self, "worker_addresses", tuple(self.worker_addresses))
+        object.__setattr__(self, "worker_addresses",
+                           checked_worker_addresses(self.worker_addresses))
         for name in ("job_gc_check_interval_ms", "job_gc_timeout_ms", "client_timeout_ms",
                      "worker_timeout_ms"):
             _milliseconds(name, getattr(self, name), 0)

@@ -22,6 +22,7 @@ from convoy.data.service._config import DispatcherConfig, ShardingPolicy
 from convoy.data.service._dispatcher_state import DispatcherState, fresh_id_base
 from convoy.data.service._journal import Journal, LocalStorage
 from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
+from convoy.data.service._static_policy import check_listed_worker
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,10 @@ class _Handlers:
     answer leaves.
     """
 
-    def __init__(self, journal: Journal | None = None) -> None:
+    def __init__(self, journal: Journal | None = None,
+                 worker_addresses: tuple[str, ...] | None = None) -> None:
         self.journal = journal
+        self.worker_addresses = worker_addresses or ()  # the fixed list, if configured
         self.state = journal.recover() if journal else DispatcherState(fresh_id_base())
         self.lock = threading.RLock()
         self.closed = False
@@ -100,7 +103,8 @@ class _Handlers:
                 f"{o.target_workers!r}")
         options = ev.JobOptions(o.processing_mode, o.num_consumers, o.target_workers or "AUTO",
                                 o.cross_trainer_cache)
-        job_id = self._apply(ev.GetOrCreateJob(r.dataset_id, r.job_name, options))
+        job_id = self._apply(ev.GetOrCreateJob(r.dataset_id, r.job_name, options,
+                                               self.worker_addresses))
         return pb.GetOrCreateJobResponse(job_id=job_id)
 
     def GetOrCreateIteration(self, r: pb.GetOrCreateIterationRequest
@@ -125,6 +129,7 @@ class _Handlers:
         _rpc.check_address(r.worker_address, "worker_address")
         if not r.worker_uid:
             raise InvalidArgumentError("WorkerHeartbeat needs a worker_uid")
+        check_listed_worker(self.worker_addresses, r.worker_address)
         orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
                                                 tuple(r.current_tasks), time.time()))
         return pb.WorkerHeartbeatResponse(
@@ -170,7 +175,7 @@ class DispatchServer(_rpc.ServerBase):
         if self._config.fault_tolerant_mode:
             assert self._config.work_dir is not None  # the config checks it
             journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
-        self._handlers = _Handlers(journal)
+        self._handlers = _Handlers(journal, self._config.worker_addresses)
         self._started = time.time()
         self._stopped = threading.Event()
         if start:

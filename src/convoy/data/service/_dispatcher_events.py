@@ -41,6 +41,7 @@ class JobRecord:
     name: str
     dataset_id: str
     options: JobOptions
+    worker_addresses: tuple[str, ...] = ()  # a static job's fixed workers, by index
 
 
 @dataclass(slots=True)
@@ -108,6 +109,8 @@ class GetOrCreateJob:
     dataset_id: str
     job_name: str
     options: JobOptions
+    #: The dispatcher's configured worker list, which a static job keeps.
+    worker_addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ state that replay need not restore (garbage collection names whom it forgets).
 
 Objects and their ids: datasets (decimal strings), jobs, iterations (one per job and
 repetition), iteration clients (one per consumer iterator), tasks (one per iteration and
-worker), workers (by address; ``uid`` tells a restarted process apart). Indexes of tasks by
-worker and by iteration keep each event's cost independent of how much history is held.
+worker; a static job's on its listed workers only), workers (by address; ``uid`` tells a
+restarted process apart). Indexes of tasks by worker and by iteration keep each event's cost
+independent of how much history is held.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import random
 from typing import Any
 
 from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service._config import SUPPORTED_POLICIES, ShardingPolicy
+from convoy.data.service._config import ShardingPolicy
+from convoy.data.service._static_policy import check_static_job, is_static
 from convoy.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -173,16 +175,14 @@ class DispatcherState:
                     f"{event.options.describe()}"
                 )
             return job.job_id
-        if mode not in SUPPORTED_POLICIES:
-            raise UnimplementedError(
-                f"sharding policy {mode.name} is not available yet; use OFF or DYNAMIC"
-            )
         if mode is ShardingPolicy.DYNAMIC and dataset.num_split_units < 0:
             raise UnimplementedError(
                 "DYNAMIC sharding needs a pipeline whose source can be split (range, "
                 "from_tensor_slices, list_files, or a file reader over a list of files)"
             )
-        job = ev.JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options)
+        check_static_job(mode.name, event.options.target_workers, event.worker_addresses)
+        job = ev.JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options,
+                           event.worker_addresses if is_static(mode.name) else ())
         self.jobs[job.job_id] = job
         if event.job_name:
             self.named_jobs[event.job_name] = job.job_id
@@ -212,6 +212,9 @@ class DispatcherState:
         self._unfinished[iteration.iteration_id] = 0
 
     def _create_task(self, iteration: ev.IterationRecord, address: str) -> None:
+        listed = self.jobs[iteration.job_id].worker_addresses
+        if listed and address not in listed:
+            return  # a static job runs on its listed workers only
         task = ev.TaskRecord(self._new_id(), iteration.iteration_id, address)
         iteration.tasks[address] = task.task_id
         self._index_task(task)
@@ -270,9 +273,14 @@ class DispatcherState:
     def _assignment(self, task: ev.TaskRecord) -> ev.TaskAssignment:
         iteration = self.iterations[task.iteration_id]
         job = self.jobs[iteration.job_id]
-        index = sum(address < task.worker_address for address in iteration.tasks)
+        if job.worker_addresses:  # static: the worker's place in the fixed list
+            index = job.worker_addresses.index(task.worker_address)
+            count = len(job.worker_addresses)
+        else:
+            index = sum(address < task.worker_address for address in iteration.tasks)
+            count = len(iteration.tasks)
         return ev.TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
-                                 job.options.processing_mode, index, len(iteration.tasks))
+                                 job.options.processing_mode, index, count)
 
     def _on_TaskFinished(self, event: ev.TaskFinished) -> None:
         task = self.tasks.get(event.task_id)

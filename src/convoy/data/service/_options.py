@@ -13,7 +13,6 @@ from convoy.data.service import service_pb2 as pb
 from convoy.data.service._config import (
     TARGET_WORKERS,
     ShardingPolicy,
-    require_supported,
     sharding_policy,
 )
 from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
@@ -79,7 +78,6 @@ class ReadOptions:
 
     def refuse_unavailable(self) -> None:
         """Raise for the options this version accepts but cannot serve yet."""
-        require_supported(self.processing_mode)
         if self.num_consumers is not None:
             raise UnimplementedError("coordinated reads (num_consumers) are not available yet")
         if self.trainer_id:

@@ -47,6 +47,7 @@ from convoy.data.service._reader_events import (
     WorkerUnreachable,
 )
 from convoy.data.service._reader_state import ReaderConfig, ReaderState
+from convoy.data.service._static_policy import LocalTasks, reads_local_workers
 from convoy.errors import (
     AbortedError,
     CancelledError,
@@ -83,6 +84,8 @@ class Reader:
             can_skip=options.processing_mode in (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC)))
         self._workers: dict[str, _rpc.Client] = {}
         self._wake = threading.Event()  # set to heartbeat now rather than at the next interval
+        self._local = (LocalTasks() if reads_local_workers(
+            options.processing_mode.name, options.target_workers) else None)
         #: Batches of elements, in the order they arrived.
         self.results: Channel[list[Any]] = Channel(
             "elements read from the data service",
@@ -171,9 +174,11 @@ class Reader:
                               self._options.timeout_s,
                               f"heartbeat to dispatcher {self._dispatcher.address}",
                               lambda: self._state.closed)
-        self._apply(HeartbeatView(
-            tuple((info.task_id, info.worker_address) for info in response.tasks),
-            response.iteration_finished))
+        tasks = tuple((info.task_id, info.worker_address) for info in response.tasks)
+        finished = response.iteration_finished
+        if self._local is not None:  # static sharding: this host's workers only
+            tasks, finished = self._local.view(tasks, finished)
+        self._apply(HeartbeatView(tasks, finished))
 
     def _heartbeat_loop(self) -> None:
         while True:

@@ -7,6 +7,7 @@ exactly one consumer, first come first served.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -39,14 +40,16 @@ def element_size(element: Any) -> int:
 
 class Task:
     """Runs ``dataset`` (a pickled op) for one task on its own thread; DYNAMIC tasks read their
-    source's splits from ``splits``."""
+    source's splits from ``splits``; statically sharded ones run ``shard(op)``, their shard."""
 
     def __init__(self, task_id: int, dataset: bytes, compression: str | None,
-                 splits: SplitSupplier | None) -> None:
+                 splits: SplitSupplier | None,
+                 shard: Callable[[Op], Op] | None = None) -> None:
         self.task_id = task_id
         self.encoder = Encoder(compression or None)
         self._dataset = dataset
         self._splits = splits
+        self._shard = shard
         self._elements: Channel[Any] = Channel(
             f"elements of task {task_id}", MAX_BUFFERED_ELEMENTS, MAX_BUFFERED_BYTES,
             element_size)
@@ -74,6 +77,8 @@ class Task:
             op: Op = cloudpickle.loads(self._dataset)
             if self._splits is not None:
                 op = read_splits(op, self._splits)
+            if self._shard is not None:
+                op = self._shard(op)
         except ConvoyError:
             raise
         except Exception as error:

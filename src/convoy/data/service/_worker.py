@@ -31,6 +31,7 @@ from convoy.data.service._protocol import (
     WORKER,
     WORKER_METHODS,
 )
+from convoy.data.service._static_policy import task_shard
 from convoy.data.service._task import Task
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
@@ -127,8 +128,10 @@ class WorkerServer(_rpc.ServerBase):
         if definition.processing_mode == ShardingPolicy.DYNAMIC.name:
             splits = functools.partial(self._splits, definition.task_id,
                                        definition.iteration_id)
+        shard = task_shard(definition.processing_mode, definition.num_workers,
+                           definition.worker_index)
         self._tasks[definition.task_id] = Task(definition.task_id, definition.dataset,
-                                               definition.compression, splits)
+                                               definition.compression, splits, shard)
 
     # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
     def _control_loop(self) -> None:
@@ -294,4 +297,5 @@ class WorkerServer(_rpc.ServerBase):
 
 def _definition(task: pb.TaskDef) -> ws.TaskDefinition:
     return ws.TaskDefinition(task.task_id, task.iteration_id, task.dataset,
-                             task.processing_mode, task.compression)
+                             task.processing_mode, task.compression, task.worker_index,
+                             task.num_workers)

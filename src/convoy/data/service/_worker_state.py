@@ -36,6 +36,8 @@ class TaskDefinition:
     dataset: bytes
     processing_mode: str
     compression: str
+    worker_index: int = 0  # under a static policy, this worker's place in the fixed list
+    num_workers: int = 0
 
 
 # ----- events ------------------------------------------------------------------------------------
