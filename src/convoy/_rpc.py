@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from convoy import errors
+from convoy import _security, errors
 from convoy._security import Authenticator, Security, join_host_port
 
 log = logging.getLogger(__name__)
@@ -272,14 +272,14 @@ def translate(error: grpc.RpcError, where: str) -> errors.ConvoyError:
 class Client:
     """Stubs for one service at one address: ``client.call("Method", request)``.
 
-    ``security`` (default :meth:`Security.load`) gives the channel's TLS credentials and the
-    secret that signs every call; with a secret, answers arrive as bytes and are parsed only
-    once the server proved it has the secret too.
+    ``security`` (default :func:`~convoy._security.for_clients`) gives the channel's TLS
+    credentials and the secret that signs every call; with a secret, answers arrive as bytes
+    and are parsed only once the server proved it has the secret too.
     """
 
     def __init__(self, address: str, service: str, methods: list[Method],
                  security: Security | None = None) -> None:
-        security = Security.load() if security is None else security
+        security = _security.for_clients() if security is None else security
         self.address = address
         self._channel = security.channel(address, OPTIONS)
         self._auth = security.authenticator()

@@ -26,6 +26,7 @@ from convoy import _pickling, _rpc
 from convoy._channel import Channel
 from convoy._rpc import Outcome
 from convoy.codec import Encoder, decode
+from convoy.distribute._limits import oversize_function
 from convoy.distribute._store import VariableStore
 from convoy.errors import ConvoyError, DataLossError, InvalidArgumentError, UnknownError
 
@@ -109,15 +110,17 @@ def run_request(calls: list[Call]) -> bytes:
     return encode(calls)
 
 
-def run_calls(request: bytes, pool: Executor) -> bytes:
+def run_calls(request: bytes, pool: Executor, max_function_bytes: int | None = None) -> bytes:
     """A worker's ``Run``: the request's calls, the first in this thread and the others on
-    ``pool``, all at once; answers each one's pickled :class:`Outcome`."""
+    ``pool``, all at once; answers each one's pickled :class:`Outcome` (a refusal for a
+    function that pickles to more than ``max_function_bytes``)."""
     calls = decode_one(request)
     if type(calls) is not list or not calls:
         raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
                                    f"{type(calls).__name__}")
-    others = [pool.submit(_pickled_outcome, call) for call in calls[1:]]
-    return encode([_pickled_outcome(calls[0]), *(future.result() for future in others)])
+    others = [pool.submit(_pickled_outcome, call, max_function_bytes) for call in calls[1:]]
+    return encode([_pickled_outcome(calls[0], max_function_bytes),
+                   *(future.result() for future in others)])
 
 
 _queued_updates = threading.local()  # .futures: the updates the running call has queued
@@ -135,8 +138,8 @@ def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
     queued.extend(store.execute_async(operations) for store, operations in calls)
 
 
-def _pickled_outcome(call: Any) -> bytes:
-    outcome = _run_call(call)
+def _pickled_outcome(call: Any, max_function_bytes: int | None = None) -> bytes:
+    outcome = oversize_function(call, max_function_bytes) or _run_call(call)
     try:
         return cloudpickle.dumps(outcome)
     except Exception as error:  # the result or exception does not pickle

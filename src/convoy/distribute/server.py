@@ -10,7 +10,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from convoy import _rpc
+from convoy import _check as check
+from convoy import _rpc, _security
+from convoy._security import MAX_REQUEST_BYTES, Security
+from convoy.distribute._limits import MAX_FUNCTION_BYTES
 from convoy.distribute._protocol import (
     PS_METHODS,
     PS_SERVICE,
@@ -70,13 +73,23 @@ class ResourceRef:
 
 
 class Server(_rpc.ServerBase):
-    """Serves one task (``job_name``, ``task_index``) of ``cluster_spec`` at its address."""
+    """Serves one task (``job_name``, ``task_index``) of ``cluster_spec`` at its address.
+
+    It binds the host of that address, or ``host``. The security settings are those of
+    :class:`~convoy.data.service.WorkerConfig`; a worker also refuses functions that pickle
+    to more than ``max_function_bytes``, and its settings are those of its process's clients
+    (the functions it runs reach the parameter servers with them).
+    """
 
     # A thread for each open stream (a process's Execute, a coordinator thread's Run).
     max_workers = STREAMS
 
     def __init__(self, cluster_spec: Any, job_name: str, task_index: int,
-                 protocol: str = "grpc", start: bool = True) -> None:
+                 protocol: str = "grpc", start: bool = True, *, auth_token: str | None = None,
+                 auth_token_file: str | None = None, certificate: str | None = None,
+                 key: str | None = None, ca: str | None = None, host: str | None = None,
+                 insecure: bool = False, max_request_bytes: int = MAX_REQUEST_BYTES,
+                 max_function_bytes: int = MAX_FUNCTION_BYTES) -> None:
         if protocol != "grpc":
             raise InvalidArgumentError(f"protocol must be 'grpc', got {protocol!r}")
         self.cluster_spec = ClusterSpec(cluster_spec)
@@ -88,7 +101,12 @@ class Server(_rpc.ServerBase):
         self.job_name = job_name
         self.task_index = task_index
         self.address = self.cluster_spec.task_address(job_name, task_index)
-        super().__init__(port=int(self.address.rsplit(":", 1)[1]))
+        spec_host, _, port = self.address.rpartition(":")
+        security = Security.load(auth_token, auth_token_file, certificate=certificate, key=key,
+                                 ca=ca, host=host or spec_host, insecure=insecure,
+                                 max_request_bytes=max_request_bytes)
+        super().__init__(int(port), security=security)
+        self.max_function_bytes = check.integer("max_function_bytes", max_function_bytes, 1)
         self.service = PS_SERVICE if job_name == "ps" else WORKER_SERVICE
         self.incarnation = uuid.uuid4().hex
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
@@ -103,12 +121,16 @@ class Server(_rpc.ServerBase):
         global _context
         _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
         pool = self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
-        return {WORKER_METHODS[0]: lambda request: run_calls(request, pool),
+        _security.use_for_clients(self._security)
+        return {WORKER_METHODS[0]: lambda request: run_calls(request, pool,
+                                                             self.max_function_bytes),
                 WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
 
     def _on_start(self) -> None:
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
 
     def _on_stop(self) -> None:
+        if _security.for_clients() is self._security:
+            _security.use_for_clients(None)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)

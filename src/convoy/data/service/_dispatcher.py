@@ -13,12 +13,14 @@ import time
 from typing import Any
 
 from convoy import _rpc
+from convoy._security import join_host_port
 from convoy.data.service import _dispatcher_state as st
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._config import WIRE_COMPRESSIONS as _COMPRESSIONS
 from convoy.data.service._config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
 from convoy.data.service._config import DispatcherConfig
 from convoy.data.service._journal import Journal, LocalStorage
+from convoy.data.service._limits import admit
 from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
@@ -39,14 +41,17 @@ class _Handlers:
     With a journal, every event that changed the state is durable before its answer leaves.
     """
 
-    def __init__(self, journal: Journal | None = None) -> None:
+    def __init__(self, journal: Journal | None = None,
+                 config: DispatcherConfig | None = None) -> None:
         self.journal = journal
+        self.config = config or DispatcherConfig()
         self.state = (journal.recover() if journal
                       else st.DispatcherState(st.fresh_id_base()))
         self.lock = threading.RLock()
 
     def _apply(self, event: Any) -> Any:
         with self.lock:
+            admit(self.config, self.state, event)
             result = self.state.apply(event)
             if self.journal is not None and not isinstance(event, _EPHEMERAL):
                 self.journal.append(event, self.state)
@@ -161,7 +166,8 @@ class DispatchServer:
         journal = None
         if self._config.fault_tolerant_mode:
             journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
-        self._handlers = _Handlers(journal)
+        self._security = self._config.security()
+        self._handlers = _Handlers(journal, self._config)
         self._started = time.time()
         self._server: Any = None
         self._port = self._config.port
@@ -171,21 +177,21 @@ class DispatchServer:
 
     @property
     def target(self) -> str:
-        """The address clients use: ``"grpc://localhost:<port>"``."""
+        """The address clients use: ``"grpc://<host>:<port>"`` (the host it binds)."""
         return f"grpc://{self._address}"
 
     @property
     def _address(self) -> str:
         if self._server is None:
             raise FailedPreconditionError("the dispatcher has not been started")
-        return f"localhost:{self._port}"
+        return join_host_port(self._security.host, self._port)
 
     def start(self) -> None:
         """Start serving (no-op if already started)."""
         if self._server is not None:
             return
         self._server, self._port = _rpc.serve(DISPATCHER, _methods(self._handlers),
-                                              self._config.port)
+                                              self._config.port, security=self._security)
         threading.Thread(target=self._collect_garbage, name="convoy-dispatcher-gc",
                          daemon=True).start()
         log.info("dispatcher serving at %s", self._address)
