@@ -195,15 +195,16 @@ class ServerBase:
         """Called once the port is bound; an exception stops the server and propagates."""
 
     def _on_stop(self) -> None:
-        """Called after the server stopped answering."""
+        """Called after the server stopped answering (or failed to start)."""
 
     def start(self) -> None:
         """Bind and serve (no-op if already started)."""
         if self._server is not None:
             return
-        self._server, self._port = serve(self.service, self._methods(), self._port,
-                                         self._host, self.max_workers, self._security)
-        try:
+        methods = self._methods()
+        try:  # a failure, even to bind, stops what _methods set up
+            self._server, self._port = serve(self.service, methods, self._port, self._host,
+                                             self.max_workers, self._security)
             self._on_start()
         except BaseException:
             self.stop()

@@ -154,6 +154,14 @@ def _server(args: argparse.Namespace) -> int:
     return _serve_until_signalled(server, f"{job} task {index}", server.bound_address)
 
 
+class _RefuseSecret(argparse.Action):
+    """Refuses a secret given on the command line (``ps`` would show it), without echoing it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        parser.error("the shared secret is never taken on the command line, where `ps` shows "
+                     "it: use --auth-token-file PATH or $CONVOY_AUTH_TOKEN")
+
+
 def security_arguments(parser: argparse.ArgumentParser,
                        host_help: str = "host to bind and advertise (default: loopback)"
                        ) -> None:
@@ -165,6 +173,7 @@ def security_arguments(parser: argparse.ArgumentParser,
     group.add_argument("--host", default=None, metavar="H", help=host_help)
     group.add_argument("--auth-token-file", default=None, metavar="PATH",
                        help="file holding the cluster's shared secret")
+    group.add_argument("--auth-token", nargs="?", action=_RefuseSecret, help=argparse.SUPPRESS)
     group.add_argument("--certificate", default=None, metavar="PEM",
                        help="this server's TLS certificate (with --key)")
     group.add_argument("--key", default=None, metavar="PEM",
@@ -192,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help, arguments, _) in _COMMANDS.items():
-        arguments(subcommands.add_parser(name, help=help, description=help))
+        # No abbreviations: --auth-token must not pass for --auth-token-file.
+        arguments(subcommands.add_parser(name, help=help, description=help, allow_abbrev=False))
     return parser
 
 
