@@ -166,6 +166,9 @@ class ServerBase:
 
     service: str = ""
     max_workers: int = 16
+    #: Whether the code it runs (datasets, functions) makes calls: those then use the
+    #: server's settings (its secret, its TLS identity) while it serves.
+    lends_settings: bool = False
 
     def __init__(self, port: int = 0, host: str | None = None,
                  security: Security | None = None) -> None:
@@ -202,6 +205,8 @@ class ServerBase:
         if self._server is not None:
             return
         methods = self._methods()
+        if self.lends_settings:  # before binding: the first call may come at once
+            _security.use_for_clients(self._security)
         try:  # a failure, even to bind, stops what _methods set up
             self._server, self._port = serve(self.service, methods, self._port, self._host,
                                              self.max_workers, self._security)
@@ -214,6 +219,7 @@ class ServerBase:
         """Stop answering (calls in flight get ``grace`` seconds), then :meth:`_on_stop`."""
         if self._server is not None:
             self._server.stop(grace=grace).wait()
+        _security.drop_for_clients(self._security)
         self._on_stop()
 
     def join(self) -> None:

@@ -175,11 +175,18 @@ _for_clients: Security | None = None
 
 
 def use_for_clients(security: Security | None) -> None:
-    """Make ``security`` what this process's clients use when made without settings (a
-    training worker's, so the functions it runs reach the parameter servers); ``None``
-    goes back to :meth:`Security.load`."""
+    """Make ``security`` what this process's clients use when made without settings: those
+    of a server that runs code making calls of its own (a training worker's functions reach
+    the parameter servers); ``None`` goes back to :meth:`Security.load`."""
     global _for_clients
     _for_clients = security
+
+
+def drop_for_clients(security: Security) -> None:
+    """Stop :func:`use_for_clients` of ``security``, if it is still in use."""
+    global _for_clients
+    if _for_clients is security:
+        _for_clients = None
 
 
 def for_clients() -> Security:

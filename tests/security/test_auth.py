@@ -60,12 +60,14 @@ class Servers:
 
 @pytest.fixture(scope="module")
 def servers(secret: str, token_file: pathlib.Path) -> Iterator[Servers]:
-    """A data service whose processes, and this process's clients, read the secret from the
-    environment; a training cluster whose tasks read it from a file only."""
+    """A data service and a training cluster whose processes read the secret from a file
+    only; this process's clients read it from the environment."""
+    from_file = ["--auth-token-file", str(token_file)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(TOKEN_ENV, secret)
-        with ProcessCluster(num_workers=1) as data, TrainingCluster(
-                num_workers=1, num_ps=1, server_args=["--auth-token-file", str(token_file)],
+        with ProcessCluster(num_workers=1, dispatcher_args=from_file, worker_args=from_file,
+                            env={TOKEN_ENV: None}) as data, TrainingCluster(
+                num_workers=1, num_ps=1, server_args=from_file,
                 env={TOKEN_ENV: None}) as training:
             yield Servers(data, training)
 
@@ -160,6 +162,14 @@ def test_the_data_service_works_end_to_end_with_the_secret(servers):
     dataset_id = cv.data.service.register_dataset(target, cv.data.Dataset.range(5))
     read = cv.data.service.from_dataset_id("distributed_epoch", target, dataset_id)
     assert sorted(int(x) for x in read) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.timeout(120)
+def test_a_data_workers_own_reads_from_the_service_carry_the_secret_of_its_file(servers):
+    inner = cv.data.Dataset.range(10).apply(
+        cv.data.service.distribute("parallel_epochs", servers.data.target))
+    outer = inner.apply(cv.data.service.distribute("parallel_epochs", servers.data.target))
+    assert sorted(int(x) for x in outer) == list(range(10))
 
 
 @pytest.mark.timeout(120)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from convoy import _check as check
-from convoy import _rpc, _security
+from convoy import _rpc
 from convoy._security import MAX_REQUEST_BYTES, Security
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 from convoy.distribute._protocol import (
@@ -77,12 +77,12 @@ class Server(_rpc.ServerBase):
 
     It binds the host of that address, or ``host``. The security settings are those of
     :class:`~convoy.data.service.WorkerConfig`; a worker also refuses functions that pickle
-    to more than ``max_function_bytes``, and its settings are those of its process's clients
-    (the functions it runs reach the parameter servers with them).
+    to more than ``max_function_bytes``.
     """
 
     # A thread for each open stream (a process's Execute, a coordinator thread's Run).
     max_workers = STREAMS
+    lends_settings = True  # the functions it runs reach the parameter servers
 
     def __init__(self, cluster_spec: Any, job_name: str, task_index: int,
                  protocol: str = "grpc", start: bool = True, *, auth_token: str | None = None,
@@ -121,7 +121,6 @@ class Server(_rpc.ServerBase):
         global _context
         _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
         pool = self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
-        _security.use_for_clients(self._security)
         return {WORKER_METHODS[0]: lambda request: run_calls(request, pool,
                                                              self.max_function_bytes),
                 WORKER_METHODS[1]: lambda _: encode(self.incarnation)}
@@ -130,7 +129,5 @@ class Server(_rpc.ServerBase):
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
 
     def _on_stop(self) -> None:
-        if _security.for_clients() is self._security:
-            _security.use_for_clients(None)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)

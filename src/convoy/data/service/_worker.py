@@ -51,6 +51,7 @@ class WorkerServer(_rpc.ServerBase):
     answers consumers' GetElements calls."""
 
     service = WORKER
+    lends_settings = True  # a pipeline may read from a data service itself
 
     def __init__(self, config: WorkerConfig, start: bool = True) -> None:
         if not isinstance(config, WorkerConfig):
