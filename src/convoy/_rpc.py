@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from convoy import errors
+from convoy import _security, errors
 from convoy._security import Authenticator, Security, join_host_port
 
 log = logging.getLogger(__name__)
@@ -166,6 +166,9 @@ class ServerBase:
 
     service: str = ""
     max_workers: int = 16
+    #: Whether the code it runs (datasets, functions) makes calls: those then use the
+    #: server's settings (its secret, its TLS identity) while it serves.
+    lends_settings: bool = False
 
     def __init__(self, port: int = 0, host: str | None = None,
                  security: Security | None = None) -> None:
@@ -195,15 +198,18 @@ class ServerBase:
         """Called once the port is bound; an exception stops the server and propagates."""
 
     def _on_stop(self) -> None:
-        """Called after the server stopped answering."""
+        """Called after the server stopped answering (or failed to start)."""
 
     def start(self) -> None:
         """Bind and serve (no-op if already started)."""
         if self._server is not None:
             return
-        self._server, self._port = serve(self.service, self._methods(), self._port,
-                                         self._host, self.max_workers, self._security)
-        try:
+        methods = self._methods()
+        if self.lends_settings:  # before binding: the first call may come at once
+            _security.use_for_clients(self._security)
+        try:  # a failure, even to bind, stops what _methods set up
+            self._server, self._port = serve(self.service, methods, self._port, self._host,
+                                             self.max_workers, self._security)
             self._on_start()
         except BaseException:
             self.stop()
@@ -213,6 +219,7 @@ class ServerBase:
         """Stop answering (calls in flight get ``grace`` seconds), then :meth:`_on_stop`."""
         if self._server is not None:
             self._server.stop(grace=grace).wait()
+        _security.drop_for_clients(self._security)
         self._on_stop()
 
     def join(self) -> None:
@@ -272,14 +279,14 @@ def translate(error: grpc.RpcError, where: str) -> errors.ConvoyError:
 class Client:
     """Stubs for one service at one address: ``client.call("Method", request)``.
 
-    ``security`` (default :meth:`Security.load`) gives the channel's TLS credentials and the
-    secret that signs every call; with a secret, answers arrive as bytes and are parsed only
-    once the server proved it has the secret too.
+    ``security`` (default :func:`~convoy._security.for_clients`) gives the channel's TLS
+    credentials and the secret that signs every call; with a secret, answers arrive as bytes
+    and are parsed only once the server proved it has the secret too.
     """
 
     def __init__(self, address: str, service: str, methods: list[Method],
                  security: Security | None = None) -> None:
-        security = Security.load() if security is None else security
+        security = _security.for_clients() if security is None else security
         self.address = address
         self._channel = security.channel(address, OPTIONS)
         self._auth = security.authenticator()

@@ -29,6 +29,9 @@ from convoy import errors
 
 #: The environment variable the secret is read from when no config or file gives one.
 TOKEN_ENV = "CONVOY_AUTH_TOKEN"
+#: The environment variables of the TLS paths, read when no config or flag gives them (so
+#: clients made without settings, such as the trainer's, find them too).
+CERTIFICATE_ENV, KEY_ENV, CA_ENV = "CONVOY_TLS_CERTIFICATE", "CONVOY_TLS_KEY", "CONVOY_TLS_CA"
 MIN_TOKEN_CHARS = 16
 LOOPBACK = "127.0.0.1"
 #: The default limit on one request: large enough for a registered dataset with its data.
@@ -91,13 +94,23 @@ class Security:
     def load(cls, token: str | None = None, token_file: str | os.PathLike[str] | None = None,
              environ: Mapping[str, str] | None = None, **settings: Any) -> Security:
         """Settings whose secret is ``token`` if given, else the content of ``token_file``,
-        else the environment variable ``CONVOY_AUTH_TOKEN`` (else none)."""
+        else the environment variable ``CONVOY_AUTH_TOKEN`` (else none). The TLS paths not
+        given (None) come from ``CONVOY_TLS_CERTIFICATE`` and ``CONVOY_TLS_KEY`` (as a pair)
+        and ``CONVOY_TLS_CA``; a ``host`` of None means loopback."""
+        environ = os.environ if environ is None else environ
         if token is None and token_file is not None:
             token = _read_token_file(token_file)
         if token is None:
-            token = (os.environ if environ is None else environ).get(TOKEN_ENV)
+            token = environ.get(TOKEN_ENV)
             if token is not None:
                 _check_token(token, f"${TOKEN_ENV}")
+        if settings.get("certificate") is None and settings.get("key") is None:
+            settings["certificate"] = environ.get(CERTIFICATE_ENV) or None
+            settings["key"] = environ.get(KEY_ENV) or None
+        if settings.get("ca") is None:
+            settings["ca"] = environ.get(CA_ENV) or None
+        if settings.get("host") is None:
+            settings.pop("host", None)
         return cls(token=token, **settings)
 
     @property
@@ -156,6 +169,29 @@ class Security:
             private_key=None if self.key is None else _read(self.key),
             certificate_chain=None if self.certificate is None else _read(self.certificate))
         return grpc.secure_channel(address, credentials, options=options)
+
+
+_for_clients: Security | None = None
+
+
+def use_for_clients(security: Security | None) -> None:
+    """Make ``security`` what this process's clients use when made without settings: those
+    of a server that runs code making calls of its own (a training worker's functions reach
+    the parameter servers); ``None`` goes back to :meth:`Security.load`."""
+    global _for_clients
+    _for_clients = security
+
+
+def drop_for_clients(security: Security) -> None:
+    """Stop :func:`use_for_clients` of ``security``, if it is still in use."""
+    global _for_clients
+    if _for_clients is security:
+        _for_clients = None
+
+
+def for_clients() -> Security:
+    """The settings of a client made without any: see :func:`use_for_clients`."""
+    return Security.load() if _for_clients is None else _for_clients
 
 
 def join_host_port(host: str, port: int) -> str:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
@@ -65,20 +66,25 @@ class LocalCluster:
 
 @dataclass
 class ServerProcess:
-    """One ``python -m convoy ROLE`` child process and the address it printed."""
+    """One ``python -m convoy ROLE`` child process and the address it printed (the one it
+    bound). ``env``: changes to this process's environment for the child (None removes a
+    variable), e.g. ``{"CONVOY_AUTH_TOKEN": secret}``."""
 
     role: str
     args: list[str]
     process: subprocess.Popen[str] | None = None
     address: str = ""
     log: list[str] = field(default_factory=list)
+    env: Mapping[str, str | None] = field(default_factory=dict)
 
     def start(self, timeout_s: float = 30.0) -> ServerProcess:
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1",
+               # the server exits when this process does: a crashed test leaves none behind
+               "CONVOY_PARENT_PID": str(os.getpid())}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "convoy", self.role, *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            # the server exits when this process does, so a crashed test leaves none behind
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "CONVOY_PARENT_PID": str(os.getpid())},
+            env={name: value for name, value in env.items() if value is not None},
         )
         deadline = time.monotonic() + timeout_s
         assert self.process.stdout is not None
@@ -121,12 +127,18 @@ class ServerProcess:
 
 
 class ProcessCluster:
-    """A dispatcher process and worker processes on this machine."""
+    """A dispatcher process and worker processes on this machine; ``worker_args`` and ``env``
+    (see :class:`ServerProcess`) go to every worker, ``env`` to the dispatcher too."""
 
     def __init__(self, num_workers: int = 1, heartbeat_interval_ms: int = 100,
-                 dispatcher_args: list[str] | None = None) -> None:
+                 dispatcher_args: list[str] | None = None,
+                 worker_args: list[str] | None = None,
+                 env: Mapping[str, str | None] | None = None) -> None:
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.dispatcher = ServerProcess("dispatcher", ["--port", "0", *(dispatcher_args or [])])
+        self.worker_args = list(worker_args or [])
+        self.env = dict(env or {})
+        self.dispatcher = ServerProcess("dispatcher", ["--port", "0", *(dispatcher_args or [])],
+                                        env=self.env)
         self.dispatcher.start()
         self.workers: list[ServerProcess] = []
         try:
@@ -140,10 +152,14 @@ class ProcessCluster:
     def target(self) -> str:
         return f"grpc://{self.dispatcher.address}"
 
+    def _worker(self, port: int) -> ServerProcess:
+        return ServerProcess("worker", ["--dispatcher", self.dispatcher.address,
+                                        "--port", str(port),
+                                        "--heartbeat-ms", str(self.heartbeat_interval_ms),
+                                        *self.worker_args], env=self.env)
+
     def add_worker(self, port: int = 0) -> ServerProcess:
-        worker = ServerProcess("worker", ["--dispatcher", self.dispatcher.address,
-                                          "--port", str(port),
-                                          "--heartbeat-ms", str(self.heartbeat_interval_ms)])
+        worker = self._worker(port)
         self.workers.append(worker.start())
         return worker
 
@@ -151,10 +167,7 @@ class ProcessCluster:
         """Kill worker ``index`` and start a new process on the same port."""
         old = self.workers[index]
         old.kill()
-        port = int(old.address.rsplit(":", 1)[1])
-        new = ServerProcess("worker", ["--dispatcher", self.dispatcher.address,
-                                       "--port", str(port),
-                                       "--heartbeat-ms", str(self.heartbeat_interval_ms)])
+        new = self._worker(int(old.address.rsplit(":", 1)[1]))
         self.workers[index] = new.start()
         return new
 
@@ -188,9 +201,14 @@ def free_ports(count: int) -> list[int]:
 
 class TrainingCluster:
     """``num_ps`` parameter servers and ``num_workers`` workers as processes, plus a chief
-    address for the coordinator in this process."""
+    address for the coordinator in this process; ``server_args`` and ``env`` (see
+    :class:`ServerProcess`) go to every task."""
 
-    def __init__(self, num_workers: int = 2, num_ps: int = 2) -> None:
+    def __init__(self, num_workers: int = 2, num_ps: int = 2,
+                 server_args: list[str] | None = None,
+                 env: Mapping[str, str | None] | None = None) -> None:
+        self.server_args = list(server_args or [])
+        self.env = dict(env or {})
         self.cluster = {
             "chief": [f"localhost:{free_port()}"],
             "ps": [f"localhost:{free_port()}" for _ in range(num_ps)],
@@ -207,7 +225,8 @@ class TrainingCluster:
 
     def _task(self, job: str, index: int) -> ServerProcess:
         return ServerProcess("server", ["--job", job, "--index", str(index),
-                                        "--cluster", json.dumps(self.cluster)])
+                                        "--cluster", json.dumps(self.cluster),
+                                        *self.server_args], env=self.env)
 
     def start_task(self, job: str, index: int) -> ServerProcess:
         """Start (or restart, on the same port) task ``index`` of ``job``."""

@@ -22,6 +22,7 @@ import cloudpickle
 
 from convoy import _pickling
 from convoy._rpc import Outcome
+from convoy.distribute._limits import oversize_function
 from convoy.distribute._protocol import RunningCall, decode_one, encode, enter_call
 from convoy.errors import CancelledError, DataLossError, InvalidArgumentError, UnknownError
 
@@ -120,18 +121,19 @@ _running_lock = threading.Lock()
 _CANCELLED_KEPT = 4096
 
 
-def run_calls(request: bytes, pool: Executor) -> bytes:
+def run_calls(request: bytes, pool: Executor, max_function_bytes: int | None = None) -> bytes:
     """A worker's ``Run``: the request's calls, the first in this thread and the others on
-    ``pool``, all at once; answers each one's pickled :class:`Outcome`. A call that fails
-    cancels the others (as the coordinator would once it hears, which is when they end)."""
+    ``pool``, all at once; answers each one's pickled :class:`Outcome` (a refusal for a
+    function that pickles to more than ``max_function_bytes``). A call that fails cancels the
+    others (as the coordinator would once it hears, which is when they end)."""
     calls = decode_one(request)
     if type(calls) is not list or not calls:
         raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
                                    f"{type(calls).__name__}")
     mates = [RunningCall() for _ in calls]
-    others = [pool.submit(_pickled_outcome, call, running, mates)
+    others = [pool.submit(_pickled_outcome, call, running, mates, max_function_bytes)
               for call, running in zip(calls[1:], mates[1:], strict=True)]
-    return encode([_pickled_outcome(calls[0], mates[0], mates),
+    return encode([_pickled_outcome(calls[0], mates[0], mates, max_function_bytes),
                    *(future.result() for future in others)])
 
 
@@ -155,8 +157,9 @@ def cancel_calls(request: bytes) -> bytes:
     return encode(found)
 
 
-def _pickled_outcome(call: Any, running: RunningCall, mates: list[RunningCall]) -> bytes:
-    outcome = _run_call(call, running)
+def _pickled_outcome(call: Any, running: RunningCall, mates: list[RunningCall],
+                     max_function_bytes: int | None = None) -> bytes:
+    outcome = oversize_function(call, max_function_bytes) or _run_call(call, running)
     if outcome.error is not None and not isinstance(outcome.error, CancelledError):
         for mate in mates:
             mate.cancelled = True

@@ -10,8 +10,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from convoy import _check as check
 from convoy import _rpc
+from convoy._security import MAX_REQUEST_BYTES, Security
 from convoy.distribute._calls import cancel_calls, run_calls
+from convoy.distribute._limits import MAX_FUNCTION_BYTES
 from convoy.distribute._protocol import (
     PS_METHODS,
     PS_SERVICE,
@@ -88,13 +91,23 @@ class ResourceRef:
 
 
 class Server(_rpc.ServerBase):
-    """Serves one task (``job_name``, ``task_index``) of ``cluster_spec`` at its address."""
+    """Serves one task (``job_name``, ``task_index``) of ``cluster_spec`` at its address.
+
+    It binds the host of that address, or ``host``. The security settings are those of
+    :class:`~convoy.data.service.WorkerConfig`; a worker also refuses functions that pickle
+    to more than ``max_function_bytes``.
+    """
 
     # A thread for each open stream (a process's Execute, a coordinator thread's Run).
     max_workers = STREAMS
+    lends_settings = True  # the functions it runs reach the parameter servers
 
     def __init__(self, cluster_spec: Any, job_name: str, task_index: int,
-                 protocol: str = "grpc", start: bool = True) -> None:
+                 protocol: str = "grpc", start: bool = True, *, auth_token: str | None = None,
+                 auth_token_file: str | None = None, certificate: str | None = None,
+                 key: str | None = None, ca: str | None = None, host: str | None = None,
+                 insecure: bool = False, max_request_bytes: int = MAX_REQUEST_BYTES,
+                 max_function_bytes: int = MAX_FUNCTION_BYTES) -> None:
         if protocol != "grpc":
             raise InvalidArgumentError(f"protocol must be 'grpc', got {protocol!r}")
         self.cluster_spec = ClusterSpec(cluster_spec)
@@ -106,7 +119,12 @@ class Server(_rpc.ServerBase):
         self.job_name = job_name
         self.task_index = task_index
         self.address = self.cluster_spec.task_address(job_name, task_index)
-        super().__init__(port=int(self.address.rsplit(":", 1)[1]))
+        spec_host, _, port = self.address.rpartition(":")
+        security = Security.load(auth_token, auth_token_file, certificate=certificate, key=key,
+                                 ca=ca, host=host or spec_host, insecure=insecure,
+                                 max_request_bytes=max_request_bytes)
+        super().__init__(int(port), security=security)
+        self.max_function_bytes = check.integer("max_function_bytes", max_function_bytes, 1)
         self.service = PS_SERVICE if job_name == "ps" else WORKER_SERVICE
         self.incarnation = uuid.uuid4().hex
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
@@ -122,7 +140,7 @@ class Server(_rpc.ServerBase):
         _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
         pool = self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
         handlers: dict[str, Callable[[Any], Any]] = {
-            "Run": lambda request: run_calls(request, pool),
+            "Run": lambda request: run_calls(request, pool, self.max_function_bytes),
             "Ping": lambda _: encode(self.incarnation),
             "Cancel": cancel_calls,
             "Free": free_resources,

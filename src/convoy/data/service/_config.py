@@ -4,14 +4,20 @@ policies, target workers, compressions) and the server configs."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from convoy import _check as check
 from convoy import _rpc
+from convoy._security import MAX_REQUEST_BYTES, Security
 from convoy.codec import COMPRESSIONS
 from convoy.data.service._static_policy import checked_worker_addresses
 from convoy.errors import InvalidArgumentError
+
+#: The dispatcher's default limits: registered datasets, jobs, bytes of one pickled dataset.
+MAX_DATASETS = 10_000
+MAX_JOBS = 100_000
+MAX_DATASET_BYTES = 128 * 2**20
 
 
 class ShardingPolicy(enum.IntEnum):
@@ -65,9 +71,48 @@ def _milliseconds(name: str, value: Any, default: int) -> int:
     return check.integer(name, value, -1 if name == "job_gc_timeout_ms" else 1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServerSecurity:
+    """Who may call a server, and where it listens (keyword-only fields of both configs).
+
+    ``auth_token``: the cluster's shared secret (hidden from ``repr``); without it, the content
+    of ``auth_token_file``, else ``$CONVOY_AUTH_TOKEN``. ``certificate``/``key``: PEM paths of
+    the server's TLS identity, also shown by the clients it makes; ``ca``: PEM path of the CA
+    of the other side (a server with one requires client certificates). ``host``: what the
+    server binds and advertises (default loopback); a host other than loopback needs a secret
+    unless ``insecure``. ``max_request_bytes``: the largest request it accepts.
+    """
+
+    auth_token: str | None = field(default=None, repr=False)
+    auth_token_file: str | None = None
+    certificate: str | None = None
+    key: str | None = None
+    ca: str | None = None
+    host: str | None = None
+    insecure: bool = False
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
+    def __post_init__(self) -> None:
+        check.boolean("insecure", self.insecure)
+        check.integer("max_request_bytes", self.max_request_bytes, 1)
+        self.security()  # every setting is checked now, by name
+
+    def security(self) -> Security:
+        """The settings of the server and of the clients it makes."""
+        return Security.load(self.auth_token, self.auth_token_file,
+                             certificate=self.certificate, key=self.key, ca=self.ca,
+                             host=self.host, insecure=self.insecure,
+                             max_request_bytes=self.max_request_bytes)
+
+
 @dataclass(frozen=True)
-class DispatcherConfig:
-    """How to run a dispatcher. Times are in milliseconds; None takes the default."""
+class DispatcherConfig(ServerSecurity):
+    """How to run a dispatcher. Times are in milliseconds; None takes the default.
+
+    ``max_datasets``, ``max_jobs``: how many it keeps at most (more are refused with
+    RESOURCE_EXHAUSTED); ``max_dataset_bytes``: the largest pickled dataset it registers.
+    The security fields are :class:`ServerSecurity`'s.
+    """
 
     port: int = 0
     protocol: str | None = None
@@ -78,8 +123,14 @@ class DispatcherConfig:
     job_gc_timeout_ms: int | None = None
     client_timeout_ms: int | None = None
     worker_timeout_ms: int | None = None
+    max_datasets: int = MAX_DATASETS
+    max_jobs: int = MAX_JOBS
+    max_dataset_bytes: int = MAX_DATASET_BYTES
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_datasets", "max_jobs", "max_dataset_bytes"):
+            check.integer(name, getattr(self, name), 1)
         _port(self.port)
         if self.protocol not in (None, "grpc"):
             raise InvalidArgumentError(f"protocol must be 'grpc', got {self.protocol!r}")
@@ -117,8 +168,13 @@ class DispatcherConfig:
 
 
 @dataclass(frozen=True)
-class WorkerConfig:
-    """How to run a worker. Times are in milliseconds; None takes the default."""
+class WorkerConfig(ServerSecurity):
+    """How to run a worker. Times are in milliseconds; None takes the default.
+
+    ``worker_address``: what consumers use to reach it (say a DNS name behind a gateway; a
+    ``%port%`` in it becomes the bound port), by default its ``host`` and port. The security
+    fields are :class:`ServerSecurity`'s; its dispatcher client uses them too.
+    """
 
     dispatcher_address: str = ""
     worker_address: str | None = None
@@ -130,6 +186,7 @@ class WorkerConfig:
     shutdown_quiet_period_ms: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.dispatcher_address:
             raise InvalidArgumentError(
                 "Must specify a `dispatcher_address` in the `config` passed to WorkerServer"

@@ -21,6 +21,7 @@ from convoy.data.service._config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
 from convoy.data.service._config import DispatcherConfig, ShardingPolicy
 from convoy.data.service._dispatcher_state import DispatcherState, fresh_id_base
 from convoy.data.service._journal import Journal, LocalStorage
+from convoy.data.service._limits import admit
 from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
 from convoy.data.service._static_policy import check_listed_worker
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
@@ -36,9 +37,10 @@ class _Handlers:
     """
 
     def __init__(self, journal: Journal | None = None,
-                 worker_addresses: tuple[str, ...] | None = None) -> None:
+                 config: DispatcherConfig | None = None) -> None:
         self.journal = journal
-        self.worker_addresses = worker_addresses or ()  # the fixed list, if configured
+        self.config = config or DispatcherConfig()
+        self.worker_addresses = self.config.worker_addresses or ()  # the fixed list, if any
         self.state = journal.recover() if journal else DispatcherState(fresh_id_base())
         self.lock = threading.RLock()
         self.closed = False
@@ -47,6 +49,7 @@ class _Handlers:
         with self.lock:
             if self.closed:
                 raise UnavailableError("the dispatcher is stopping")
+            admit(self.config, self.state, event)
             journal = self.journal if self.state.is_durable(event) else None
             result = self.state.apply(event)
             if journal is not None:
@@ -170,12 +173,12 @@ class DispatchServer(_rpc.ServerBase):
             raise InvalidArgumentError(
                 f"config must be a DispatcherConfig, got {type(config).__name__}"
             )
-        super().__init__(self._config.port)
+        super().__init__(self._config.port, security=self._config.security())
         journal = None
         if self._config.fault_tolerant_mode:
             assert self._config.work_dir is not None  # the config checks it
             journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
-        self._handlers = _Handlers(journal, self._config.worker_addresses)
+        self._handlers = _Handlers(journal, self._config)
         self._started = time.time()
         self._stopped = threading.Event()
         if start:
@@ -183,14 +186,14 @@ class DispatchServer(_rpc.ServerBase):
 
     @property
     def target(self) -> str:
-        """The address clients use: ``"grpc://localhost:<port>"``."""
+        """The address clients use: ``"grpc://<host>:<port>"`` (the host it binds)."""
         return f"grpc://{self._address}"
 
     @property
     def _address(self) -> str:
         if not self.started:
             raise FailedPreconditionError("the dispatcher has not been started")
-        return f"localhost:{self.port}"
+        return self.bound_address
 
     def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
         return {m: getattr(self._handlers, m.name) for m in DISPATCHER_METHODS}

@@ -50,17 +50,19 @@ class WorkerServer(_rpc.ServerBase):
     answers consumers' GetElements calls."""
 
     service = WORKER
+    lends_settings = True  # a pipeline may read from a data service itself
 
     def __init__(self, config: WorkerConfig, start: bool = True) -> None:
         if not isinstance(config, WorkerConfig):
             raise InvalidArgumentError(
                 f"config must be a WorkerConfig, got {type(config).__name__}"
             )
-        super().__init__(config.port)
+        security = config.security()
+        super().__init__(config.port, security=security)
         self._config = config
         self._uid = uuid.uuid4().hex
         self._dispatcher = _rpc.Client(config.dispatcher_address, DISPATCHER,
-                                       DISPATCHER_METHODS)
+                                       DISPATCHER_METHODS, security)
         self._lock = threading.Lock()  # guards everything below
         self._wake = threading.Condition(self._lock)  # for the control thread
         self._answered = threading.Condition(self._lock)  # a heartbeat was answered
@@ -74,9 +76,13 @@ class WorkerServer(_rpc.ServerBase):
 
     @property
     def _address(self) -> str:
+        """What the worker advertises: its ``worker_address``, else what it binds (bound to
+        the default loopback, ``localhost:PORT``, TensorFlow's default worker address)."""
         if self._config.worker_address:
             return self._config.worker_address.replace("%port%", str(self.port))
-        return f"localhost:{self.port}"
+        if self.bound_address == f"127.0.0.1:{self.port}":
+            return f"localhost:{self.port}"
+        return self.bound_address
 
     def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
         return {WORKER_METHODS[0]: self._get_elements}
