@@ -176,3 +176,15 @@ def grpc_code_name(error: BaseException) -> str:
 def from_grpc_code(code_name: str, message: str) -> ConvoyError:
     """The convoy exception for a gRPC status code name and its details."""
     return BY_GRPC_CODE.get(code_name, UnknownError)(message)
+
+
+def from_rpc_error(error: Exception, where: str) -> ConvoyError:
+    """The convoy exception for a failed gRPC call to ``where`` (a ``grpc.RpcError``)."""
+    code = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    details = details or ""
+    name = code.name if code is not None else "UNKNOWN"
+    if (name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED")
+            and not details.startswith(where)):
+        details = f"{where}: {details}"
+    return from_grpc_code(name, details)
