@@ -4,9 +4,10 @@ Services are declared as tables of :class:`Method` (name, request type, response
 same table builds the server's handlers and the client's stubs, so no generated ``_pb2_grpc``
 code is needed. A response type of ``None`` means the handler returns raw ``bytes`` (the
 element data path, which must not be copied into a protobuf). A ``streamed`` method answers
-each request of one long-lived stream in turn (:class:`~convoy._stream.Stream`): much cheaper per message than
-a call each, for a client that sends many. Exceptions raised by handlers travel as gRPC
-statuses and come back to the caller as the same :mod:`convoy.errors` class.
+each request of one long-lived stream in turn (:class:`~convoy._stream.Stream`): much
+cheaper per message than a call each, for a client that sends many. Exceptions raised by
+handlers travel as gRPC statuses and come back to the caller as the same :mod:`convoy.errors`
+class.
 
 Servers and clients take a :class:`~convoy._security.Security` (by default: loopback, and the
 shared secret of ``$CONVOY_AUTH_TOKEN`` if set): with a secret every call is signed and
