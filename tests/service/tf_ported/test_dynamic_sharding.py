@@ -285,8 +285,6 @@ def test_imbalanced_zip_and_repeat(cluster1, name):
     assert pairs(dynamic_job(dataset, cluster1, name)) == [(i, i) for i in range(200)] * 3
 
 
-@pytest.mark.xfail(strict=True, reason="DYNAMIC over a tiny source repeated forever: one worker "
-                                       "takes nearly every repetition and the others starve")
 def test_enumerate_replicate_on_split(cluster3, name, read_within):
     """testEnumerateReplicateOnSplit: enumerate counts on each worker, so every index comes
     once per worker; read until all three workers have reached index 10."""
