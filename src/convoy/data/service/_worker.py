@@ -50,7 +50,11 @@ SPLITS_PER_REQUEST = 8
 MAX_ELEMENTS_PER_CALL = 65_536
 #: A heartbeat call waits this long for its answer at most.
 CALL_TIMEOUT_S = 30.0
-#: A stopping worker's answers get this long to leave before its server stops.
+#: A stopping worker answers "unavailable" until no call has come for this long ...
+STOP_QUIET_S = 0.2
+#: ... or for this long at most, then stops its server ...
+STOP_WAIT_S = 3.0
+#: ... giving its last answers this long to leave.
 STOP_GRACE_S = 1.0
 
 
@@ -78,6 +82,7 @@ class WorkerServer(_rpc.ServerBase):
         self._outbox: list[ws.Instruction] = []  # calls for the control thread to make
         self._serving = 0  # GetElements calls being answered
         self._served = threading.Condition(self._lock)  # one was answered
+        self._last_call = float("-inf")  # when the latest GetElements call came
         self._stopping = False
         self.error: BaseException | None = None
         if start:
@@ -231,6 +236,7 @@ class WorkerServer(_rpc.ServerBase):
                 f"{request.max_elements} and {request.max_bytes}"
             )
         with self._lock:
+            self._last_call = time.monotonic()
             self._check_serving()
             self._serving += 1
         try:
@@ -283,10 +289,11 @@ class WorkerServer(_rpc.ServerBase):
 
     # ----- lifecycle ---------------------------------------------------------------------------
     def stop(self, grace: float | None = None) -> None:
-        """Stop producing, answer the GetElements calls being served ("unavailable", so their
-        consumers read elsewhere), then stop the server (answers still on their way get
-        ``grace`` seconds, by default the config's shutdown quiet period, at least
-        ``STOP_GRACE_S``)."""
+        """Stop producing and answer GetElements calls "unavailable" (their consumers read
+        elsewhere and come back later) until none is being served and none has come for
+        ``STOP_QUIET_S``; then stop the server. Its last answers get ``grace`` seconds to
+        leave (by default the config's shutdown quiet period, at least ``STOP_GRACE_S``).
+        Stopping the server while calls arrive would cancel them."""
         with self._lock:
             self._stopping = True
             tasks, self._tasks = list(self._tasks.values()), {}
@@ -294,16 +301,22 @@ class WorkerServer(_rpc.ServerBase):
             self._answered.notify_all()
         for task in tasks:
             task.stop()  # wakes the calls waiting for its elements
-        deadline = time.monotonic() + 2 * ELEMENT_WAIT_S
-        with self._lock:
-            while self._serving and self._served.wait(max(0.0, deadline - time.monotonic())):
-                pass
-            if self._serving:
-                log.warning("worker %s stops with %d calls still being answered",
-                            self._address, self._serving)
+        self._quiesce()
         if grace is None:
             grace = max(self._config.shutdown_quiet_period_ms / 1000, STOP_GRACE_S)
         super().stop(grace)
+
+    def _quiesce(self) -> None:
+        """Wait (``STOP_WAIT_S`` at most) until no call is being served or has come lately."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        with self._lock:
+            while (now := time.monotonic()) < deadline:
+                quiet_for = now - self._last_call
+                if not self._serving and quiet_for >= STOP_QUIET_S:
+                    return
+                self._served.wait(min(deadline - now, max(STOP_QUIET_S - quiet_for, 0.01)))
+            log.warning("worker %s stops while consumers still call it (%d being answered)",
+                        self._address, self._serving)
 
     def _on_stop(self) -> None:
         with self._lock:
