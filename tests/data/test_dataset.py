@@ -1048,16 +1048,28 @@ def test_pickled_datasets_of_every_kind(tmp_path: Path) -> None:
         Dataset.list_files(str(tmp_path / "*.txt")),
         TextLineDataset(str(path)),
         TFRecordDataset(rec),
-        Dataset.range(10).shuffle(10),  # a random seed drawn at construction travels along
+        Dataset.range(10).shuffle(10, seed=5),
     ]
     for dataset in datasets:
         assert py(list(_round_trip(dataset))) == py(list(dataset)), repr(dataset)
 
 
-def test_unpickled_shuffle_repeats_the_epoch_orders() -> None:
-    dataset = Dataset.range(30).shuffle(30).repeat(2)
-    first_pass = elements(dataset)
-    assert elements(_round_trip(dataset)) == first_pass
+def test_a_seeded_shuffle_unpickled_repeats_the_epoch_orders() -> None:
+    dataset = Dataset.range(30).shuffle(30, seed=8).repeat(2)
+    assert elements(_round_trip(dataset)) == elements(dataset)
+
+
+@pytest.mark.parametrize("reshuffle", [True, False])
+def test_an_unseeded_shuffle_draws_its_seed_where_it_is_unpickled(reshuffle: bool) -> None:
+    """As each data service worker instantiates the pipeline: each shuffles its own way;
+    within one instance, reshuffle_each_iteration=False still repeats its order."""
+    dataset = Dataset.range(50).shuffle(50, reshuffle_each_iteration=reshuffle).repeat(2)
+    orders = [elements(copy) for copy in (dataset, _round_trip(dataset), _round_trip(dataset))]
+    assert all(sorted(order) == sorted(list(range(50)) * 2) for order in orders)
+    assert len({tuple(order) for order in orders}) == 3
+    for order in orders:
+        assert (order[:50] == order[50:]) is not reshuffle
+    assert (elements(dataset) == orders[0]) is not reshuffle  # iterating again
 
 
 def test_repr_names_the_op() -> None:

@@ -346,6 +346,29 @@ def test_task_finished_and_iteration_finished(state: st.DispatcherState) -> None
     assert orders.new_tasks == [] and orders.tasks_to_delete == []
 
 
+def test_ends_reported_in_heartbeats_finish_tasks_and_are_acknowledged(
+        state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1")
+    heartbeat(state, "w2:2")
+    iteration_id, client_id = iteration(state, job(state, register(state), mode="OFF"))
+    tasks = state.iterations[iteration_id].tasks
+    mine, theirs = tasks["w1:1"], tasks["w2:2"]
+    report = ev.WorkerHeartbeat("w1:1", "uid-w1:1", (mine,), 1.0, (mine,))
+    assert state.is_durable(report)
+    # acknowledged: the task is deleted from the worker, which then forgets it
+    assert state.apply(report).tasks_to_delete == [mine]
+    assert state.tasks[mine].finished and not state.is_durable(report)  # reported twice
+    assert state.apply(report).tasks_to_delete == [mine]
+    assert not state.apply(ev.ClientHeartbeat(client_id, 1.0)).iteration_finished
+    # reports of tasks the worker does not hold (another's, unknown ones) change nothing
+    stray = ev.WorkerHeartbeat("w1:1", "uid-w1:1", (theirs, 999), 2.0, (theirs, 999))
+    assert not state.is_durable(stray)
+    assert state.apply(stray).tasks_to_delete == sorted([theirs, 999])
+    assert not state.tasks[theirs].finished
+    state.apply(ev.WorkerHeartbeat("w2:2", "uid-w2:2", (theirs,), 3.0, (theirs,)))
+    assert state.apply(ev.ClientHeartbeat(client_id, 3.0)).iteration_finished
+
+
 def test_clients_heartbeat_and_release(state: st.DispatcherState) -> None:
     _, client_id = iteration(state, job(state, register(state)))
     state.apply(ev.ClientHeartbeat(client_id, 5.0))
@@ -418,6 +441,79 @@ def test_few_remaining_splits_are_shared_fairly(state: st.DispatcherState) -> No
         got, end = splits(state, iteration_id, 0, 8)
         sizes.append(len(got))
     assert sizes == [2, 2, 1, 1, 1, 1]
+
+
+def ask(state: st.DispatcherState, iteration_id: int, task_id: int, number: int,
+        repetition: int = 0, uid: str = "u1", max_splits: int = 2
+        ) -> tuple[list[tuple[int, int]], bool]:
+    return state.apply(ev.GetSplits(iteration_id, repetition, max_splits, task_id, uid,
+                                    number))
+
+
+def test_a_split_request_sent_again_gets_the_same_answer(state: st.DispatcherState) -> None:
+    for address in ("w1:1", "w2:2"):
+        heartbeat(state, address)
+    iteration_id, _ = iteration(state, job(state, register(state, units=10)))
+    first, second = state.iterations[iteration_id].tasks.values()
+    answer = ask(state, iteration_id, first, 1)
+    assert answer == ([(0, 1), (1, 2)], False)
+    # the answer was lost; others go on; the request comes again, even after a restart
+    assert ask(state, iteration_id, second, 1) == ([(2, 3), (3, 4)], False)
+    again = ev.GetSplits(iteration_id, 0, 2, first, "u1", 1)
+    assert not state.is_durable(again)
+    assert state.apply(again) == answer
+    restarted = st.DispatcherState.restore(state.saved())
+    assert restarted.apply(again) == answer
+    # the next request gets new splits; the old number no longer names an answer
+    assert ask(state, iteration_id, first, 2) == ([(4, 5), (5, 6)], False)
+    assert ask(state, iteration_id, first, 1) == ([(6, 7)], False)
+
+
+def test_a_new_worker_process_numbers_its_requests_afresh(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1", uid="old")
+    iteration_id, _ = iteration(state, job(state, register(state, units=10)))
+    (task_id,) = state.iterations[iteration_id].tasks.values()
+    assert ask(state, iteration_id, task_id, 1, uid="old") == ([(0, 1), (1, 2)], False)
+    heartbeat(state, "w1:1", uid="new")  # restarted: it reads on from the cursor
+    assert ask(state, iteration_id, task_id, 1, uid="new") == ([(2, 3), (3, 4)], False)
+
+
+def test_answers_that_cannot_change_are_not_journaled(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1")
+    iteration_id, _ = iteration(state, job(state, register(state, units=1)))
+    (task_id,) = state.iterations[iteration_id].tasks.values()
+
+    def request(number: int, repetition: int) -> ev.GetSplits:
+        return ev.GetSplits(iteration_id, repetition, 8, task_id, "u1", number)
+
+    assert state.is_durable(request(1, 0))
+    assert state.apply(request(1, 0)) == ([(0, 1)], True)
+    assert not state.is_durable(request(2, 0))  # repetition 0 has no split left
+    assert state.apply(request(2, 0)) == ([], True)
+    assert state.is_durable(request(3, 1))  # a new repetition begins
+    assert state.apply(request(3, 1)) == ([(0, 1)], True)
+    assert not state.is_durable(request(4, 0))  # an old repetition is over
+    assert state.apply(request(4, 0)) == ([], True)
+
+
+def test_split_requests_that_name_a_wrong_task_are_refused(state: st.DispatcherState) -> None:
+    heartbeat(state, "w1:1")
+    dataset_id = register(state, units=10)
+    iteration_id, _ = iteration(state, job(state, dataset_id))
+    other, _ = iteration(state, job(state, dataset_id))
+    (task_id,) = state.iterations[iteration_id].tasks.values()
+    for event, error, match in [
+        (ev.GetSplits(iteration_id, 0, 1, 424242, "u1", 1), NotFoundError, "Task 424242"),
+        (ev.GetSplits(other, 0, 1, task_id, "u1", 1), InvalidArgumentError,
+         f"belongs to iteration {iteration_id}, not {other}")]:
+        assert not state.is_durable(event)
+        assert_unchanged(state, event, error, match)
+    ask(state, iteration_id, task_id, 1)
+    assert_unchanged(state, ev.GetSplits(iteration_id, 1, 2, task_id, "u1", 1),
+                     InvalidArgumentError, "was for repetition 0, not 1")
+    state.apply(ev.WorkerHeartbeat("w1:1", "uid-w1:1", (task_id,), 1.0, (task_id,)))
+    assert_unchanged(state, ev.GetSplits(iteration_id, 0, 1, task_id, "u1", 2),
+                     FailedPreconditionError, f"Task {task_id} has finished")
 
 
 def test_splits_of_an_off_job_are_refused(state: st.DispatcherState) -> None:
@@ -566,18 +662,25 @@ def draw_event(draw: Any, state: st.DispatcherState) -> Any:
         return ev.ReleaseClient(draw(_known_or_not(state.clients, [0, 9999])))
     if kind == "worker":
         current = draw(hs.lists(_known_or_not(state.tasks, [-7, 9999]), max_size=3))
+        finished = draw(hs.lists(hs.sampled_from(current), max_size=2)) if current else []
         return ev.WorkerHeartbeat(draw(hs.sampled_from(ADDRESSES)),
                                   draw(hs.sampled_from(["u1", "u1", "u2"])), tuple(current),
-                                  draw(_now))
+                                  draw(_now), tuple(finished))
     if kind == "finished":
         return ev.TaskFinished(draw(hs.sampled_from(ADDRESSES)),
                                draw(_known_or_not(state.tasks, [-7, 9999])))
     if kind == "splits":
-        return ev.GetSplits(draw(_known_or_not(state.iterations, [-1, 9999])),
-                            draw(hs.integers(0, 2)), draw(hs.integers(-1, 8)))
+        task_id = draw(hs.one_of(hs.just(0), _known_or_not(state.tasks, [-7, 9999])))
+        iteration_id = draw(hs.one_of(
+            _known_or_not(state.iterations, [-1, 9999]),
+            hs.just(state.tasks[task_id].iteration_id if task_id in state.tasks else -1)))
+        return ev.GetSplits(iteration_id, draw(hs.integers(0, 2)), draw(hs.integers(-1, 8)),
+                            task_id, draw(hs.sampled_from(["u1", "u2"])),
+                            draw(hs.integers(1, 3)))
     return ev.CollectGarbage(draw(_now), draw(hs.sampled_from([10.0, 500.0])),
                              draw(hs.sampled_from([10.0, 500.0])),
-                             iteration_timeout=draw(hs.sampled_from([None, 0.0, 100.0])))
+                             iteration_timeout=draw(hs.sampled_from([None, 0.0, 100.0])),
+                             keep_dynamic=draw(hs.booleans()))
 
 
 def as_journaled(state: st.DispatcherState, event: Any) -> Any:
@@ -671,7 +774,7 @@ def test_failed_events_change_nothing_and_replay_is_deterministic(data: Any,
 def test_iterations_without_clients_are_forgotten_after_the_timeout(
         state: st.DispatcherState) -> None:
     dataset_id = register(state)
-    job_id = job(state, dataset_id, name="named")
+    job_id = job(state, dataset_id, name="named", mode="OFF")
     heartbeat(state, "w1:1")
     kept_id, kept_client = state.apply(ev.GetOrCreateIteration(job_id, 0, 0.0))
     idle_id, idle_client = state.apply(ev.GetOrCreateIteration(job_id, 1, 0.0))
@@ -694,9 +797,86 @@ def test_iterations_without_clients_are_forgotten_after_the_timeout(
     assert again != idle_id
 
 
+def test_unfinished_iterations_of_named_dynamic_jobs_are_kept(state: st.DispatcherState) -> None:
+    """As TensorFlow's: joining the job again must not hand its splits out again."""
+    dataset_id = register(state)
+    heartbeat(state, "w1:1")
+    named = iteration(state, job(state, dataset_id, name="named"))
+    anonymous = iteration(state, job(state, dataset_id))
+    finished = iteration(state, job(state, dataset_id, name="done"))
+    off = iteration(state, job(state, dataset_id, name="off", mode="OFF"))
+    (done_task,) = state.iterations[finished[0]].tasks.values()
+    state.apply(ev.TaskFinished("w1:1", done_task))
+    for _, client_id in (named, anonymous, finished, off):
+        state.apply(ev.ReleaseClient(client_id))
+    for now in (100.0, 200.0):
+        state.apply(ev.CollectGarbage(now, 1e9, 1e9, (), (), 10.0, keep_dynamic=True))
+    assert list(state.iterations) == [named[0]]
+    assert state.iterations[named[0]].idle_since is None
+    # journals of older versions forgot it too, and replay as they were written
+    state.apply(ev.CollectGarbage(300.0, 1e9, 1e9, (), (), 10.0))
+    state.apply(ev.CollectGarbage(400.0, 1e9, 1e9, (), (), 10.0))
+    assert state.iterations == {}
+
+
 def test_iterations_are_kept_without_an_iteration_timeout(state: st.DispatcherState) -> None:
     job_id = job(state, register(state))
     iteration_id, client_id = state.apply(ev.GetOrCreateIteration(job_id, 0, 0.0))
     state.apply(ev.ReleaseClient(client_id))
     state.apply(ev.CollectGarbage(1e9, 1e9, 1e9, (), ()))
     assert iteration_id in state.iterations
+
+
+# ----- property: split answers lost in flight, dispatcher restarts: every split exactly once ----
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(units=hs.integers(0, 40), workers=hs.integers(1, 3), repetitions=hs.integers(1, 3),
+       steps=hs.lists(hs.tuples(hs.integers(0, 2), hs.sampled_from(
+           ["answered", "answered", "lost", "restart"]), hs.integers(1, 8)), max_size=150))
+def test_lost_answers_and_restarts_lose_and_repeat_no_split(
+        units: int, workers: int, repetitions: int,
+        steps: list[tuple[int, str, int]]) -> None:
+    """Workers read ``repetitions`` passes of a DYNAMIC iteration. An answer may be lost (the
+    dispatcher journaled it, then died before it arrived): the worker sends the request
+    again, with its number. The dispatcher may restart from its journal between any two
+    requests. Each pass's splits still arrive exactly once over all workers."""
+    state = st.DispatcherState()
+    journal: list[Any] = []
+
+    def apply(event: Any) -> Any:
+        journaled = as_journaled(state, event)
+        result = state.apply(event)
+        if journaled is not None:
+            journal.append(journaled)
+        return result
+
+    addresses = [f"w{i}:1" for i in range(workers)]
+    for address in addresses:
+        apply(ev.WorkerHeartbeat(address, f"uid-{address}", (), 0.0))
+    iteration_id, _ = apply(ev.GetOrCreateIteration(
+        apply(ev.GetOrCreateJob(apply(ev.RegisterDataset("fp", b"p", "", b"", units, units)),
+                                "", ev.JobOptions("DYNAMIC"))), 0, 0.0))
+    tasks = [state.iterations[iteration_id].tasks[address] for address in addresses]
+    number, repetition = [1] * workers, [0] * workers
+    received: list[list[tuple[int, int]]] = [[] for _ in range(repetitions)]
+    for worker, outcome, max_splits in [*steps, *[(w, "answered", 8) for w in
+                                                  range(workers)] * (units + 2) * repetitions]:
+        worker %= workers
+        if outcome == "restart":
+            state = st.DispatcherState()
+            for event in journal:
+                state.apply(event)
+            continue
+        if repetition[worker] >= repetitions:
+            continue
+        got, end = apply(ev.GetSplits(iteration_id, repetition[worker], max_splits,
+                                      tasks[worker], "uid-" + addresses[worker],
+                                      number[worker]))
+        if outcome == "lost":
+            continue  # the same request goes again
+        number[worker] += 1
+        received[repetition[worker]] += got
+        repetition[worker] += end
+    for passes in received:
+        assert sorted(passes) == [(u, u + 1) for u in range(units)]

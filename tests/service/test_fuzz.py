@@ -384,15 +384,22 @@ def rejected(raw: RawClient, ids: dict[str, Any], seed: int) -> Iterator[tuple[s
                                             "a b:1", "grpc://localhost:1"]))
         yield "WorkerHeartbeat", valid("WorkerHeartbeat", worker_address=worker,
                                        current_tasks=[unknown_id()])
-        yield "TaskFinished", valid("TaskFinished", worker_address=worker, task_id=unknown_id())
-        yield "TaskFinished", valid("TaskFinished", worker_address=unknown_name(),
-                                    task_id=rng.choice(sorted(state["tasks"])))
-        yield "GetSplits", valid("GetSplits", iteration_id=unknown_id(), max_splits=1)
-        yield "GetSplits", valid("GetSplits", iteration_id=ids["iteration_id"], max_splits=4)
+        yield "WorkerHeartbeat", valid("WorkerHeartbeat", worker_address=worker,
+                                       finished_tasks=[rng.choice(sorted(state["tasks"]))])
+        asker = {"task_id": rng.choice(sorted(state["tasks"])), "worker_uid": "u",
+                 "request_number": 1}
+        yield "GetSplits", valid("GetSplits", iteration_id=unknown_id(), max_splits=1, **asker)
+        yield "GetSplits", valid("GetSplits", iteration_id=ids["iteration_id"], max_splits=4,
+                                 **asker)
         yield "GetSplits", valid("GetSplits", iteration_id=ids["iteration_id"],
-                                 max_splits=rng.choice([0, -1, 1025, I64[1], I64[0]]))
+                                 max_splits=rng.choice([0, -1, 1025, I64[1], I64[0]]), **asker)
         yield "GetSplits", valid("GetSplits", iteration_id=ids["iteration_id"], max_splits=1,
-                                 repetition=-1)
+                                 repetition=-1, **asker)
+        yield "GetSplits", valid("GetSplits", iteration_id=ids["iteration_id"], max_splits=1,
+                                 **{**asker, **rng.choice([{"task_id": 0}, {"worker_uid": ""},
+                                                           {"request_number": -3}])})
+        yield "GetSplits", valid("GetSplits", iteration_id=ids["iteration_id"], max_splits=1,
+                                 **{**asker, "task_id": unknown_id()})
         yield "GetElements", valid("GetElements", task_id=unknown_id(), max_elements=1,
                                    max_bytes=1)
         yield "GetElements", valid("GetElements", task_id=rng.choice(sorted(state["tasks"])),
@@ -441,10 +448,11 @@ def test_absurd_valid_requests(cluster: LocalCluster, raw: RawClient) -> None:
     far = raw.call("GetOrCreateIteration", valid("GetOrCreateIteration", job_id=job_id,
                                                  repetition=I64[1]))
     iteration_id = pb.GetOrCreateIterationResponse.FromString(far.response).iteration_id
-    for repetition, expected in ((I64[1], [(0, 1)]), (0, [])):
+    task_id = _snapshot(raw)["iterations"][iteration_id]["tasks"][worker._address]
+    for number, (repetition, expected) in enumerate(((I64[1], [(0, 1)]), (0, [])), 1):
         got = pb.GetSplitsResponse.FromString(raw.call("GetSplits", valid(
-            "GetSplits", iteration_id=iteration_id, repetition=repetition,
-            max_splits=1)).response)
+            "GetSplits", iteration_id=iteration_id, repetition=repetition, max_splits=1,
+            task_id=task_id, worker_uid="absurd", request_number=number)).response)
         assert [(s.start, s.stop) for s in got.splits] == expected
     elements = raw.call("GetElements", valid("GetElements", task_id=I64[1], max_elements=I64[1],
                                              max_bytes=I64[1], consumer_index=I64[0]))

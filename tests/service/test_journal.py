@@ -35,6 +35,12 @@ JOURNALED_EVENTS = {"RegisterDataset", "GetOrCreateJob", "GetOrCreateIteration",
 #: regenerate it: it proves that what was written then is still read.
 FIXTURE = Path(__file__).parent / "fixtures" / "journal-format-1"
 
+#: A journal written at format 1 with the fields added since (numbered split requests and
+#: the answers kept for them, ends reported in heartbeats, collections that keep DYNAMIC
+#: iterations): the scenario below compacted every 25 records, then two collections that
+#: forget idle iterations after 50 s. Never regenerate it either.
+FIXTURE_ANSWERS = Path(__file__).parent / "fixtures" / "journal-format-1-answers"
+
 #: Ids start here in these tests (a real new journal draws its base at random).
 ID_BASE = 2000
 
@@ -168,6 +174,20 @@ def scenario(rec: Recorder) -> None:
     assert set(rec.state.workers) == {"w1:1", "w2:2"} and set(rec.state.clients) == {keeper}
     # the new epoch hands out its first splits
     assert rec(ev.GetSplits(second_epoch, 0, 8))[0] == [(i, i + 1) for i in range(8)]
+    # a numbered request is answered once: sent again (its answer was lost), it gets the
+    # same splits, and nothing more is journaled
+    task = rec.state.iterations[second_epoch].tasks["w1:1"]
+    answer = rec(ev.GetSplits(second_epoch, 0, 8, task, "w1-a", 1))
+    assert answer == ([(i, i + 1) for i in range(8, 16)], False)
+    records = len(rec.snapshots)
+    assert rec(ev.GetSplits(second_epoch, 0, 8, task, "w1-a", 1)) == answer
+    assert len(rec.snapshots) == records
+    # w1 reports the end of its task in a heartbeat, which acknowledges it
+    mine = tuple(t.task_id for t in rec.state.tasks.values()
+                 if t.worker_address == "w1:1" and not t.finished)
+    assert rec(ev.WorkerHeartbeat("w1:1", "w1-a", mine, 101.0, (task,))).tasks_to_delete == [
+        task]
+    assert rec.state.tasks[task].finished
 
 
 def journaled_kinds(directory: Path) -> set[str]:
@@ -293,6 +313,27 @@ def test_a_journal_of_format_1_still_replays(tmp_path: Path) -> None:
     # and it goes on from there
     orders = state.apply(ev.WorkerHeartbeat("w6:6", "w6-a", (), 300.0))
     assert sorted(t.iteration_id for t in orders.new_tasks) == [2003, 2014, 2020]
+
+
+def test_a_journal_with_split_answers_and_reported_ends_still_replays(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE_ANSWERS, tmp_path / "journal")
+    journal = Journal(LocalStorage(tmp_path / "journal"), 25)
+    state = journal.recover()
+    assert (journal.generation, journal.records) == (1, 9)
+    log = [json.loads(record) for record, _ in read_records(FIXTURE_ANSWERS / "log-1")]
+    assert {"finished_tasks", "request_number", "keep_dynamic"} <= {
+        field for record in log for field in record}
+    # the numbered request's answer is kept
+    (task,) = [t for t in state.tasks.values() if t.last_splits is not None]
+    assert (task.task_id, task.last_splits) == (
+        2015, ev.SplitsAnswer("w1-a", 1, 0, [(i, i + 1) for i in range(8, 16)], False))
+    # the end reported in a heartbeat finished its task
+    assert state.tasks[2015].finished and state.tasks[2015].worker_address == "w1:1"
+    # the collections forgot the idle OFF iteration, kept the shared DYNAMIC job's
+    assert {i: (r.job_id, r.repetition) for i, r in state.iterations.items()} == {
+        2003: (2001, 0), 2014: (2001, 1)}
+    assert all(r.idle_since is None for r in state.iterations.values())
+    assert (state.next_id, state.named_jobs) == (2018, {"shared": 2001})
 
 
 # ----- torn tails and damage ----------------------------------------------------------------------

@@ -30,10 +30,12 @@ SAMPLES = [
     ev.ClientHeartbeat(2002, 1e9),
     ev.ReleaseClient(2002),
     ev.WorkerHeartbeat("w1:1", "uid-\u00e9", (2004, 2005), 0.0),
+    ev.WorkerHeartbeat("w1:1", "u", (2004, 2005), 2.5, (2005,)),
     ev.TaskFinished("[::1]:5050", 2004),
     ev.GetSplits(2003, 0, 16),
+    ev.GetSplits(2003, 2, 8, 2004, "uid-\u00e9", 17),
     ev.CollectGarbage(100.0, 30.0, 60.0),
-    ev.CollectGarbage(100.0, 30.0, 60.0, (2002,), ("w1:1", "w2:2"), float("inf")),
+    ev.CollectGarbage(100.0, 30.0, 60.0, (2002,), ("w1:1", "w2:2"), float("inf"), True),
 ]
 
 
@@ -60,6 +62,13 @@ def test_a_field_added_with_a_default_reads_older_records() -> None:
     assert decode_event(b'{"kind":"RegisterDataset","fingerprint":"f","payload":"",'
                         b'"compression":"","element_spec":"","cardinality":1,'
                         b'"num_split_units":1}').requested_id == ""
+    assert decode_event(b'{"kind":"WorkerHeartbeat","address":"a:1","uid":"u",'
+                        b'"current_tasks":[7],"now":1}') == ev.WorkerHeartbeat(
+        "a:1", "u", (7,), 1.0, ())
+    assert decode_event(b'{"kind":"GetSplits","iteration_id":3,"repetition":0,'
+                        b'"max_splits":8}') == ev.GetSplits(3, 0, 8, 0, "", 0)
+    assert not decode_event(b'{"kind":"CollectGarbage","now":1,"client_timeout":1,'
+                            b'"worker_timeout":1}').keep_dynamic
     # jobs from before static sharding have no worker list
     job = decode_event(b'{"kind":"GetOrCreateJob","dataset_id":"1","job_name":"",'
                        b'"options":{"processing_mode":"OFF"}}')
@@ -128,6 +137,7 @@ def busy_state() -> st.DispatcherState:
         state.apply(ev.TaskFinished(address, task_id))
     state.apply(ev.ReleaseClient(client))
     state.apply(ev.GetSplits(running, 0, 5))
+    state.apply(ev.GetSplits(running, 0, 5, state.iterations[running].tasks["w2:2"], "u", 4))
     state.apply(ev.TaskFinished("w1:1", state.iterations[running].tasks["w1:1"]))
     state.apply(ev.CollectGarbage(10.0, 1e9, 1e9, (), ("w3:3",), 100.0))
     return state
@@ -140,6 +150,8 @@ def test_the_state_round_trips_through_a_snapshot() -> None:
     assert restored.snapshot() == state.snapshot()
     assert any(t.finished and t.worker_address == "w3:3" for t in restored.tasks.values())
     assert any(i.idle_since == 10.0 for i in restored.iterations.values())
+    (answer,) = [t.last_splits for t in restored.tasks.values() if t.last_splits]
+    assert answer == ev.SplitsAnswer("u", 4, 0, [(i, i + 1) for i in range(5, 10)], False)
     # and both go on alike
     for copy in (state, restored):
         copy.apply(ev.WorkerHeartbeat("w3:3", "u2", (), 20.0))

@@ -155,23 +155,36 @@ def test_a_task_asked_for_long_ago_is_forgotten(state: ws.WorkerState) -> None:
 # ----- the end of a task ------------------------------------------------------------------------
 
 
-def test_an_ended_task_is_reported_until_acknowledged(state: ws.WorkerState) -> None:
-    assign(state, 7)
-    ended = state.apply(ws.TaskEnded(7, 0.0))
-    assert ended == ws.Result(ws.EndOfSequence(), (ws.StopTask(7), ws.ReportFinished(7)))
-    assert ask(state, 7).answer == ws.EndOfSequence()
-    assert state.apply(ws.TaskEnded(7, 0.0)) == ws.Result(ws.EndOfSequence())  # reported once
-    heartbeat = tick(state, 1.0)  # the report is in flight: listed, not reported again
-    assert heartbeat.current_tasks == (7,)
-    assert state.apply(ws.FinishReportFailed(7)).instructions == ()
-    answer(state, heartbeat, now=1.0)
-    assert state.apply(ws.Tick(2.0)).instructions == (ws.SendHeartbeat(4, (7,)),
-                                                      ws.ReportFinished(7))
-    state.apply(ws.FinishAcknowledged(7))
-    assert state.tasks == {}
-    answer(state, ws.SendHeartbeat(4, (7,)), new=(7,), now=2.0)  # a stale answer
+def test_an_ended_task_is_reported_at_once_and_until_acknowledged(
+        state: ws.WorkerState) -> None:
+    assign(state, 7, 8, now=0.5)
+    ended = state.apply(ws.TaskEnded(7, 0.6))
+    assert ended == ws.Result(ws.Finishing(), (ws.StopTask(7), ws.HeartbeatNow()))
+    assert ask(state, 7, now=0.6).answer == ws.Finishing()  # not yet known to the dispatcher
+    assert state.apply(ws.TaskEnded(7, 0.6)) == ws.Result(ws.Finishing())  # ended once
+    assert state.next_heartbeat() == float("-inf")  # due at once, not at the interval
+    heartbeat = tick(state, 0.6)
+    assert heartbeat == ws.SendHeartbeat(3, (7, 8), (7,))
+    state.apply(ws.HeartbeatFailed(heartbeat.seq, "unreachable", 0.7))
+    heartbeat = tick(state, 0.7 + ws.RETRY_S)  # reported again, until acknowledged
+    assert heartbeat.finished_tasks == (7,)
+    answer(state, heartbeat, delete=(7,), now=1.0)  # the acknowledgement
+    assert ask(state, 7, now=1.0).answer == ws.EndOfSequence()
+    assert set(state.tasks) == {8} and tick(state, 2.0).finished_tasks == ()
+    answer(state, ws.SendHeartbeat(3, (7, 8)), new=(7,), now=2.0)  # a stale answer
     assert ask(state, 7).answer == ws.EndOfSequence()
     assert 7 not in state.tasks
+
+
+def test_an_end_found_while_a_heartbeat_is_in_flight_goes_in_the_next(
+        state: ws.WorkerState) -> None:
+    assign(state, 7)
+    in_flight = tick(state, 1.0)
+    state.apply(ws.TaskEnded(7, 1.1))
+    assert state.apply(ws.Tick(1.1)).instructions == ()  # one heartbeat at a time
+    answer(state, in_flight, now=1.2)  # sent before the end: no acknowledgement
+    assert ask(state, 7, now=1.2).answer == ws.Finishing()
+    assert tick(state, 1.2).finished_tasks == (7,)  # at once, not at the interval
 
 
 def test_deleting_an_ended_task_acknowledges_it(state: ws.WorkerState) -> None:
@@ -237,7 +250,7 @@ class Run:
         for instruction in result.instructions:
             if isinstance(instruction, ws.StartTask):
                 self.started.append(instruction.definition.task_id)
-            elif isinstance(instruction, (ws.SendHeartbeat, ws.ReportFinished)):
+            elif isinstance(instruction, ws.SendHeartbeat):
                 self.outbox.append(instruction)
         return result
 
@@ -262,35 +275,30 @@ class Run:
     def _tick(self, outcome: str) -> None:
         self.apply(ws.Tick(self.now))
         calls, self.outbox = self.outbox, []
-        if any(isinstance(call, ws.SendHeartbeat) for call in calls):
+        for heartbeat in calls:
+            assert isinstance(heartbeat, ws.SendHeartbeat)
             for task_id in self.ended:  # reported with every heartbeat until acknowledged
-                record = self.state.tasks.get(task_id)
-                assert record is None or ws.ReportFinished(task_id) in calls, task_id
-        for instruction in calls:
-            if isinstance(instruction, ws.SendHeartbeat):
-                self._heartbeat(instruction, outcome)
-            elif isinstance(instruction, ws.ReportFinished):
-                self._report(instruction.task_id, outcome)
+                if task_id in self.state.tasks:
+                    assert task_id in heartbeat.finished_tasks, task_id
+            assert set(heartbeat.finished_tasks) <= set(heartbeat.current_tasks)
+            self._heartbeat(heartbeat, outcome)
 
     def _heartbeat(self, heartbeat: ws.SendHeartbeat, outcome: str) -> None:
         for task_id in self.started:  # else the dispatcher would send it again
             if self.dispatcher.unfinished(task_id) and task_id not in self.state.deleted:
                 assert task_id in heartbeat.current_tasks, (task_id, heartbeat)
+        assert set(heartbeat.finished_tasks) <= self.ended
         if outcome == "fail":
             self.apply(ws.HeartbeatFailed(heartbeat.seq, "unreachable", self.now))
             return
+        for task_id in heartbeat.finished_tasks:
+            self._finish(task_id)
         new, delete = self.dispatcher.heartbeat(heartbeat.current_tasks)
+        if outcome == "answer lost":
+            self.apply(ws.HeartbeatFailed(heartbeat.seq, "answer lost", self.now))
+            return
         self.apply(ws.HeartbeatAnswered(heartbeat.seq, tuple(definition(t) for t in new),
                                         delete, self.now))
-
-    def _report(self, task_id: int, outcome: str) -> None:
-        assert task_id in self.ended
-        if outcome == "fail":
-            self.apply(ws.FinishReportFailed(task_id))
-            return
-        self._finish(task_id)
-        self.apply(ws.FinishAcknowledged(task_id) if outcome == "ok"
-                   else ws.FinishReportFailed(task_id))
 
     def _ask(self, task_id: int) -> None:
         self.check_answer(task_id, self.apply(ws.ElementsRequested(task_id, self.now)))
@@ -299,16 +307,21 @@ class Run:
         result = self.apply(ws.ElementsRequested(task_id, self.now))
         if isinstance(result.answer, ws.Serve):
             result = self.apply(ws.TaskEnded(task_id, self.now))
-            assert result.answer == ws.EndOfSequence()
-            assert ws.ReportFinished(task_id) in result.instructions
+            assert result.answer == ws.Finishing()
+            assert ws.StopTask(task_id) in result.instructions
+            assert self.state.next_heartbeat() == float("-inf")
             self.ended.add(task_id)
         self.check_answer(task_id, result)
 
     def check_answer(self, task_id: int, result: ws.Result) -> None:
         answer = result.answer
-        assert isinstance(answer, (ws.Serve, ws.EndOfSequence, ws.NotReady, ws.Refused))
-        if task_id in self.ended:
-            assert answer == ws.EndOfSequence()
+        assert isinstance(answer, (ws.Serve, ws.EndOfSequence, ws.NotReady, ws.Finishing,
+                                   ws.Refused))
+        if task_id in self.ended:  # the end, once the dispatcher knows it
+            known = self.dispatcher.finished.get(task_id, True)
+            assert answer == (ws.EndOfSequence() if task_id not in self.state.tasks
+                              else ws.Finishing())
+            assert isinstance(answer, ws.Finishing) or known
         if isinstance(answer, ws.Refused):
             assert f"task {task_id}" in str(answer.error) and ADDRESS in str(answer.error)
         if self.now - self.last_asked.get(task_id, self.now) > ws.UNKNOWN_TASK_TIMEOUT_S:
@@ -327,6 +340,9 @@ class Run:
             self._wait(INTERVAL)
             self._tick("ok")
         assert not any(record.finished for record in self.state.tasks.values())
+        for task_id in self.ended:
+            assert self.state.apply(ws.ElementsRequested(task_id, self.now)).answer == (
+                ws.EndOfSequence())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,14 +11,26 @@ from convoy.data._op import Node, Op
 
 class ShuffleOp(Op):
     """Seeded per iteration: with ``reshuffle_each_iteration`` every iteration key gets its own
-    order, otherwise every iteration repeats the first one's order."""
+    order, otherwise every iteration repeats the first one's order.
+
+    Without a seed, one is drawn when the pipeline is instantiated: built here, or unpickled
+    (so each data service worker draws its own and shuffles its own way, as in TensorFlow).
+    The shuffle's iterators save their random state, so a restored iterator goes on as the
+    saved one would have.
+    """
 
     def __init__(self, input: Op, buffer_size: int, seed: int | None,
                  reshuffle_each_iteration: bool) -> None:
         self.inputs = (input,)
         self.buffer_size = buffer_size
-        self.seed = seed if seed is not None else random.SystemRandom().getrandbits(63)
+        self.fixed_seed = seed is not None
+        self.seed = seed if seed is not None else _draw_seed()
         self.reshuffle = reshuffle_each_iteration
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if not self.fixed_seed:
+            self.seed = _draw_seed()
 
     def cardinality(self) -> int:
         return self.input.cardinality()
@@ -34,6 +46,10 @@ class ShuffleOp(Op):
 
     def static_spec(self) -> Any:
         return self.input.static_spec()
+
+
+def _draw_seed() -> int:
+    return random.SystemRandom().getrandbits(63)
 
 
 class _ShuffleNode(Node):

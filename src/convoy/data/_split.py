@@ -145,7 +145,7 @@ def read_splits(op: Op, supplier: SplitSupplier) -> Op:
 def _rebuild_top(op: Op, feed: _Feed) -> Op:
     if op.inputs and not isinstance(op, _COMBINING):
         return op.with_inputs((_rebuild_top(op.input, feed),))
-    return _PassOp(_rebuild(op, feed, 0, ()), feed)
+    return _PassOp(_rebuild(op, feed, 0, ()), feed, split_units(op))
 
 
 def _rebuild(op: Op, feed: _Feed, start: int, shifts: tuple[_Shift, ...]) -> Op:
@@ -249,9 +249,16 @@ class _Shift:
 class _PassOp(Op):
     """Each iteration starts the next pass over the pipeline's units."""
 
-    def __init__(self, input: Op, feed: _Feed) -> None:
+    def __init__(self, input: Op, feed: _Feed, units: int) -> None:
         self.inputs = (input,)
         self.feed = feed
+        self.units = units
+
+    def reads_remote(self) -> bool:
+        # A pass is empty on this worker when the others took all its units; a repeat()
+        # above goes on to the next pass then (a worker behind catches up), as over a remote
+        # source. Only a source without units is empty for everyone.
+        return self.units > 0
 
     def iterator(self, state: Any, key: int) -> Node:
         _refuse_state(state)

@@ -18,12 +18,9 @@ leave the cluster as it was share the session-scoped ``cluster1`` / ``cluster2``
 configure servers take a fresh one from ``make_cluster``.
 
 TensorFlow's worker stop lets the calls it is serving finish (its gRPC server shuts down
-without a deadline). A convoy worker stopped in-process cancels them, and a consumer whose
-call is cancelled fails with CancelledError; a stop with a quiet period is no better (a call
-still in flight fetches the stopped worker's task back from the dispatcher and serves it from
-the start). Tests that stop a worker under a reading consumer therefore first let the
-consumer's buffer fill (:meth:`TFCluster.stop_workers` and :meth:`TFCluster.restart_worker` wait
-a moment first), so that no call is in flight when the worker stops.
+without a deadline). A convoy worker stopped in-process answers them "unavailable" (its
+consumers read elsewhere and come back later) and stops its server once no call has come for
+a moment, so servers are stopped and restarted under reading consumers as in TensorFlow.
 
 TensorFlow's test cluster declares a worker lost after 200 ms of silence. Here the worker
 timeout stays at convoy's default unless a test asks: in-process workers share the GIL with
@@ -34,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,9 +38,6 @@ import pytest
 
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
 from convoy.testing import LocalCluster
-
-#: Long enough for a consumer's reader threads to fill its buffer and go idle.
-SETTLE_S = 0.3
 
 
 class TFCluster(LocalCluster):
@@ -60,8 +53,7 @@ class TFCluster(LocalCluster):
         self.dispatcher = DispatchServer(config)
 
     def stop_workers(self, indices: list[int]) -> None:
-        """Stop the workers at ``indices`` once reading consumers have gone idle."""
-        time.sleep(SETTLE_S)
+        """Stop the workers at ``indices``."""
         for index in indices:
             self.workers[index].stop()
 

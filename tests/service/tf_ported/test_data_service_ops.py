@@ -110,11 +110,7 @@ def test_distribute_mutable_hash_table(cluster1, value_rank):
     assert results == [value(10), value(11), default]
 
 
-@pytest.mark.parametrize("shuffle_seed", [
-    pytest.param(None, marks=pytest.mark.xfail(
-        strict=True, reason="shuffle(seed=None) draws its seed when the pipeline is built and "
-                            "the seed travels with it, so every OFF worker shuffles alike")),
-    10])
+@pytest.mark.parametrize("shuffle_seed", [None, 10])
 def test_shuffle_order(cluster2, shuffle_seed):
     """testShuffleOrder: with two workers the output is two shuffled copies of the range,
     interleaved; without a seed the two orders differ, with a seed they are equal."""

@@ -339,8 +339,6 @@ def test_dont_gc_used_job(make_cluster):
     it3.close()
 
 
-@pytest.mark.xfail(strict=True, reason="idle DYNAMIC iterations are collected like OFF ones, "
-                                       "so re-joining the job visits its elements again")
 def test_dont_gc_jobs_with_visitation_guarantees(make_cluster):
     """testDontGcJobsWithVisitationGuarantees: a DYNAMIC job is kept even without iterators,
     since starting it over would visit elements again."""

@@ -121,18 +121,11 @@ def test_forever_repeat(cluster2, dynamic):
     assert all(counts[i] > 1000 / 20 / 2 for i in range(20)), counts
 
 
-_WORKERS_DIE = pytest.mark.xfail(
-    strict=False, reason="workers that die mid-job: by timing, the read stalls until "
-    "worker_timeout_ms or ends early although the input is endless; it sometimes survives, "
-    "so this xfail cannot be strict")
-
-
 @pytest.mark.timeout(40)
 @pytest.mark.parametrize("source, worker_timeout_ms", [
-    pytest.param("dynamic_sharding_test", 200, marks=_WORKERS_DIE),
-    pytest.param("distributed_epoch_test", 200, marks=_WORKERS_DIE),
-    pytest.param("dynamic_sharding_test", None, id="dynamic_sharding_test-default_timeout",
-                 marks=_WORKERS_DIE),
+    ("dynamic_sharding_test", 200),
+    ("distributed_epoch_test", 200),
+    pytest.param("dynamic_sharding_test", None, id="dynamic_sharding_test-default_timeout"),
 ])
 def test_forever_repeat_few_elements(make_cluster, read_within, source, worker_timeout_ms):
     """testForeverRepeatFewElements: fewer elements than workers, so some workers get none in
@@ -285,8 +278,6 @@ def test_imbalanced_zip_and_repeat(cluster1, name):
     assert pairs(dynamic_job(dataset, cluster1, name)) == [(i, i) for i in range(200)] * 3
 
 
-@pytest.mark.xfail(strict=True, reason="DYNAMIC over a tiny source repeated forever: one worker "
-                                       "takes nearly every repetition and the others starve")
 def test_enumerate_replicate_on_split(cluster3, name, read_within):
     """testEnumerateReplicateOnSplit: enumerate counts on each worker, so every index comes
     once per worker; read until all three workers have reached index 10."""

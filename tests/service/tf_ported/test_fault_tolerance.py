@@ -105,8 +105,6 @@ def test_dispatcher_restart_during_reading(ft_cluster):
     assert read_with_restarts(cluster, dataset, [50]) == list(range(100))
 
 
-@pytest.mark.xfail(strict=True, reason="a fault-tolerant dispatcher restart loses elements "
-                                       "under DYNAMIC")
 def test_dispatcher_restart_during_distributed_epoch(ft_cluster):
     """testDispatcherRestartDuringDistributedEpoch: a restart at element 50 of 100 loses and
     repeats nothing. Whether the restart meets splits in flight is a matter of timing, so the
@@ -117,8 +115,6 @@ def test_dispatcher_restart_during_distributed_epoch(ft_cluster):
         assert read_with_restarts(cluster, dataset, [50]) == list(range(100))
 
 
-@pytest.mark.xfail(strict=True, reason="a fault-tolerant dispatcher restart loses elements "
-                                       "under DYNAMIC")
 def test_dispatcher_restart_during_distributed_epoch_repeat(ft_cluster):
     """testDispatcherRestartDuringDistributedEpochRepeat: four restarts over five
     repetitions (the last after the final element); as above, on up to three fresh jobs."""

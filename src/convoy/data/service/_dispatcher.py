@@ -74,7 +74,8 @@ class _Handlers:
             return self._apply(ev.CollectGarbage(
                 now, client_timeout, worker_timeout,
                 self.state.silent_clients(now, client_timeout, since),
-                self.state.silent_workers(now, worker_timeout, since), iteration_timeout))
+                self.state.silent_workers(now, worker_timeout, since), iteration_timeout,
+                keep_dynamic=True))
 
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
         if not r.dataset or not r.fingerprint:
@@ -134,21 +135,23 @@ class _Handlers:
             raise InvalidArgumentError("WorkerHeartbeat needs a worker_uid")
         check_listed_worker(self.worker_addresses, r.worker_address)
         orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
-                                                tuple(r.current_tasks), time.time()))
+                                                tuple(r.current_tasks), time.time(),
+                                                tuple(r.finished_tasks)))
         return pb.WorkerHeartbeatResponse(
             new_tasks=[_task_def(t) for t in orders.new_tasks],
             tasks_to_delete=orders.tasks_to_delete)
-
-    def TaskFinished(self, r: pb.TaskFinishedRequest) -> pb.Empty:
-        self._apply(ev.TaskFinished(r.worker_address, r.task_id))
-        return pb.Empty()
 
     def GetSplits(self, r: pb.GetSplitsRequest) -> pb.GetSplitsResponse:
         if not 0 < r.max_splits <= 1024 or r.repetition < 0:
             raise InvalidArgumentError(
                 f"GetSplits needs 0 < max_splits <= 1024 and repetition >= 0, got "
                 f"{r.max_splits} and {r.repetition}")
-        splits, end = self._apply(ev.GetSplits(r.iteration_id, r.repetition, r.max_splits))
+        if not r.task_id or not r.worker_uid or r.request_number <= 0:
+            raise InvalidArgumentError(
+                f"GetSplits needs a task_id, a worker_uid and a request_number > 0, got "
+                f"{r.task_id}, {r.worker_uid!r} and {r.request_number}")
+        splits, end = self._apply(ev.GetSplits(r.iteration_id, r.repetition, r.max_splits,
+                                               r.task_id, r.worker_uid, r.request_number))
         return pb.GetSplitsResponse(splits=[pb.Split(start=a, stop=b) for a, b in splits],
                                     end_of_splits=end)
 

@@ -57,11 +57,24 @@ class IterationRecord:
 
 
 @dataclass(slots=True)
+class SplitsAnswer:
+    """The answer to a task's latest GetSplits request, kept to answer it again if sent
+    again (the first answer may have been lost in flight)."""
+
+    worker_uid: str
+    request_number: int
+    repetition: int
+    splits: list[tuple[int, int]]
+    end_of_splits: bool
+
+
+@dataclass(slots=True)
 class TaskRecord:
     task_id: int
     iteration_id: int
     worker_address: str
     finished: bool = False
+    last_splits: SplitsAnswer | None = None
 
 
 @dataclass(slots=True)
@@ -137,19 +150,31 @@ class WorkerHeartbeat:
     uid: str
     current_tasks: tuple[int, ...]
     now: float
+    #: Tasks of this worker whose end a consumer has found.
+    finished_tasks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class TaskFinished:
+    """A task's end, reported on its own (journals of older versions hold these; workers
+    now report ends in :class:`WorkerHeartbeat`)."""
+
     address: str
     task_id: int
 
 
 @dataclass(frozen=True)
 class GetSplits:
+    """A request for splits. With a ``task_id`` (0 in journals of older versions: no
+    answer kept) it is answered once per ``(worker_uid, request_number)``: the same request
+    again gets the same answer."""
+
     iteration_id: int
     repetition: int
     max_splits: int
+    task_id: int = 0
+    worker_uid: str = ""
+    request_number: int = 0
 
 
 @dataclass(frozen=True)
@@ -168,6 +193,9 @@ class CollectGarbage:
     #: Forget iterations without clients for this long (None: never). A consumer asking for
     #: a forgotten iteration again gets a new one, as in TensorFlow.
     iteration_timeout: float | None = None
+    #: Keep unfinished iterations of named DYNAMIC jobs however long they are idle (journals
+    #: of older versions, which forgot them too, lack it: False).
+    keep_dynamic: bool = False
 
 
 #: Every event kind by the name the journal writes for it (spelled out: renaming a class

@@ -10,7 +10,11 @@ Objects and their ids: datasets (decimal strings), jobs, iterations (one per job
 repetition), iteration clients (one per consumer iterator), tasks (one per iteration and
 worker; a static job's on its listed workers only), workers (by address; ``uid`` tells a
 restarted process apart). Indexes of tasks by worker and by iteration keep each event's cost
-independent of how much history is held.
+independent of how much history is held. Garbage collection is in :mod:`._dispatcher_gc`.
+
+Under DYNAMIC, splits are handed out from a cursor per iteration and repetition. A worker's
+request names its task, process and a number; the answer is kept with the task, so the same
+request sent again (its answer was lost when the dispatcher died) gets the same splits.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from typing import Any
 
 from convoy.data.service import _dispatcher_events as ev
 from convoy.data.service._config import ShardingPolicy
+from convoy.data.service._dispatcher_gc import GarbageCollection
 from convoy.data.service._static_policy import check_static_job, is_static
 from convoy.errors import (
+    ConvoyError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -47,7 +53,7 @@ SPLITS_PER_PASS = 1024
 _RECORDS = ("datasets", "jobs", "iterations", "tasks", "workers", "clients")
 
 
-class DispatcherState:
+class DispatcherState(GarbageCollection):
     """All the dispatcher knows. Mutate it only through :meth:`apply`."""
 
     def __init__(self, id_base: int = 2000) -> None:
@@ -80,12 +86,19 @@ class DispatcherState:
 
     def is_durable(self, event: Any) -> bool:
         """Whether ``event`` would change more than last-seen times (which a restart need not
-        keep): heartbeats of known clients and workers do not."""
+        keep): heartbeats of known clients and workers that report no new end do not, nor
+        split requests whose answer the state already holds."""
         if isinstance(event, ev.ClientHeartbeat):
             return False
         if isinstance(event, ev.WorkerHeartbeat):
             worker = self.workers.get(event.address)
-            return worker is None or worker.uid != event.uid
+            return (worker is None or worker.uid != event.uid
+                    or any(not task.finished for task in self._reported_ends(event)))
+        if isinstance(event, ev.GetSplits):
+            try:
+                return self._settled_splits(event) is None
+            except ConvoyError:
+                return False  # refused: apply raises the same error
         return True
 
     def _new_id(self) -> int:
@@ -253,6 +266,8 @@ class DispatcherState:
             self._assign_unfinished_iterations(event.address)
         else:
             worker.last_seen = event.now
+        for task in self._reported_ends(event):
+            self._finish(task)
         # A new process at the address gets its unfinished tasks again (under OFF it streams
         # its copy afresh; under DYNAMIC it reads on from the split cursor). A finished task
         # stays finished: its elements were all handed out, and its consumers have stopped
@@ -261,9 +276,16 @@ class DispatcherState:
         current = set(event.current_tasks)
         new_tasks = [self._assignment(t) for t in assigned.values()
                      if t.task_id not in current and not t.finished]
-        # finished tasks a worker still runs; tasks it lost when declared lost and came back
+        # finished tasks a worker still runs or reports (this acknowledges the report); tasks
+        # it lost when declared lost and came back
         to_delete = sorted(t for t in current if t not in assigned or assigned[t].finished)
         return ev.WorkerInstructions(new_tasks, to_delete)
+
+    def _reported_ends(self, event: ev.WorkerHeartbeat) -> list[ev.TaskRecord]:
+        """The current tasks of the heartbeat's worker that it reports finished (a report of
+        any other task is stale: acknowledged, and ignored)."""
+        assigned = self._worker_tasks.get(event.address, {})
+        return [assigned[t] for t in event.finished_tasks if t in assigned]
 
     def _assign_unfinished_iterations(self, address: str) -> None:
         for iteration in self.iterations.values():
@@ -306,6 +328,32 @@ class DispatcherState:
 
     # ----- splits -------------------------------------------------------------------------------
     def _on_GetSplits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool]:
+        settled = self._settled_splits(event)
+        if settled is not None:
+            return settled
+        iteration = self.iterations[event.iteration_id]
+        if event.repetition > iteration.split_repetition:
+            iteration.split_repetition, iteration.split_cursor = event.repetition, 0
+        units = self._units(iteration)
+        # Fair shares when few splits are left (say 8 files): no worker takes them all.
+        remaining = -(-(units - iteration.split_cursor) // iteration.split_size)
+        share = max(1, -(-remaining // (2 * max(1, len(iteration.tasks)))))
+        splits: list[tuple[int, int]] = []
+        while len(splits) < min(event.max_splits, share) and iteration.split_cursor < units:
+            start = iteration.split_cursor
+            iteration.split_cursor = min(units, start + iteration.split_size)
+            splits.append((start, iteration.split_cursor))
+        end = iteration.split_cursor >= units
+        if event.task_id:
+            self.tasks[event.task_id].last_splits = ev.SplitsAnswer(
+                event.worker_uid, event.request_number, event.repetition, splits, end)
+        return splits, end
+
+    def _settled_splits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool] | None:
+        """The answer to ``event`` if the state holds it already, changing nothing: a request
+        sent again, or one for a repetition that is over (a later one has begun, or no split
+        of it is left; neither can change). None if the request hands out splits. Raises for
+        a request that cannot be answered."""
         iteration = self.iterations.get(event.iteration_id)
         if iteration is None:
             raise NotFoundError(f"Iteration {event.iteration_id} not found{RESTART_HINT}")
@@ -315,93 +363,33 @@ class DispatcherState:
                 f"Cannot get splits for iteration {event.iteration_id}: its job uses "
                 f"{job.options.processing_mode}, not DYNAMIC sharding"
             )
-        if event.repetition < iteration.split_repetition:
+        if event.task_id:
+            last = self._split_task(event).last_splits
+            if (last is not None and last.worker_uid == event.worker_uid
+                    and last.request_number == event.request_number):
+                if last.repetition != event.repetition:
+                    raise InvalidArgumentError(
+                        f"split request {event.request_number} of task {event.task_id} was "
+                        f"for repetition {last.repetition}, not {event.repetition}")
+                return list(last.splits), last.end_of_splits
+        if event.repetition < iteration.split_repetition or (
+                event.repetition == iteration.split_repetition
+                and iteration.split_cursor >= self._units(iteration)):
             return [], True
-        if event.repetition > iteration.split_repetition:
-            iteration.split_repetition, iteration.split_cursor = event.repetition, 0
-        units = self.datasets[job.dataset_id].num_split_units
-        # Fair shares when few splits are left (say 8 files): no worker takes them all.
-        remaining = -(-(units - iteration.split_cursor) // iteration.split_size)
-        share = max(1, -(-remaining // (2 * max(1, len(iteration.tasks)))))
-        splits: list[tuple[int, int]] = []
-        while len(splits) < min(event.max_splits, share) and iteration.split_cursor < units:
-            start = iteration.split_cursor
-            iteration.split_cursor = min(units, start + iteration.split_size)
-            splits.append((start, iteration.split_cursor))
-        return splits, iteration.split_cursor >= units
+        return None
 
-    # ----- garbage collection -------------------------------------------------------------------
-    def silent_clients(self, now: float, timeout: float, since: float = 0.0
-                       ) -> tuple[int, ...]:
-        """The clients not seen for ``timeout`` by ``now``, counting ``since`` as seen."""
-        return tuple(client_id for client_id, client in self.clients.items()
-                     if now - max(client.last_seen, since) > timeout)
+    def _split_task(self, event: ev.GetSplits) -> ev.TaskRecord:
+        task = self.tasks.get(event.task_id)
+        if task is None:
+            raise NotFoundError(f"Task {event.task_id} not found{RESTART_HINT}")
+        if task.iteration_id != event.iteration_id:
+            raise InvalidArgumentError(
+                f"Task {event.task_id} belongs to iteration {task.iteration_id}, not "
+                f"{event.iteration_id}")
+        if task.finished:  # its end was found, or its worker was declared lost
+            raise FailedPreconditionError(
+                f"Task {event.task_id} has finished: no more splits for it")
+        return task
 
-    def silent_workers(self, now: float, timeout: float, since: float = 0.0
-                       ) -> tuple[str, ...]:
-        """The workers not seen for ``timeout`` by ``now``, counting ``since`` as seen."""
-        return tuple(address for address, worker in self.workers.items()
-                     if now - max(worker.last_seen, since) > timeout)
-
-    def _on_CollectGarbage(self, event: ev.CollectGarbage) -> list[str]:
-        """Returns the addresses of workers declared lost."""
-        silent = (event.clients if event.clients is not None
-                  else self.silent_clients(event.now, event.client_timeout))
-        for client_id in silent:
-            self.clients.pop(client_id, None)
-        named = (event.workers if event.workers is not None
-                 else self.silent_workers(event.now, event.worker_timeout))
-        lost = [address for address in dict.fromkeys(named) if address in self.workers]
-        for address in lost:
-            del self.workers[address]
-        self._release_tasks_of(lost)
-        if event.iteration_timeout is not None:
-            self._forget_idle_iterations(event.now, event.iteration_timeout)
-        return lost
-
-    def _release_tasks_of(self, lost: list[str]) -> None:
-        """A lost worker's tasks are over: they leave their unfinished iterations, which can
-        end without them (under DYNAMIC others read on the splits it never asked for; those it
-        held are lost). Back again, it is a new worker. Finished iterations are left alone."""
-        tasks = [task for address in lost for task in self._worker_tasks.get(address, {}).values()]
-        running = {task.iteration_id for task in tasks
-                   if not self.iteration_finished(self.iterations[task.iteration_id])}
-        for task in tasks:
-            if task.iteration_id in running:
-                del self.iterations[task.iteration_id].tasks[task.worker_address]
-                self._unassign(task.worker_address, task.task_id)
-                self._lost_tasks.setdefault(task.iteration_id, []).append(task.task_id)
-                self._finish(task)
-
-    def _unassign(self, address: str, task_id: int) -> None:
-        held = self._worker_tasks[address]
-        del held[task_id]
-        if not held:
-            del self._worker_tasks[address]
-
-    def _forget_idle_iterations(self, now: float, timeout: float) -> None:
-        """Drop iterations that have had no client for ``timeout`` (workers then get their
-        tasks deleted by their next heartbeat); keeps the dispatcher's state bounded."""
-        attached = {client.iteration_id for client in self.clients.values()}
-        for iteration_id, iteration in list(self.iterations.items()):
-            if iteration_id in attached:
-                iteration.idle_since = None
-                continue
-            if iteration.idle_since is None:
-                iteration.idle_since = now
-            if now - iteration.idle_since >= timeout:
-                self._forget(iteration)
-
-    def _forget(self, iteration: ev.IterationRecord) -> None:
-        """Drop ``iteration`` and its tasks; costs what it drops, not what is held."""
-        del self.iterations[iteration.iteration_id]
-        del self.iteration_keys[(iteration.job_id, iteration.repetition)]
-        tasks, worker_tasks = self.tasks, self._worker_tasks
-        for address, task_id in iteration.tasks.items():  # _unassign, inlined: the hot loop
-            held = worker_tasks[address]
-            del held[task_id], tasks[task_id]
-            if not held:
-                del worker_tasks[address]
-        for task_id in self._lost_tasks.pop(iteration.iteration_id, ()):
-            del self.tasks[task_id]
-        del self._unfinished[iteration.iteration_id]
+    def _units(self, iteration: ev.IterationRecord) -> int:
+        return self.datasets[self.jobs[iteration.job_id].dataset_id].num_split_units

@@ -17,7 +17,6 @@ DISPATCHER_METHODS = [
     Method("ClientHeartbeat", pb.ClientHeartbeatRequest, pb.ClientHeartbeatResponse),
     Method("ReleaseClient", pb.ReleaseClientRequest, pb.Empty),
     Method("WorkerHeartbeat", pb.WorkerHeartbeatRequest, pb.WorkerHeartbeatResponse),
-    Method("TaskFinished", pb.TaskFinishedRequest, pb.Empty),
     Method("GetSplits", pb.GetSplitsRequest, pb.GetSplitsResponse),
 ]
 

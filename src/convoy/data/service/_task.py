@@ -39,8 +39,9 @@ def element_size(element: Any) -> int:
 
 
 class Task:
-    """Runs ``dataset`` (a pickled op) for one task on its own thread; DYNAMIC tasks read their
-    source's splits from ``splits``; statically sharded ones run ``shard(op)``, their shard."""
+    """Runs ``dataset`` (a pickled op) for one task on its own thread (from :meth:`start`);
+    DYNAMIC tasks read their source's splits from ``splits``; statically sharded ones run
+    ``shard(op)``, their shard."""
 
     def __init__(self, task_id: int, dataset: bytes, compression: str | None,
                  splits: SplitSupplier | None,
@@ -53,7 +54,9 @@ class Task:
         self._elements: Channel[Any] = Channel(
             f"elements of task {task_id}", MAX_BUFFERED_ELEMENTS, MAX_BUFFERED_BYTES,
             element_size)
-        threading.Thread(target=self._produce, name=f"convoy-task-{task_id}",
+
+    def start(self) -> None:
+        threading.Thread(target=self._produce, name=f"convoy-task-{self.task_id}",
                          daemon=True).start()
 
     def _produce(self) -> None:

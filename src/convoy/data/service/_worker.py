@@ -2,14 +2,20 @@
 
 The worker runs the tasks the dispatcher assigns and serves their elements. Handlers turn
 requests into events, apply them under one lock and carry out the instructions: task threads
-start and stop at once; heartbeats and TaskFinished reports go to the dispatcher from the
-worker's control thread, GetSplits calls from the threads of DYNAMIC tasks. A consumer's
+start and stop at once; heartbeats (which also report tasks' ends) go to the dispatcher from
+the worker's control thread, GetSplits calls from the threads of DYNAMIC tasks. A consumer's
 GetElements call never waits for a dispatcher RPC longer than it waits for elements.
+
+GetSplits calls are numbered per task: a call whose answer was lost (the dispatcher died
+before answering) is sent again with its number, and the dispatcher answers it with the same
+splits. A stopping worker answers the calls it is serving ("unavailable": the consumer reads
+elsewhere and comes back) before its server shuts down.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -41,8 +47,14 @@ log = logging.getLogger(__name__)
 SPLITS_PER_REQUEST = 8
 #: A GetElements call never carries more than this many elements ...
 MAX_ELEMENTS_PER_CALL = 65_536
-#: A heartbeat or TaskFinished call waits this long for its answer at most.
+#: A heartbeat call waits this long for its answer at most.
 CALL_TIMEOUT_S = 30.0
+#: A stopping worker answers "unavailable" until no call has come for this long ...
+STOP_QUIET_S = 0.2
+#: ... or for this long at most, then stops its server ...
+STOP_WAIT_S = 3.0
+#: ... giving its last answers this long to leave.
+STOP_GRACE_S = 1.0
 
 
 class WorkerServer(_rpc.ServerBase):
@@ -69,6 +81,9 @@ class WorkerServer(_rpc.ServerBase):
         self._state: ws.WorkerState | None = None  # made once the port is bound
         self._tasks: dict[int, Task] = {}  # the running tasks
         self._outbox: list[ws.Instruction] = []  # calls for the control thread to make
+        self._serving = 0  # GetElements calls being answered
+        self._served = threading.Condition(self._lock)  # one was answered
+        self._last_call = float("-inf")  # when the latest GetElements call came
         self._stopping = False
         self.error: BaseException | None = None
         if start:
@@ -133,21 +148,21 @@ class WorkerServer(_rpc.ServerBase):
         splits = None
         if definition.processing_mode == ShardingPolicy.DYNAMIC.name:
             splits = functools.partial(self._splits, definition.task_id,
-                                       definition.iteration_id)
+                                       definition.iteration_id, itertools.count(1),
+                                       threading.Lock())
         shard = task_shard(definition.processing_mode, definition.num_workers,
                            definition.worker_index)
-        self._tasks[definition.task_id] = Task(definition.task_id, definition.dataset,
-                                               definition.compression, splits, shard)
+        task = self._tasks[definition.task_id] = Task(definition.task_id, definition.dataset,
+                                                      definition.compression, splits, shard)
+        task.start()  # once listed: its splits are asked for only while it is
 
     # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
     def _control_loop(self) -> None:
         try:
             while (calls := self._next_calls()) is not None:
                 for call in calls:
-                    if isinstance(call, ws.SendHeartbeat):
-                        self._send_heartbeat(call)
-                    elif isinstance(call, ws.ReportFinished):
-                        self._report_finished(call.task_id)
+                    assert isinstance(call, ws.SendHeartbeat)
+                    self._send_heartbeat(call)
         except BaseException as error:  # a bug: stop loudly rather than go silent
             log.exception("worker %s control thread failed", self._address)
             self.error = error
@@ -179,7 +194,8 @@ class WorkerServer(_rpc.ServerBase):
 
     def _heartbeat_request(self, heartbeat: ws.SendHeartbeat) -> pb.WorkerHeartbeatRequest:
         return pb.WorkerHeartbeatRequest(worker_address=self._address, worker_uid=self._uid,
-                                         current_tasks=heartbeat.current_tasks)
+                                         current_tasks=heartbeat.current_tasks,
+                                         finished_tasks=heartbeat.finished_tasks)
 
     def _heartbeat_answered(self, heartbeat: ws.SendHeartbeat,
                             response: pb.WorkerHeartbeatResponse) -> None:
@@ -190,37 +206,30 @@ class WorkerServer(_rpc.ServerBase):
             self._apply(event)
             self._answered.notify_all()
 
-    def _report_finished(self, task_id: int) -> None:
-        request = pb.TaskFinishedRequest(worker_address=self._address, task_id=task_id)
-        event: Any = ws.FinishAcknowledged(task_id)
-        try:
-            self._call("TaskFinished", request)
-        except _rpc.RETRYABLE as error:
-            log.info("worker %s will report task %d finished again: %s", self._address,
-                     task_id, error)
-            event = ws.FinishReportFailed(task_id)
-        except ConvoyError as error:  # say, a dispatcher restarted without its state
-            log.warning("dispatcher refused the report that task %d finished on worker %s: %s",
-                        task_id, self._address, error)
-        with self._lock:
-            self._apply(event)
-
     def _call(self, method: str, request: Any) -> Any:
         timeout = min(CALL_TIMEOUT_S, self._config.dispatcher_timeout_s)
         return self._dispatcher.call(method, request, timeout=timeout)
 
     # ----- task threads: the splits of DYNAMIC tasks -------------------------------------------
-    def _splits(self, task_id: int, iteration_id: int,
-                repetition: int) -> Iterator[tuple[int, int]]:
-        request = pb.GetSplitsRequest(iteration_id=iteration_id, repetition=repetition,
-                                      max_splits=SPLITS_PER_REQUEST)
+    def _splits(self, task_id: int, iteration_id: int, numbers: Iterator[int],
+                one_at_a_time: threading.Lock, repetition: int) -> Iterator[tuple[int, int]]:
+        """The splits of one repetition of a task. ``numbers`` and ``one_at_a_time`` belong to
+        the task: the dispatcher keeps the answer to a task's latest request only."""
         # read without the lock: one dict lookup is atomic
         stopped = lambda: self._stopping or task_id not in self._tasks
         while True:
-            response = _rpc.retry(lambda: self._dispatcher.call("GetSplits", request),
-                                  self._config.dispatcher_timeout_s,
-                                  f"worker {self._address} asking for splits of task {task_id}",
-                                  stopped)
+            with one_at_a_time:
+                if stopped():  # a pass may be empty: without this, repeat() would spin
+                    raise UnavailableError(f"task {task_id} was stopped on worker "
+                                           f"{self._address}")
+                request = pb.GetSplitsRequest(
+                    iteration_id=iteration_id, repetition=repetition,
+                    max_splits=SPLITS_PER_REQUEST, task_id=task_id, worker_uid=self._uid,
+                    request_number=next(numbers))
+                response = _rpc.retry(
+                    functools.partial(self._dispatcher.call, "GetSplits", request),
+                    self._config.dispatcher_timeout_s,
+                    f"worker {self._address} asking for splits of task {task_id}", stopped)
             for split in response.splits:
                 yield split.start, split.stop
             if response.end_of_splits:
@@ -233,8 +242,20 @@ class WorkerServer(_rpc.ServerBase):
                 f"GetElements needs max_elements > 0 and max_bytes > 0, got "
                 f"{request.max_elements} and {request.max_bytes}"
             )
+        with self._lock:
+            self._last_call = time.monotonic()
+            self._check_serving()
+            self._serving += 1
+        try:
+            return self._serve(request)
+        finally:
+            with self._lock:
+                self._serving -= 1
+                self._served.notify_all()
+
+    def _serve(self, request: pb.GetElementsRequest) -> bytes:
         deadline = time.monotonic() + ELEMENT_WAIT_S
-        answer, task = self._answer(request.task_id, deadline)
+        answer, task = self._answer(ws.ElementsRequested, request.task_id, deadline)
         if task is not None:
             elements = task.take(min(request.max_elements, MAX_ELEMENTS_PER_CALL),
                                  request.max_bytes, max(0.0, deadline - time.monotonic()))
@@ -242,26 +263,28 @@ class WorkerServer(_rpc.ServerBase):
                 return ELEMENTS + task.encoder.encode(elements)
             if elements is not None:
                 return NOT_READY
-            with self._lock:
-                self._check_serving()
-                answer = self._apply(ws.TaskEnded(task.task_id, time.monotonic())).answer
-        if isinstance(answer, ws.EndOfSequence):
+            # the end, if the worker is not stopping: wait for the dispatcher to know it
+            answer, _ = self._answer(ws.TaskEnded, task.task_id,
+                                     time.monotonic() + ELEMENT_WAIT_S)
+        if isinstance(answer, (ws.EndOfSequence, ws.Finishing)):  # Finishing: waited enough
             return END_OF_SEQUENCE
         if isinstance(answer, ws.NotReady):
             return NOT_READY
         assert isinstance(answer, ws.Refused)
         raise answer.error
 
-    def _answer(self, task_id: int, deadline: float) -> tuple[ws.Answer | None, Task | None]:
-        """The state's answer to a request for ``task_id`` and the task to serve it from, if
-        running. For a task not known yet, waits (until ``deadline``) for the heartbeat that
-        may bring it."""
+    def _answer(self, asked: type, task_id: int, deadline: float
+                ) -> tuple[ws.Answer | None, Task | None]:
+        """The state's answer to ``asked`` (ElementsRequested or TaskEnded) and the task to
+        serve from, if running. While the answer waits for a heartbeat (a task not known yet,
+        an end not acknowledged yet), waits for it until ``deadline``."""
         with self._lock:
             self._check_serving()
-            answer = self._apply(ws.ElementsRequested(task_id, time.monotonic())).answer
-            while (isinstance(answer, ws.NotReady) and not self._stopping
+            answer = self._apply(asked(task_id, time.monotonic())).answer
+            while (isinstance(answer, (ws.NotReady, ws.Finishing)) and not self._stopping
                    and self._answered.wait(max(0.0, deadline - time.monotonic()))):
                 answer = self._apply(ws.ElementsRequested(task_id, time.monotonic())).answer
+            self._check_serving()
             if isinstance(answer, ws.Serve):
                 return answer, self._tasks[task_id]
             return answer, None
@@ -273,15 +296,34 @@ class WorkerServer(_rpc.ServerBase):
 
     # ----- lifecycle ---------------------------------------------------------------------------
     def stop(self, grace: float | None = None) -> None:
-        """Stop serving and drop all tasks (calls in flight get ``grace`` seconds, by default
-        the config's shutdown quiet period)."""
+        """Stop producing and answer GetElements calls "unavailable" (their consumers read
+        elsewhere and come back later) until none is being served and none has come for
+        ``STOP_QUIET_S``; then stop the server. Its last answers get ``grace`` seconds to
+        leave (by default the config's shutdown quiet period, at least ``STOP_GRACE_S``).
+        Stopping the server while calls arrive would cancel them."""
         with self._lock:
             self._stopping = True
+            tasks, self._tasks = list(self._tasks.values()), {}
             self._wake.notify_all()
             self._answered.notify_all()
+        for task in tasks:
+            task.stop()  # wakes the calls waiting for its elements
+        self._quiesce()
         if grace is None:
-            grace = self._config.shutdown_quiet_period_ms / 1000 or None
+            grace = max(self._config.shutdown_quiet_period_ms / 1000, STOP_GRACE_S)
         super().stop(grace)
+
+    def _quiesce(self) -> None:
+        """Wait (``STOP_WAIT_S`` at most) until no call is being served or has come lately."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        with self._lock:
+            while (now := time.monotonic()) < deadline:
+                quiet_for = now - self._last_call
+                if not self._serving and quiet_for >= STOP_QUIET_S:
+                    return
+                self._served.wait(min(deadline - now, max(STOP_QUIET_S - quiet_for, 0.01)))
+            log.warning("worker %s stops while consumers still call it (%d being answered)",
+                        self._address, self._serving)
 
     def _on_stop(self) -> None:
         with self._lock:

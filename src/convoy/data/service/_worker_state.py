@@ -3,12 +3,14 @@ locks or clocks.
 
 The worker's shell turns consumers' requests and the dispatcher's answers into events, applies
 them one at a time with :meth:`WorkerState.apply` and carries out the instructions it gets
-back: it starts and stops task threads at once, and its control thread sends the heartbeats
-and TaskFinished reports. Time enters only as the ``now`` field of events.
+back: it starts and stops task threads at once, and its control thread sends the heartbeats.
+Time enters only as the ``now`` field of events.
 
 A task's life on a worker: *running* from the heartbeat answer that assigns it; *finished*
-once a consumer has found its end (the worker reports TaskFinished and lists the task in its
-heartbeats until the dispatcher has acknowledged, so the task is never sent again); then
+once a consumer has found its end: a heartbeat goes at once and reports it, again in every
+heartbeat until the dispatcher acknowledges (by deleting the task), so the task is never sent
+again. Consumers are told the end once it is acknowledged (:class:`Finishing` until then), so
+a consumer that asks the dispatcher next finds the task finished there. Then the task is
 forgotten, but remembered as ended so that late consumers still get END_OF_SEQUENCE. A task
 id is started at most once in a worker's life.
 """
@@ -79,20 +81,6 @@ class TaskEnded:
     now: float
 
 
-@dataclass(frozen=True)
-class FinishAcknowledged:
-    """The dispatcher took (or refused for good) a task's TaskFinished report."""
-
-    task_id: int
-
-
-@dataclass(frozen=True)
-class FinishReportFailed:
-    """A TaskFinished report did not arrive; it is sent again with the next heartbeat."""
-
-    task_id: int
-
-
 # ----- answers to a consumer ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class Serve:
@@ -112,11 +100,17 @@ class NotReady:
 
 
 @dataclass(frozen=True)
+class Finishing:
+    """The task has ended, and a heartbeat reporting it is on its way: ask again once it is
+    answered (and answer END_OF_SEQUENCE anyway if that takes too long)."""
+
+
+@dataclass(frozen=True)
 class Refused:
     error: Exception
 
 
-Answer = Serve | EndOfSequence | NotReady | Refused
+Answer = Serve | EndOfSequence | NotReady | Finishing | Refused
 
 
 # ----- instructions ------------------------------------------------------------------------------
@@ -139,11 +133,7 @@ class HeartbeatNow:
 class SendHeartbeat:
     seq: int
     current_tasks: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ReportFinished:
-    task_id: int
+    finished_tasks: tuple[int, ...] = ()  # ended, not acknowledged yet (listed in both)
 
 
 @dataclass(frozen=True)
@@ -151,8 +141,7 @@ class Shutdown:
     reason: str
 
 
-Instruction = (StartTask | StopTask | HeartbeatNow | SendHeartbeat | ReportFinished
-               | Shutdown)
+Instruction = StartTask | StopTask | HeartbeatNow | SendHeartbeat | Shutdown
 
 
 @dataclass(frozen=True)
@@ -165,7 +154,6 @@ class Result:
 class TaskRecord:
     definition: TaskDefinition
     finished: bool = False  # a consumer found its end; not yet acknowledged
-    reporting: bool = False  # a TaskFinished report is on its way
 
 
 @dataclass
@@ -204,18 +192,15 @@ class WorkerState:
 
     # ----- the control thread -------------------------------------------------------------------
     def _on_Tick(self, event: Tick) -> Result:
-        if not self.heartbeat_requested and event.now < self.heartbeat_at:
+        if self.heartbeat_at == float("inf") or (  # one in flight: one at a time
+                not self.heartbeat_requested and event.now < self.heartbeat_at):
             return Result()
         self.heartbeats_sent += 1
         self.heartbeat_requested = False
         self.heartbeat_at = float("inf")  # until answered
-        instructions: list[Instruction] = [
-            SendHeartbeat(self.heartbeats_sent, tuple(sorted(self.tasks)))]
-        for task_id, record in sorted(self.tasks.items()):
-            if record.finished and not record.reporting:
-                record.reporting = True
-                instructions.append(ReportFinished(task_id))
-        return Result(instructions=tuple(instructions))
+        finished = tuple(t for t, record in sorted(self.tasks.items()) if record.finished)
+        return Result(instructions=(
+            SendHeartbeat(self.heartbeats_sent, tuple(sorted(self.tasks)), finished),))
 
     def _on_HeartbeatAnswered(self, event: HeartbeatAnswered) -> Result:
         self.heartbeats_answered = max(self.heartbeats_answered, event.seq)
@@ -226,7 +211,7 @@ class WorkerState:
             record = self.tasks.pop(task_id, None)
             if record is None:
                 continue
-            if record.finished:  # the dispatcher knows it has ended
+            if record.finished:  # the dispatcher knows it has ended: acknowledged
                 self.ended.add(task_id)
             else:
                 self.deleted.add(task_id)
@@ -252,25 +237,12 @@ class WorkerState:
         self.heartbeat_at = event.now + min(self.heartbeat_interval, RETRY_S)
         return Result()
 
-    def _on_FinishAcknowledged(self, event: FinishAcknowledged) -> Result:
-        record = self.tasks.get(event.task_id)
-        if record is not None and record.finished:
-            del self.tasks[event.task_id]
-            self.ended.add(event.task_id)
-        return Result()
-
-    def _on_FinishReportFailed(self, event: FinishReportFailed) -> Result:
-        record = self.tasks.get(event.task_id)
-        if record is not None:
-            record.reporting = False
-        return Result()
-
     # ----- consumers ----------------------------------------------------------------------------
     def _on_ElementsRequested(self, event: ElementsRequested) -> Result:
         task_id = event.task_id
         record = self.tasks.get(task_id)
         if record is not None:
-            return Result(EndOfSequence() if record.finished else Serve(task_id))
+            return Result(Finishing() if record.finished else Serve(task_id))
         if task_id in self.ended:
             return Result(EndOfSequence())
         if task_id in self.deleted:
@@ -299,10 +271,12 @@ class WorkerState:
         record = self.tasks.get(event.task_id)
         if record is None or record.finished:  # another consumer saw the end first
             return self._on_ElementsRequested(ElementsRequested(event.task_id, event.now))
-        record.finished = record.reporting = True
-        return Result(EndOfSequence(), (StopTask(event.task_id), ReportFinished(event.task_id)))
+        record.finished = True
+        return Result(Finishing(), (StopTask(event.task_id), *self._request_heartbeat()))
 
     # ----- queries ------------------------------------------------------------------------------
     def next_heartbeat(self) -> float:
         """When the control thread should next ask (``-inf``: at once)."""
-        return float("-inf") if self.heartbeat_requested else self.heartbeat_at
+        if self.heartbeat_requested and self.heartbeat_at != float("inf"):
+            return float("-inf")
+        return self.heartbeat_at

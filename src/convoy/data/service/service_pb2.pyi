@@ -143,14 +143,16 @@ class TaskDef(_message.Message):
     def __init__(self, task_id: _Optional[int] = ..., iteration_id: _Optional[int] = ..., dataset_id: _Optional[str] = ..., dataset: _Optional[bytes] = ..., processing_mode: _Optional[str] = ..., compression: _Optional[str] = ..., worker_index: _Optional[int] = ..., num_workers: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
-    __slots__ = ("worker_address", "worker_uid", "current_tasks")
+    __slots__ = ("worker_address", "worker_uid", "current_tasks", "finished_tasks")
     WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     WORKER_UID_FIELD_NUMBER: _ClassVar[int]
     CURRENT_TASKS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_TASKS_FIELD_NUMBER: _ClassVar[int]
     worker_address: str
     worker_uid: str
     current_tasks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ...) -> None: ...
+    finished_tasks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ..., finished_tasks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WorkerHeartbeatResponse(_message.Message):
     __slots__ = ("new_tasks", "tasks_to_delete")
@@ -159,14 +161,6 @@ class WorkerHeartbeatResponse(_message.Message):
     new_tasks: _containers.RepeatedCompositeFieldContainer[TaskDef]
     tasks_to_delete: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, new_tasks: _Optional[_Iterable[_Union[TaskDef, _Mapping]]] = ..., tasks_to_delete: _Optional[_Iterable[int]] = ...) -> None: ...
-
-class TaskFinishedRequest(_message.Message):
-    __slots__ = ("worker_address", "task_id")
-    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
-    TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    worker_address: str
-    task_id: int
-    def __init__(self, worker_address: _Optional[str] = ..., task_id: _Optional[int] = ...) -> None: ...
 
 class Split(_message.Message):
     __slots__ = ("start", "stop")
@@ -177,14 +171,20 @@ class Split(_message.Message):
     def __init__(self, start: _Optional[int] = ..., stop: _Optional[int] = ...) -> None: ...
 
 class GetSplitsRequest(_message.Message):
-    __slots__ = ("iteration_id", "repetition", "max_splits")
+    __slots__ = ("iteration_id", "repetition", "max_splits", "task_id", "worker_uid", "request_number")
     ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
     REPETITION_FIELD_NUMBER: _ClassVar[int]
     MAX_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_UID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_NUMBER_FIELD_NUMBER: _ClassVar[int]
     iteration_id: int
     repetition: int
     max_splits: int
-    def __init__(self, iteration_id: _Optional[int] = ..., repetition: _Optional[int] = ..., max_splits: _Optional[int] = ...) -> None: ...
+    task_id: int
+    worker_uid: str
+    request_number: int
+    def __init__(self, iteration_id: _Optional[int] = ..., repetition: _Optional[int] = ..., max_splits: _Optional[int] = ..., task_id: _Optional[int] = ..., worker_uid: _Optional[str] = ..., request_number: _Optional[int] = ...) -> None: ...
 
 class GetSplitsResponse(_message.Message):
     __slots__ = ("splits", "end_of_splits")
