@@ -304,7 +304,12 @@ class Client:
             response, call = self._stubs[method].with_call(request, timeout=timeout,
                                                            metadata=metadata)
         except grpc.RpcError as error:
-            raise errors.from_rpc_error(error, f"{method} at {self.address}") from None
+            where = f"{method} at {self.address}"
+            if error.code() is grpc.StatusCode.CANCELLED and not self._closed:
+                # Nobody here cancelled it: the server stopped while answering (a restart).
+                raise errors.UnavailableError(f"{where}: the server stopped while answering "
+                                              f"({error.details()})") from None
+            raise errors.from_rpc_error(error, where) from None
         except ValueError:
             if not self._closed:
                 raise
