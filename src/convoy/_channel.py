@@ -13,6 +13,7 @@ accepted into an empty channel, so nothing is ever stuck behind its own size.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -34,8 +35,9 @@ class Channel(Generic[T]):
         if max_size is not None and size_of is None:
             raise ValueError("a channel bounded by size needs size_of")
         self.name = name
-        self._max_items = max_items
-        self._max_size = max_size
+        # Bounds as numbers, None as unbounded: the per-item check is two comparisons.
+        self._max_items = sys.maxsize if max_items is None else max_items
+        self._max_size = sys.maxsize if max_size is None else max_size
         self._size_of = size_of
         self._cond = threading.Condition()
         self._items: deque[tuple[T, int]] = deque()
@@ -50,13 +52,17 @@ class Channel(Generic[T]):
     def put(self, item: T, timeout: float | None = None) -> bool:
         """Append ``item``, waiting while the channel is full; False if the consumer cancelled
         (the item is dropped). Raises :class:`TimeoutError` if still full after ``timeout``."""
-        with self._cond:
-            if not self._wait(lambda: not self._full() or self._cancelled, timeout):
+        size = self._size_of(item) if self._size_of is not None else 0  # outside the lock
+        with self._cond:  # the common case (room, not cancelled) waits for nothing: per element
+            items = self._items
+            full = items and (len(items) >= self._max_items or self._size >= self._max_size)
+            if full and not self._wait(lambda: not self._full() or self._cancelled, timeout):
                 raise TimeoutError(f"{self.name}: still full after {timeout} s "
                                    f"({len(self._items)} items waiting to be taken)")
             if self._cancelled:
                 return False
-            self._append(item)
+            items.append((item, size))
+            self._size += size
             self._cond.notify_all()
             return True
 
@@ -165,10 +171,8 @@ class Channel(Generic[T]):
         self._size += size
 
     def _full(self) -> bool:
-        if not self._items:
-            return False
-        return ((self._max_items is not None and len(self._items) >= self._max_items)
-                or (self._max_size is not None and self._size >= self._max_size))
+        items = self._items
+        return bool(items) and (len(items) >= self._max_items or self._size >= self._max_size)
 
     def _wait(self, ready: Callable[[], bool], timeout: float | None) -> bool:
         """Wait (holding ``_cond``) until ``ready()``; False if ``timeout`` ran out first."""
