@@ -30,34 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from convoy._rpc import Outcome
-from convoy.distribute._schedule_messages import (
-    Abandon,
-    Build,
-    Built,
-    CancelRunning,
-    Closed,
-    ErrorTaken,
-    Event,
-    Finished,
-    Free,
-    GraceOver,
-    Instruction,
-    Probe,
-    RaiseError,
-    Rebuild,
-    RebuildFailed,
-    Rebuilt,
-    Resolve,
-    ResourceAdded,
-    ResourceDropped,
-    Run,
-    Scheduled,
-    Start,
-    Take,
-    Wake,
-    WorkerBack,
-    WorkerLost,
-)
+from convoy.distribute import _schedule_messages as msg
 from convoy.errors import CancelledError, FailedPreconditionError, InvalidArgumentError
 
 UP, DOWN, REBUILDING, FAILED = "up", "down", "rebuilding", "failed"
@@ -93,29 +66,29 @@ class ScheduleState:
         """Nothing queued and nothing running: ``join`` returns, or raises the error."""
         return not self.queue and not self.in_flight
 
-    def apply(self, event: Event) -> list[Instruction]:
+    def apply(self, event: msg.Event) -> list[msg.Instruction]:
         """Apply one event; its instructions. Raises a convoy error for an event that does not
         fit the state (a bug of the caller), leaving the state unchanged."""
         handler = getattr(self, "_on_" + type(event).__name__, None)
         if handler is None:
             raise InvalidArgumentError(f"unknown scheduling event {type(event).__name__}")
-        instructions: list[Instruction] = handler(event)
+        instructions: list[msg.Instruction] = handler(event)
         return instructions
 
     # ----- closures ---------------------------------------------------------------------------
-    def _on_Start(self, event: Start) -> list[Instruction]:
+    def _on_Start(self, event: msg.Start) -> list[msg.Instruction]:
         if len(event.incarnations) != len(self.workers):
             raise InvalidArgumentError(f"{len(self.workers)} workers got "
                                        f"{len(event.incarnations)} incarnations")
-        instructions: list[Instruction] = []
+        instructions: list[msg.Instruction] = []
         for worker, incarnation in enumerate(event.incarnations):
             if incarnation is None:
-                instructions.append(Probe(worker))
+                instructions.append(msg.Probe(worker))
             else:
-                instructions += self._on_WorkerBack(WorkerBack(worker, incarnation))
+                instructions += self._on_WorkerBack(msg.WorkerBack(worker, incarnation))
         return instructions
 
-    def _on_Scheduled(self, event: Scheduled) -> list[Instruction]:
+    def _on_Scheduled(self, event: msg.Scheduled) -> list[msg.Instruction]:
         if self.closed:
             raise FailedPreconditionError("the coordinator was shut down: it runs nothing more")
         if self.error is not None:
@@ -124,7 +97,7 @@ class ScheduleState:
         self.queue.append(event.closure_id)
         return self._wakes()
 
-    def _on_Take(self, event: Take) -> list[Instruction]:
+    def _on_Take(self, event: msg.Take) -> list[msg.Instruction]:
         lane = (event.worker, event.lane)
         if lane in self.running or lane in self.abandoned:
             raise InvalidArgumentError(f"lane {lane} already has a Run in flight")
@@ -140,9 +113,9 @@ class ScheduleState:
         ids = tuple(self.queue.popleft() for _ in range(count))
         self.running[lane] = ids
         self.in_flight += count
-        return [Run(event.worker, event.lane, ids)]
+        return [msg.Run(event.worker, event.lane, ids)]
 
-    def _on_Finished(self, event: Finished) -> list[Instruction]:
+    def _on_Finished(self, event: msg.Finished) -> list[msg.Instruction]:
         lane = (event.worker, event.lane)
         if lane in self.abandoned:  # its closures are resolved already
             self.abandoned.discard(lane)
@@ -152,8 +125,8 @@ class ScheduleState:
             raise InvalidArgumentError(f"lane {lane} did not run {len(event.outcomes)} "
                                        f"closures")
         self._release(lane)
-        instructions: list[Instruction] = [
-            Resolve(closure_id, outcome) for closure_id, outcome in zip(ids, event.outcomes)]
+        instructions: list[msg.Instruction] = [
+            msg.Resolve(closure_id, outcome) for closure_id, outcome in zip(ids, event.outcomes)]
         errors = [outcome.error for outcome in event.outcomes if outcome.error is not None]
         if errors and self.error is None:
             # the first failure, before the cancellations it caused among its Run-mates
@@ -161,7 +134,7 @@ class ScheduleState:
                 (e for e in errors if not isinstance(e, CancelledError)), errors[0]))
         return instructions
 
-    def _on_WorkerLost(self, event: WorkerLost) -> list[Instruction]:
+    def _on_WorkerLost(self, event: msg.WorkerLost) -> list[msg.Instruction]:
         lane = None if event.lane is None else (event.worker, event.lane)
         ids: tuple[int, ...] = ()
         if lane is not None and lane in self.abandoned:
@@ -170,18 +143,18 @@ class ScheduleState:
             if lane not in self.running:
                 raise InvalidArgumentError(f"lane {lane} has no Run in flight")
             ids = self._release(lane)
-        instructions: list[Instruction] = []
+        instructions: list[msg.Instruction] = []
         if self.error is not None or self.closed:
-            instructions += [Resolve(closure_id, self._cancelled()) for closure_id in ids]
+            instructions += [msg.Resolve(closure_id, self._cancelled()) for closure_id in ids]
         else:  # to the head of the queue, for another worker: a function runs at least once
             self.queue.extendleft(reversed(ids))
         record = self.workers[event.worker]
         if record.status == UP and not self.closed:  # otherwise its recovery is under way
             record.status = DOWN
-            instructions.append(Probe(event.worker))
+            instructions.append(msg.Probe(event.worker))
         return instructions + self._wakes()
 
-    def _on_GraceOver(self, event: GraceOver) -> list[Instruction]:
+    def _on_GraceOver(self, event: msg.GraceOver) -> list[msg.Instruction]:
         lane = (event.worker, event.lane)
         if self.running.get(lane) != event.closure_ids:
             return []  # answered meanwhile
@@ -192,19 +165,19 @@ class ScheduleState:
         self.in_flight -= len(ids)
         return ids
 
-    def _abandon(self, lane: Lane) -> list[Instruction]:
+    def _abandon(self, lane: Lane) -> list[msg.Instruction]:
         ids = self._release(lane)
         self.abandoned.add(lane)
-        return [*(Resolve(closure_id, self._cancelled()) for closure_id in ids),
-                Abandon(*lane, ids)]
+        return [*(msg.Resolve(closure_id, self._cancelled()) for closure_id in ids),
+                msg.Abandon(*lane, ids)]
 
-    def _fail(self, error: BaseException) -> list[Instruction]:
+    def _fail(self, error: BaseException) -> list[msg.Instruction]:
         """Keep the first error: cancel what is queued, ask to cancel what runs."""
         self.error = error
-        instructions: list[Instruction] = [
-            Resolve(closure_id, self._cancelled()) for closure_id in self.queue]
+        instructions: list[msg.Instruction] = [
+            msg.Resolve(closure_id, self._cancelled()) for closure_id in self.queue]
         self.queue.clear()
-        instructions += [CancelRunning(worker, lane, ids)
+        instructions += [msg.CancelRunning(worker, lane, ids)
                          for (worker, lane), ids in self.running.items()]
         return instructions
 
@@ -213,31 +186,31 @@ class ScheduleState:
                f"cancelled because an earlier function failed: {self.error!r:.200}")
         return Outcome(error=CancelledError(why))
 
-    def _on_ErrorTaken(self, event: ErrorTaken) -> list[Instruction]:
+    def _on_ErrorTaken(self, event: msg.ErrorTaken) -> list[msg.Instruction]:
         if self.in_flight:
             raise FailedPreconditionError("the error is taken once nothing runs")
         error, self.error = self.error, None
-        return [] if error is None else [RaiseError(error)]
+        return [] if error is None else [msg.RaiseError(error)]
 
-    def _on_Closed(self, event: Closed) -> list[Instruction]:
+    def _on_Closed(self, event: msg.Closed) -> list[msg.Instruction]:
         self.closed = True
-        instructions: list[Instruction] = [
-            Resolve(closure_id, self._cancelled()) for closure_id in self.queue]
+        instructions: list[msg.Instruction] = [
+            msg.Resolve(closure_id, self._cancelled()) for closure_id in self.queue]
         self.queue.clear()
         for lane in list(self.running):
             instructions += self._abandon(lane)
-        instructions += [Wake(worker, lane) for worker, lane in self.idle]  # to end
+        instructions += [msg.Wake(worker, lane) for worker, lane in self.idle]  # to end
         self.idle.clear()
         self.resources.clear()
         for worker, record in enumerate(self.workers):
             if record.built:
-                instructions.append(Free(worker, tuple(sorted(record.built))))
+                instructions.append(msg.Free(worker, tuple(sorted(record.built))))
                 record.built = set()
         return instructions
 
-    def _wakes(self) -> list[Instruction]:
+    def _wakes(self) -> list[msg.Instruction]:
         """Wake idle lanes of workers up: with those woken already, one per queued closure."""
-        wakes: list[Instruction] = []
+        wakes: list[msg.Instruction] = []
         if not self.idle or not self.queue:
             return wakes
         wanted = len(self.queue) - sum(self.workers[w].status == UP for w, _ in self.woken)
@@ -247,29 +220,29 @@ class ScheduleState:
             if self.workers[worker].status == UP:
                 del self.idle[(worker, lane)]
                 self.woken.add((worker, lane))
-                wakes.append(Wake(worker, lane))
+                wakes.append(msg.Wake(worker, lane))
         return wakes
 
     # ----- workers and their resources --------------------------------------------------------
-    def _on_WorkerBack(self, event: WorkerBack) -> list[Instruction]:
+    def _on_WorkerBack(self, event: msg.WorkerBack) -> list[msg.Instruction]:
         record = self.workers[event.worker]
         if record.status not in (DOWN, FAILED):
             raise InvalidArgumentError(f"worker {event.worker} is {record.status}, not probed")
         if self.closed:
             return []
         if record.status == FAILED and event.incarnation == record.incarnation:
-            return [Probe(event.worker, unless=record.incarnation)]
+            return [msg.Probe(event.worker, unless=record.incarnation)]
         if event.incarnation != record.incarnation:  # a new process: it holds no resources
             record.incarnation = event.incarnation
             record.built = set()
         return self._rebuild_or_up(event.worker)
 
-    def _rebuild_or_up(self, worker: int) -> list[Instruction]:
+    def _rebuild_or_up(self, worker: int) -> list[msg.Instruction]:
         record = self.workers[worker]
         missing = tuple(r for r in self.resources if r not in record.built)
         if missing:
             record.status = REBUILDING
-            return [Rebuild(worker, missing)]
+            return [msg.Rebuild(worker, missing)]
         record.status = UP
         return self._wakes()
 
@@ -279,28 +252,28 @@ class ScheduleState:
             raise InvalidArgumentError(f"worker {worker} is {record.status}, not rebuilding")
         return record
 
-    def _on_Rebuilt(self, event: Rebuilt) -> list[Instruction]:
+    def _on_Rebuilt(self, event: msg.Rebuilt) -> list[msg.Instruction]:
         self._expect_rebuilding(event.worker)
         instructions = self._keep_built(event.worker, event.resource_ids)
         if self.closed:
             return instructions
         return instructions + self._rebuild_or_up(event.worker)  # with resources added since
 
-    def _keep_built(self, worker: int, resource_ids: tuple[int, ...]) -> list[Instruction]:
+    def _keep_built(self, worker: int, resource_ids: tuple[int, ...]) -> list[msg.Instruction]:
         """Record what the worker built; free there what was dropped meanwhile."""
         kept = [r for r in resource_ids if r in self.resources]
         self.workers[worker].built.update(kept)
         dropped = tuple(r for r in resource_ids if r not in self.resources)
-        return [Free(worker, dropped)] if dropped else []
+        return [msg.Free(worker, dropped)] if dropped else []
 
-    def _on_RebuildFailed(self, event: RebuildFailed) -> list[Instruction]:
+    def _on_RebuildFailed(self, event: msg.RebuildFailed) -> list[msg.Instruction]:
         record = self._expect_rebuilding(event.worker)
         if event.unreachable:  # lost again
             record.status = DOWN
-            return [] if self.closed else [Probe(event.worker)]
+            return [] if self.closed else [msg.Probe(event.worker)]
         record.status = FAILED
-        instructions: list[Instruction] = [] if self.closed else [
-            Probe(event.worker, unless=record.incarnation)]
+        instructions: list[msg.Instruction] = [] if self.closed else [
+            msg.Probe(event.worker, unless=record.incarnation)]
         if self.error is None:
             what = self.resources.get(event.resource_id, "per-worker resource")
             error = FailedPreconditionError(
@@ -311,22 +284,22 @@ class ScheduleState:
             instructions += self._fail(error)
         return instructions
 
-    def _on_ResourceAdded(self, event: ResourceAdded) -> list[Instruction]:
+    def _on_ResourceAdded(self, event: msg.ResourceAdded) -> list[msg.Instruction]:
         if self.closed:
             raise FailedPreconditionError("the coordinator was shut down: it creates no more "
                                           "per-worker resources")
         self.resources[event.resource_id] = event.what
-        return [Build(worker, event.resource_id)
+        return [msg.Build(worker, event.resource_id)
                 for worker, record in enumerate(self.workers) if record.status == UP]
 
-    def _on_Built(self, event: Built) -> list[Instruction]:
+    def _on_Built(self, event: msg.Built) -> list[msg.Instruction]:
         return self._keep_built(event.worker, (event.resource_id,))
 
-    def _on_ResourceDropped(self, event: ResourceDropped) -> list[Instruction]:
+    def _on_ResourceDropped(self, event: msg.ResourceDropped) -> list[msg.Instruction]:
         self.resources.pop(event.resource_id, None)
-        instructions: list[Instruction] = []
+        instructions: list[msg.Instruction] = []
         for worker, record in enumerate(self.workers):
             if event.resource_id in record.built:
                 record.built.discard(event.resource_id)
-                instructions.append(Free(worker, (event.resource_id,)))
+                instructions.append(msg.Free(worker, (event.resource_id,)))
         return instructions

@@ -20,35 +20,8 @@ from typing import Any
 
 from convoy import _rpc, nest
 from convoy._rpc import Outcome
+from convoy.distribute import _schedule_messages as msg
 from convoy.distribute._calls import Call, call_message, load_outcomes, run_request
-from convoy.distribute._schedule_messages import (
-    Abandon,
-    Build,
-    Built,
-    CancelRunning,
-    Closed,
-    ErrorTaken,
-    Event,
-    Finished,
-    Free,
-    GraceOver,
-    Instruction,
-    Probe,
-    RaiseError,
-    Rebuild,
-    RebuildFailed,
-    Rebuilt,
-    Resolve,
-    ResourceAdded,
-    ResourceDropped,
-    Run,
-    Scheduled,
-    Start,
-    Take,
-    Wake,
-    WorkerBack,
-    WorkerLost,
-)
 from convoy.distribute._schedule_state import ScheduleState
 from convoy.distribute._values import PerWorkerValues, RemoteValue
 from convoy.distribute._workers import Lane, WorkerLink, build_resource, send_without_waiting
@@ -113,7 +86,7 @@ class Scheduler:
         for lane in self._lanes.values():
             self._thread(self._serve, lane, f"w{lane.worker.index}-{lane.index}")
         self._thread(self._keep, None, "keeper")
-        self._apply(Start(tuple(self._ping(worker) for worker in self._workers)))
+        self._apply(msg.Start(tuple(self._ping(worker) for worker in self._workers)))
 
     @property
     def closed(self) -> bool:
@@ -125,7 +98,7 @@ class Scheduler:
             self._raise_error()
             self._closures[closure.closure_id] = closure
             try:
-                self._apply_locked(Scheduled(closure.closure_id))
+                self._apply_locked(msg.Scheduled(closure.closure_id))
             except FailedPreconditionError:  # shut down
                 del self._closures[closure.closure_id]
                 raise
@@ -147,20 +120,20 @@ class Scheduler:
         call = self._resource_calls[resource_id] = call_message(
             build_resource, (resource_id, make, for_dataset), {})
         try:
-            builds = self._apply(ResourceAdded(resource_id, what))
+            builds = self._apply(msg.ResourceAdded(resource_id, what))
         except FailedPreconditionError:  # shut down
             del self._resource_calls[resource_id]
             raise
         errors: list[BaseException] = []
         for build in builds:
-            assert isinstance(build, Build)
+            assert isinstance(build, msg.Build)
             try:
                 outcome = self._workers[build.worker].run(call)
             except UnavailableError:  # built when the worker is back
-                self._apply(WorkerLost(build.worker))
+                self._apply(msg.WorkerLost(build.worker))
                 continue
             if outcome.error is None:
-                self._apply(Built(build.worker, resource_id))
+                self._apply(msg.Built(build.worker, resource_id))
             else:
                 errors.append(outcome.error)
         if errors:
@@ -178,40 +151,40 @@ class Scheduler:
 
     def close(self) -> None:
         """Cancel what is queued and running, free the resources, end the threads."""
-        self._apply(Closed())
+        self._apply(msg.Closed())
         self._chores.put(None)  # the keeper ends
 
     # ----- applying events ------------------------------------------------------------------
-    def _apply(self, event: Event) -> list[Instruction]:
+    def _apply(self, event: msg.Event) -> list[msg.Instruction]:
         """Apply ``event`` and carry out its instructions; returns those for the caller."""
         with self._lock:
             instructions = self._apply_locked(event)
-        for_caller: list[Instruction] = []
+        for_caller: list[msg.Instruction] = []
         for instruction in instructions:
-            if isinstance(instruction, Probe):
+            if isinstance(instruction, msg.Probe):
                 self._thread(self._probe, instruction, f"probe-w{instruction.worker}")
-            elif isinstance(instruction, Rebuild):
+            elif isinstance(instruction, msg.Rebuild):
                 self._thread(self._rebuild, instruction, f"rebuild-w{instruction.worker}")
-            elif isinstance(instruction, CancelRunning):
+            elif isinstance(instruction, msg.CancelRunning):
                 self._thread(self._cancel, instruction, f"cancel-w{instruction.worker}")
             else:
                 for_caller.append(instruction)
         return for_caller
 
-    def _apply_locked(self, event: Event) -> list[Instruction]:
+    def _apply_locked(self, event: msg.Event) -> list[msg.Instruction]:
         """Apply ``event`` (lock held) and carry out the instructions that do not block;
         returns the others."""
-        others: list[Instruction] = []
+        others: list[msg.Instruction] = []
         for instruction in self._state.apply(event):
-            if isinstance(instruction, Resolve):
+            if isinstance(instruction, msg.Resolve):
                 self._closures.pop(instruction.closure_id).result._set(instruction.outcome)
-            elif isinstance(instruction, Wake):
+            elif isinstance(instruction, msg.Wake):
                 self._lanes[(instruction.worker, instruction.lane)].wakeup.notify()
-            elif isinstance(instruction, Abandon):
+            elif isinstance(instruction, msg.Abandon):
                 lane = self._lanes[(instruction.worker, instruction.lane)]
                 lane.abandon(instruction.closure_ids)
                 send_without_waiting(lane.worker.client, "Cancel", instruction.closure_ids)
-            elif isinstance(instruction, Free):
+            elif isinstance(instruction, msg.Free):
                 send_without_waiting(self._workers[instruction.worker].client, "Free",
                                       instruction.resource_ids)
             else:
@@ -227,8 +200,8 @@ class Scheduler:
             return
         while self._state.in_flight:
             self._progress.wait(_WAIT_S)
-        [raise_error] = self._apply_locked(ErrorTaken())
-        assert isinstance(raise_error, RaiseError)
+        [raise_error] = self._apply_locked(msg.ErrorTaken())
+        assert isinstance(raise_error, msg.RaiseError)
         raise raise_error.error
 
     def _thread(self, target: Callable[[Any], None], argument: Any, what: str) -> None:
@@ -240,7 +213,7 @@ class Scheduler:
 
     # ----- the threads ----------------------------------------------------------------------
     def _serve(self, lane: Lane) -> None:
-        take = Take(lane.worker.index, lane.index)
+        take = msg.Take(lane.worker.index, lane.index)
         while True:
             with self._lock:  # Take only ever answers a Run
                 while not (runs := self._apply_locked(take)):
@@ -249,12 +222,12 @@ class Scheduler:
                         return
                     lane.wakeup.wait(_WAIT_S)
                 run = runs[0]
-                assert isinstance(run, Run)
+                assert isinstance(run, msg.Run)
                 lane.begin(run.closure_ids)
                 closures = [self._closures[i] for i in run.closure_ids]
             outcomes = self._run(lane, closures)
-            self._apply(WorkerLost(lane.worker.index, lane.index) if outcomes is None
-                        else Finished(lane.worker.index, lane.index, outcomes))
+            self._apply(msg.WorkerLost(lane.worker.index, lane.index) if outcomes is None
+                        else msg.Finished(lane.worker.index, lane.index, outcomes))
 
     def _run(self, lane: Lane, closures: list[Closure]) -> tuple[Outcome, ...] | None:
         """The closures' outcomes on the lane's worker; None if it cannot be reached."""
@@ -281,12 +254,12 @@ class Scheduler:
             outcomes = [next(answered) if outcome is None else outcome for outcome in outcomes]
         return tuple(outcome for outcome in outcomes if outcome is not None)
 
-    def _cancel(self, cancel: CancelRunning) -> None:
+    def _cancel(self, cancel: msg.CancelRunning) -> None:
         """Ask the worker to stop the closures; past the grace period, give their Run up."""
         lane = self._lanes[(cancel.worker, cancel.lane)]
         send_without_waiting(lane.worker.client, "Cancel", cancel.closure_ids)
         time.sleep(CANCEL_GRACE_S)
-        self._apply(GraceOver(cancel.worker, cancel.lane, cancel.closure_ids))
+        self._apply(msg.GraceOver(cancel.worker, cancel.lane, cancel.closure_ids))
         # A call cut short just as its stream opens goes on: cut it again until it ends.
         for _ in range(40):
             if not lane.abandon(cancel.closure_ids):
@@ -297,7 +270,7 @@ class Scheduler:
     def _keep(self, _: None) -> None:
         """Free the resources finalizers drop; close when the coordinator is collected."""
         while (resource_id := self._chores.get()) is not None:
-            self._apply(ResourceDropped(resource_id))
+            self._apply(msg.ResourceDropped(resource_id))
             self._resource_calls.pop(resource_id, None)
         if not self._state.closed:
             self.close()
@@ -309,7 +282,7 @@ class Scheduler:
         except _rpc.RETRYABLE:
             return None
 
-    def _probe(self, probe: Probe) -> None:
+    def _probe(self, probe: msg.Probe) -> None:
         """Ping until the worker answers as a process other than ``probe.unless``."""
         worker = self._workers[probe.worker]
         unreachable = False
@@ -327,11 +300,11 @@ class Scheduler:
                 if incarnation != probe.unless:
                     if unreachable:
                         log.warning("worker %d is back", worker.index)
-                    self._apply(WorkerBack(worker.index, incarnation))
+                    self._apply(msg.WorkerBack(worker.index, incarnation))
                     return
             time.sleep(PROBE_INTERVAL_S)
 
-    def _rebuild(self, rebuild: Rebuild) -> None:
+    def _rebuild(self, rebuild: msg.Rebuild) -> None:
         """Build the resources a new worker process lacks, in the order they were created."""
         worker = self._workers[rebuild.worker]
         for resource_id in rebuild.resource_ids:
@@ -341,13 +314,13 @@ class Scheduler:
             try:
                 outcome = worker.run(call)
             except UnavailableError as error:
-                self._apply(RebuildFailed(worker.index, resource_id, error, True))
+                self._apply(msg.RebuildFailed(worker.index, resource_id, error, True))
                 return
             except Exception as error:
                 outcome = Outcome(error=error)
             if outcome.error is not None:
                 log.warning("worker %d could not rebuild per-worker resource %d: %r",
                             worker.index, resource_id, outcome.error)
-                self._apply(RebuildFailed(worker.index, resource_id, outcome.error))
+                self._apply(msg.RebuildFailed(worker.index, resource_id, outcome.error))
                 return
-        self._apply(Rebuilt(worker.index, rebuild.resource_ids))
+        self._apply(msg.Rebuilt(worker.index, rebuild.resource_ids))
