@@ -244,7 +244,7 @@ def _nbytes(part: Any) -> int:
     return part.nbytes if isinstance(part, memoryview) else len(part)
 
 
-def _decompress(data: memoryview, raw_len: int, what: str) -> bytes:
+def _decompress(data: bytes | memoryview, raw_len: int, what: str) -> bytes:
     if raw_len > _LZ4_MAX_RATIO * len(data) + _LZ4_SLACK:
         raise DataLossError(
             f"corrupt message: {what} claims to decompress {len(data)} bytes into {raw_len}"
@@ -352,7 +352,7 @@ def decode(payload: bytes | bytearray | memoryview) -> list[Any]:
         )
 
     if flags & _COMPRESSED:
-        inband = _decompress(view[inband_start:inband_end], inband_raw, "the pickle stream")
+        inband = _decompress(inband, inband_raw, "the pickle stream")
     elif inband_raw != inband_len:
         raise DataLossError(
             f"corrupt message: uncompressed pickle stream of {inband_len} bytes claims "

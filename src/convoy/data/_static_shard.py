@@ -21,6 +21,7 @@ rewritten for its ``(num_workers, worker_index)``, as TensorFlow's auto-shard re
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -149,7 +150,6 @@ def _keep_files(source: Op, keep: slice) -> Op:
     """A copy of the file source ``source`` holding only the files ``keep`` selects."""
     if isinstance(source, TensorSlicesOp):
         return TensorSlicesOp(source.leaves[0][keep])
-    clone = object.__new__(type(source))
-    clone.__dict__.update(source.__dict__)
+    clone = copy.copy(source)
     clone.files = source.files[keep]  # type: ignore[attr-defined]
     return clone

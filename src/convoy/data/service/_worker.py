@@ -303,11 +303,9 @@ class WorkerServer(_rpc.ServerBase):
         Stopping the server while calls arrive would cancel them."""
         with self._lock:
             self._stopping = True
-            tasks, self._tasks = list(self._tasks.values()), {}
             self._wake.notify_all()
             self._answered.notify_all()
-        for task in tasks:
-            task.stop()  # wakes the calls waiting for its elements
+        self._on_stop()  # stopping the tasks wakes the calls waiting for their elements
         self._quiesce()
         if grace is None:
             grace = max(self._config.shutdown_quiet_period_ms / 1000, STOP_GRACE_S)
@@ -326,6 +324,7 @@ class WorkerServer(_rpc.ServerBase):
                         self._address, self._serving)
 
     def _on_stop(self) -> None:
+        """Stop every task (again after :meth:`stop`: then there is none left)."""
         with self._lock:
             tasks, self._tasks = list(self._tasks.values()), {}
         for task in tasks:
