@@ -4,6 +4,7 @@ network."""
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 import subprocess
@@ -20,8 +21,8 @@ from convoy.data.service import _shm
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._protocol import ELEMENTS, SHARED_MEMORY
 from convoy.data.service._shm import Process, SegmentNames
-from convoy.data.service._shm_ledger import SegmentLedger
-from convoy.data.service._shm_transfer import SegmentServer, claim_elements, reader_identity
+from convoy.data.service._shm_ledger import Segment, SegmentLedger
+from convoy.data.service._shm_transfer import SegmentReader, SegmentServer, reader_identity
 from convoy.errors import DataLossError, InvalidArgumentError
 
 pytestmark = pytest.mark.skipif(not _shm.host_identity(), reason="no POSIX shared memory")
@@ -69,50 +70,76 @@ def test_names_never_repeat_within_or_between_writers() -> None:
     assert len(set(drawn)) == 200
 
 
-def test_an_existing_file_is_never_reused(names: SegmentNames) -> None:
+def test_an_existing_file_is_never_created_over(names: SegmentNames) -> None:
     name = names.new()
     _shm.write_segment(name, [b"held by a consumer"])
     with pytest.raises(FileExistsError):
         _shm.write_segment(name, [b"new"])
-    assert bytes(_shm.claim_segment(name)) == b"held by a consumer"
+    assert bytes(_shm.map_segment(name, 18)) == b"held by a consumer"
+    _shm.unlink_segment(name)
 
 
-def test_claiming_maps_read_only_and_unlinks(names: SegmentNames) -> None:
+def test_mapping_is_read_only_and_keeps_the_memory_past_the_name(names: SegmentNames) -> None:
     name = names.new()
     _shm.write_segment(name, [b"head", memoryview(np.arange(3, dtype=np.int64))])
-    segment = _shm.claim_segment(name)
-    assert not os.path.exists(path(name))
+    segment = _shm.map_segment(name, 28)
+    assert os.path.exists(path(name))  # a reader leaves the name to its writer
+    _shm.unlink_segment(name)
     view = memoryview(segment)
     assert view.readonly
     assert bytes(view[:4]) == b"head"
     assert np.frombuffer(view[4:], np.int64).tolist() == [0, 1, 2]
 
 
+def test_rewriting_writes_over_the_start(names: SegmentNames) -> None:
+    name = names.new()
+    _shm.write_segment(name, [b"x" * 100])
+    _shm.rewrite_segment(name, [b"new", memoryview(b"er")])
+    assert bytes(_shm.map_segment(name, 7)) == b"newerxx"
+    assert os.stat(path(name)).st_size == 100
+    _shm.unlink_segment(name)
+    with pytest.raises(FileNotFoundError):
+        _shm.rewrite_segment(name, [b"gone"])
+
+
 def test_more_pieces_than_one_writev_takes(names: SegmentNames) -> None:
     pieces = [bytes([i % 256]) * (i % 7 + 1) for i in range(1500)]
+    whole = b"".join(pieces)
     name = names.new()
     _shm.write_segment(name, pieces)
-    assert bytes(_shm.claim_segment(name)) == b"".join(pieces)
+    assert bytes(_shm.map_segment(name, len(whole))) == whole
+    _shm.rewrite_segment(name, pieces[::-1])
+    assert bytes(_shm.map_segment(name, len(whole))) == b"".join(pieces[::-1])
+    _shm.unlink_segment(name)
 
 
-def test_claiming_a_segment_that_is_gone(names: SegmentNames) -> None:
+def test_mapping_a_segment_that_is_gone(names: SegmentNames) -> None:
     with pytest.raises(DataLossError, match="is gone: its worker freed it"):
-        _shm.claim_segment(names.new())
+        _shm.map_segment(names.new(), 10)
 
 
-def test_claiming_refuses_a_segment_others_could_read(names: SegmentNames) -> None:
+@pytest.mark.parametrize("length", [0, -1, 4])
+def test_mapping_more_than_a_segment_holds(names: SegmentNames, length: int) -> None:
+    name = names.new()
+    _shm.write_segment(name, [b"abc"])
+    with pytest.raises(DataLossError, match=f"holds 3 bytes, not the {length}"):
+        _shm.map_segment(name, length)
+    _shm.unlink_segment(name)
+
+
+def test_mapping_refuses_a_segment_others_could_read(names: SegmentNames) -> None:
     name = names.new()
     os.close(os.open(path(name), os.O_CREAT | os.O_WRONLY, 0o644))
     os.chmod(path(name), 0o644)
     with pytest.raises(DataLossError, match="not private to this user"):
-        _shm.claim_segment(name)
-    assert not os.path.exists(path(name))  # refused, and gone all the same
+        _shm.map_segment(name, 1)
+    _shm.unlink_segment(name)
 
 
 @pytest.mark.parametrize("name", ["../../etc/passwd", "convoy-shm.x", "", "a/b"])
 def test_names_not_of_convoy_are_refused(name: str) -> None:
     with pytest.raises(InvalidArgumentError, match="not a convoy shared-memory segment name"):
-        _shm.claim_segment(name)
+        _shm.map_segment(name, 1)
 
 
 def orphan() -> str:
@@ -152,62 +179,96 @@ CONSUMER = Process(10, 100)
 OTHER = Process(11, 100)
 
 
-def test_the_next_request_frees_the_last_answer() -> None:
-    ledger = SegmentLedger(60.0)
-    assert ledger.sent(("r", 1), "a", CONSUMER, 0.0) == ()
-    assert ledger.sent(("r", 2), "b", CONSUMER, 0.0) == ()
-    assert ledger.requested(("r", 1)) == ("a",)
-    assert ledger.requested(("r", 1)) == ()
-    assert ledger.requested(("other reader", 2)) == ()
-    assert ledger.close() == ("b",)
+def segment(name: str, capacity: int = 100) -> Segment:
+    return Segment(name, capacity)
 
 
-def test_a_newer_answer_frees_the_one_given_up_on() -> None:
-    ledger = SegmentLedger(60.0)
-    ledger.sent(("r", 1), "a", CONSUMER, 0.0)
-    assert ledger.sent(("r", 1), "b", CONSUMER, 1.0) == ("a",)
-    assert ledger.close() == ("b",)
+def test_a_released_segment_is_taken_again_the_smallest_that_fits() -> None:
+    ledger = SegmentLedger(60.0, 1000)
+    ledger.sent(segment("a", 100), "r", CONSUMER, 0.0)
+    ledger.sent(segment("b", 300), "r", CONSUMER, 0.0)
+    assert ledger.take(1) is None  # nothing released yet
+    assert ledger.released("r", ["a", "b"], 1.0) == ()
+    assert ledger.take(200) == segment("b", 300)
+    assert ledger.take(200) is None
+    assert ledger.take(50) == segment("a", 100)
+    assert ledger.close() == ()
 
 
-def test_segments_of_gone_consumers_and_old_ones_are_freed() -> None:
-    ledger = SegmentLedger(60.0)
-    ledger.sent(("r", 1), "a", CONSUMER, 0.0)
-    ledger.sent(("s", 1), "b", OTHER, 30.0)
+def test_only_the_reader_handed_a_segment_releases_it() -> None:
+    ledger = SegmentLedger(60.0, 1000)
+    ledger.sent(segment("a"), "r", CONSUMER, 0.0)
+    assert ledger.released("someone else", ["a", "never handed"], 1.0) == ()
+    assert ledger.take(1) is None
+    ledger.released("r", ["a"], 1.0)
+    ledger.released("r", ["a"], 1.0)  # twice: once free, it stays free once
+    assert ledger.take(1) == segment("a")
+    assert ledger.take(1) is None
+
+
+def test_free_segments_beyond_the_bound_are_unlinked_oldest_first() -> None:
+    ledger = SegmentLedger(60.0, 250)
+    for name in "abc":
+        ledger.sent(segment(name), "r", CONSUMER, 0.0)
+    assert ledger.released("r", ["a", "b"], 1.0) == ()
+    assert ledger.released("r", ["c"], 2.0) == ("a",)
+    assert set(ledger.close()) == {"b", "c"}
+
+
+def test_segments_of_gone_consumers_and_old_ones_are_unlinked() -> None:
+    ledger = SegmentLedger(60.0, 1000)
+    ledger.sent(segment("a"), "r", CONSUMER, 0.0)
+    ledger.sent(segment("b"), "s", OTHER, 30.0)
+    ledger.sent(segment("c"), "s", OTHER, 30.0)
+    ledger.released("s", ["c"], 40.0)
     assert ledger.consumers() == {CONSUMER, OTHER}
     assert ledger.sweep(31.0, []) == ()
     assert ledger.sweep(31.0, [CONSUMER]) == ("a",)
     assert ledger.consumers() == {OTHER}
     assert ledger.sweep(90.0, []) == ()
-    assert ledger.sweep(90.5, []) == ("b",)
+    assert ledger.sweep(100.5, []) == ("b", "c")  # handed too long ago; free and unused
     assert ledger.close() == ()
 
 
 @settings(max_examples=300, deadline=None)
-@given(hs.lists(hs.tuples(hs.sampled_from(["sent", "requested", "sweep"]),
-                          hs.sampled_from(["r", "s"]), hs.integers(0, 2),
+@given(hs.lists(hs.tuples(hs.sampled_from(["send", "release", "sweep"]),
+                          hs.sampled_from(["r", "s"]), hs.integers(1, 300),
                           hs.sampled_from([CONSUMER, OTHER]), hs.floats(0, 10))))
-def test_every_segment_handed_out_is_freed_once(steps: list[tuple[Any, ...]]) -> None:
-    """Whatever happens, each name handed out is given back for unlinking exactly once (at
-    the latest when the worker stops), and only names handed out are."""
-    ledger = SegmentLedger(5.0)
-    handed: list[str] = []
-    freed: list[str] = []
+def test_no_segment_is_written_while_held_and_each_is_unlinked_once(
+        steps: list[tuple[Any, ...]]) -> None:
+    """Whatever happens, a segment taken for an answer is one no reader holds, and each
+    segment made is given back for unlinking exactly once (at the latest when the worker
+    stops); only segments made are."""
+    ledger = SegmentLedger(5.0, 400)
+    made: list[str] = []
+    holder: dict[str, str] = {}  # segment -> the reader it was last handed to, while held
+    unlinked: list[str] = []
     now = 0.0
-    for kind, reader, task_id, consumer, step in steps:
+    for kind, reader, size, consumer, step in steps:
         now += step
-        if kind == "sent":
-            handed.append(f"segment-{len(handed)}")
-            freed += ledger.sent((reader, task_id), handed[-1], consumer, now)
-        elif kind == "requested":
-            freed += ledger.requested((reader, task_id))
+        if kind == "send":
+            taken = ledger.take(size)
+            if taken is None:
+                taken = segment(f"segment-{len(made)}", size)
+                made.append(taken.name)
+            assert taken.capacity >= size
+            assert taken.name not in holder and taken.name not in unlinked
+            ledger.sent(taken, reader, consumer, now)
+            holder[taken.name] = reader
+        elif kind == "release":  # everything it holds, and a name of another's
+            names = [name for name, held_by in holder.items() if held_by == reader]
+            unlinked += ledger.released(reader, [*names, *holder], now)
+            for name in names:
+                del holder[name]
         else:
-            freed += ledger.sweep(now, [consumer] if step > 5 else [])
-        held = {h.name for h in ledger.handed.values()}
-        assert held.isdisjoint(freed)
-        if kind == "sweep":  # what stays is younger than the timeout
-            assert all(now - h.sent_at <= 5.0 for h in ledger.handed.values())
-    freed += ledger.close()
-    assert sorted(freed) == sorted(handed)
+            unlinked += ledger.sweep(now, [consumer] if step > 5 else [])
+            for name in set(holder) - set(ledger.handed):
+                del holder[name]
+        assert set(ledger.handed).isdisjoint(ledger.free)
+        assert set(ledger.handed).isdisjoint(unlinked) and set(ledger.free).isdisjoint(unlinked)
+        assert sum(free.segment.capacity for free in ledger.free.values()) <= 400
+    unlinked += ledger.close()
+    assert sorted(unlinked) == sorted(made)
 
 
 # ----- the worker's side -------------------------------------------------------------------------
@@ -237,24 +298,55 @@ def test_a_starting_worker_sweeps_what_dead_workers_left() -> None:
     assert not os.path.exists(path(left))
 
 
-def test_answer_claim_and_free() -> None:
-    server = SegmentServer()
-    first = request()
-    elements = [np.arange(1 << 15, dtype=np.float64), {"x": np.ones((4, 256), np.int32)}]
-    answer = server.answer(first, elements)
+def segment_of(answer: bytes) -> str:
+    """The name of the segment a SHARED_MEMORY answer names (after its 8-byte length)."""
     assert answer[:1] == SHARED_MEMORY
-    got = claim_elements(answer[1:])
+    return answer[9:].decode()
+
+
+def test_answer_map_release_and_reuse() -> None:
+    server, reader = SegmentServer(), SegmentReader()
+    asking = request()
+    elements = [np.arange(1 << 15, dtype=np.float64), {"x": np.ones((4, 256), np.int32)}]
+    answer = server.answer(asking, elements)
+    got = reader.elements("w", memoryview(answer)[1:])
     np.testing.assert_array_equal(got[0], elements[0])
     np.testing.assert_array_equal(got[1]["x"], elements[1]["x"])
     assert not got[0].flags.writeable
-    unclaimed = server.answer(first, elements)  # the reader gave up on the first answer
-    name = unclaimed[1:].decode()
-    assert os.path.exists(path(name))
-    server.requested(first)  # the same reader asks again: done with it
-    assert not os.path.exists(path(name))
-    held = server.answer(first, elements)
-    server.close()  # a stopping worker frees what it handed out
-    assert not os.path.exists(path(held[1:].decode()))
+    held = server.answer(asking, elements)  # while the reader holds the first: a new one
+    assert segment_of(held) != segment_of(answer)
+    assert reader.released("w") == []
+    del got
+    gc.collect()
+    assert reader.released("w") == [segment_of(answer)]  # let go of: reported once
+    assert reader.released("w") == []
+    asking.released_segments[:] = [segment_of(answer)]
+    server.requested(asking)
+    smaller = [np.full(1 << 15, 7.0)]
+    reused = server.answer(asking, smaller)
+    assert segment_of(reused) == segment_of(answer)  # written over, not made anew
+    np.testing.assert_array_equal(reader.elements("w", memoryview(reused)[1:])[0], smaller[0])
+    server.close()  # a stopping worker unlinks every segment
+    for name in (segment_of(answer), segment_of(held)):
+        assert not os.path.exists(path(name))
+
+
+def test_a_release_from_another_reader_is_ignored() -> None:
+    server = SegmentServer()
+    try:
+        answer = server.answer(request(), [np.zeros(1 << 15)])
+        intruder = request()  # another reading, naming a segment it was not handed
+        intruder.released_segments.append(segment_of(answer))
+        server.requested(intruder)
+        assert segment_of(server.answer(intruder, [np.zeros(1 << 15)])) != segment_of(answer)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("answer", [b"", b"\x05\0\0\0\0\0\0\0"])
+def test_a_malformed_shared_memory_answer(answer: bytes) -> None:
+    with pytest.raises(DataLossError, match="worker w sent a malformed shared-memory answer"):
+        SegmentReader().elements("w", memoryview(answer))
 
 
 def test_small_answers_stay_in_the_reply() -> None:

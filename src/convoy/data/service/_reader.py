@@ -56,7 +56,7 @@ from convoy.data.service._reader_events import (
     WorkerUnreachable,
 )
 from convoy.data.service._reader_state import ReaderConfig, ReaderState
-from convoy.data.service._shm_transfer import claim_elements, free_orphans, reader_identity
+from convoy.data.service._shm_transfer import SegmentReader, free_orphans, reader_identity
 from convoy.data.service._static_policy import LocalTasks, reads_local_workers
 from convoy.errors import (
     AbortedError,
@@ -103,6 +103,7 @@ class Reader:
                        if reads_local_workers(policy, options.target_workers) else None)
         # set: same-host workers answer in shared memory
         self._shared_memory = reader_identity() if options.shared_memory else None
+        self._segments = SegmentReader()
         #: Batches of elements, in the order they arrived.
         self.results: Channel[list[Any]] = Channel(
             "elements read from the data service",
@@ -260,6 +261,8 @@ class Reader:
         """One GetElements call; what came of it, as an event (its elements are in
         ``results`` by then, so a task's elements keep their order)."""
         numbers: list[tuple[int, int]] = []
+        if self._shared_memory is not None:
+            request.released_segments[:] = self._segments.released(worker.address)
         try:
             reply = worker.call("GetElements", request, timeout=GET_ELEMENTS_DEADLINE_S)
             status, message = reply[:1], memoryview(reply)[1:]
@@ -269,7 +272,8 @@ class Reader:
                 numbers, inner = read_numbers(message)
                 status, message = inner[:1].tobytes(), inner[1:]
             elements = (decode(message) if status == ELEMENTS
-                        else claim_elements(message) if status == SHARED_MEMORY else [])
+                        else self._segments.elements(worker.address, message)
+                        if status == SHARED_MEMORY else [])
         except WORKER_AWAY as error:
             if self._shared_memory is not None:
                 free_orphans()  # the worker may have died, leaving segments behind

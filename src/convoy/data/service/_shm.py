@@ -1,10 +1,11 @@
 """Shared-memory segments on one host: files of POSIX shared memory (``/dev/shm``, Linux).
 
-A segment holds one codec message. Its writer (a worker) creates it with mode 0600 and
-``O_EXCL`` (never an existing file, so never a segment a reader may still hold) and writes
-the message into it once. Its reader (a consumer) maps it read-only and unlinks its name at
-once (it *claims* it): from then on the memory lives as long as the reader's mapping, which
-the kernel drops when the reader lets go of the last array viewing it, or dies.
+A segment holds one codec message at a time. Its writer (a worker) creates it with mode
+0600 and ``O_EXCL`` (never an existing file) and writes a message into it. Its reader (a
+consumer) maps the message read-only: the mapping lives until the reader lets go of the last
+array viewing it, or dies. Only then may the writer write the next message into the same
+segment (:func:`rewrite_segment`), which costs a copy instead of a new file's fresh pages; a
+segment's name is unlinked by its writer, and the memory goes once no mapping is left.
 
 Names say who made them: ``convoy-shm.u<uid>.n<pid namespace>.p<pid>.s<start>.<token>.<n>``,
 the writer's user, its process (pid namespace, pid and start time, so a sweep can tell whether
@@ -106,14 +107,14 @@ def _path(name: str) -> str:
     return os.path.join(SHM_DIR, name)
 
 
-# ----- writing, claiming, unlinking --------------------------------------------------------------
+# ----- writing, mapping, unlinking ---------------------------------------------------------------
 def write_segment(name: str, pieces: Sequence[Any]) -> None:
     """Create segment ``name`` (mode 0600; an existing file is an error) holding ``pieces``
     (bytes-like) one after the other."""
     fd = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
                  | os.O_CLOEXEC, _MODE)
     try:
-        _write_all(fd, [memoryview(piece).cast("B") for piece in pieces])
+        _write_all(fd, pieces)
     except BaseException:
         os.unlink(_path(name))
         raise
@@ -121,11 +122,23 @@ def write_segment(name: str, pieces: Sequence[Any]) -> None:
         os.close(fd)
 
 
-def _write_all(fd: int, views: list[memoryview]) -> None:
-    start = 0
+def rewrite_segment(name: str, pieces: Sequence[Any]) -> None:
+    """Write ``pieces`` over the start of segment ``name``, which this process wrote before
+    and no reader maps any more. Its pages exist already, so this is a plain copy."""
+    fd = os.open(_path(name), os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _write_all(fd, pieces)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, pieces: Sequence[Any]) -> None:
+    views = [memoryview(piece).cast("B") for piece in pieces]
+    start = offset = 0
     while start < len(views):
         batch = views[start:start + _IOV_MAX]
-        written = os.writev(fd, batch)
+        written = os.pwritev(fd, batch, offset)
+        offset += written
         for view in batch:  # a short write: go on from the first byte not written
             if written < view.nbytes:
                 views[start] = view[written:]
@@ -134,17 +147,17 @@ def _write_all(fd: int, views: list[memoryview]) -> None:
             start += 1
 
 
-def claim_segment(name: str) -> mmap.mmap:
-    """Map segment ``name`` read-only and unlink it: the memory is freed once the mapping is
-    (when nothing views it any more, or this process dies)."""
+def map_segment(name: str, length: int) -> mmap.mmap:
+    """Map the first ``length`` bytes of segment ``name`` read-only; the memory stays as long
+    as the mapping does, whatever becomes of the name."""
     path = _path(name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         raise DataLossError(
-            f"shared-memory segment {name} is gone: its worker freed it before it was claimed "
-            f"(a worker frees what it handed out at the consumer's next request, when the "
-            f"consumer exits or after a timeout), or another process removed it") from None
+            f"shared-memory segment {name} is gone: its worker freed it before it was mapped "
+            f"(a worker frees what it handed out when the consumer exits, after a timeout, or "
+            f"when it stops), or another process removed it") from None
     except OSError as error:
         raise DataLossError(f"cannot open shared-memory segment {name}: {error}") from error
     try:
@@ -153,16 +166,15 @@ def claim_segment(name: str) -> mmap.mmap:
             raise DataLossError(
                 f"shared-memory segment {name} is not private to this user (owner uid "
                 f"{info.st_uid}, mode {info.st_mode & 0o777:o}): refused")
-        if info.st_size == 0:
-            raise DataLossError(f"shared-memory segment {name} is empty")
+        if not 0 < length <= info.st_size:
+            raise DataLossError(f"shared-memory segment {name} holds {info.st_size} bytes, "
+                                f"not the {length} its answer names")
         try:
-            return mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ)
+            return mmap.mmap(fd, length, access=mmap.ACCESS_READ)
         except OSError as error:
             raise DataLossError(f"cannot map shared-memory segment {name}: {error}") from error
     finally:
         os.close(fd)
-        with contextlib.suppress(OSError):  # if it stays, its worker unlinks it
-            unlink_segment(name)
 
 
 def unlink_segment(name: str) -> bool:

@@ -1,16 +1,17 @@
-"""A worker's account of the shared-memory segments it has handed out, as a state machine.
+"""A worker's account of its shared-memory segments, as a state machine.
 
-A consumer claims a segment (maps and unlinks it) as soon as the answer naming it arrives. The
-worker cannot see that, so it keeps each answer's segment until it knows the consumer is done
-with it one way or another, and then unlinks its name (which does nothing once claimed):
+A segment is either *handed* to a reader (an answer named it, and the reader may map it) or
+*free*: the reader that held it reported that its mapping is gone, so the next answer may be
+written into it. A consumer cannot report a segment it was not handed, and only a free
+segment is ever taken for an answer, so no reader's mapping is ever written over.
 
-- the same reader asks the same task again (a reader has one request in flight per task, so
-  it has dealt with the last answer, or given up on it);
-- a newer answer goes to the same reader's task (the reader gave up on this one);
-- the consumer's process has gone (the shell checks which of :meth:`SegmentLedger.consumers`
-  still run);
-- ``unclaimed_timeout_s`` has passed (a reader that closed with an answer in flight);
-- the worker stops.
+The worker unlinks a segment's name (the memory goes once no mapping is left):
+
+- handed, once its consumer's process has gone, or ``timeout_s`` after it was handed out (a
+  reader that gave up on an answer, or keeps its arrays that long: its mapping keeps the
+  memory, the segment is only not reused);
+- free, beyond ``max_free_bytes`` (the oldest first), or when unused for ``timeout_s``;
+- every one, when the worker stops.
 
 Pure: no clocks, files or processes; time comes in as ``now``.
 """
@@ -22,53 +23,95 @@ from dataclasses import dataclass
 
 from convoy.data.service._shm import Process
 
-#: A reader's task: (reader id, task id).
-Key = tuple[str, int]
+
+@dataclass(frozen=True)
+class Segment:
+    """A segment of the worker's and how many bytes it holds."""
+
+    name: str
+    capacity: int
 
 
 @dataclass(frozen=True)
 class Handed:
-    """A segment handed out and not yet known to be done with."""
+    """A segment handed out and not yet released."""
 
-    name: str
+    segment: Segment
+    reader: str
     consumer: Process
-    sent_at: float
+    since: float
+
+
+@dataclass(frozen=True)
+class Free:
+    """A segment released by its reader, unused since ``since``."""
+
+    segment: Segment
+    since: float
 
 
 class SegmentLedger:
-    """The segments handed out and not known to be claimed. Each method returns the names to
+    """The worker's segments, handed out or free. Methods that return names return those to
     unlink now."""
 
-    def __init__(self, unclaimed_timeout_s: float) -> None:
-        self.unclaimed_timeout_s = unclaimed_timeout_s
-        self.handed: dict[Key, Handed] = {}
+    def __init__(self, timeout_s: float, max_free_bytes: int) -> None:
+        self.timeout_s = timeout_s
+        self.max_free_bytes = max_free_bytes
+        self.handed: dict[str, Handed] = {}
+        self.free: dict[str, Free] = {}  # the oldest first
 
-    def requested(self, key: Key) -> tuple[str, ...]:
-        """A reader asks a task again: it is done with its last answer."""
-        handed = self.handed.pop(key, None)
-        return () if handed is None else (handed.name,)
+    def take(self, size: int) -> Segment | None:
+        """The smallest free segment holding ``size`` bytes, no longer free; None if there
+        is none."""
+        fits = [free.segment for free in self.free.values() if free.segment.capacity >= size]
+        if not fits:
+            return None
+        segment = min(fits, key=lambda segment: segment.capacity)
+        del self.free[segment.name]
+        return segment
 
-    def sent(self, key: Key, name: str, consumer: Process, now: float) -> tuple[str, ...]:
-        """Segment ``name`` went to a reader's task."""
-        older = self.handed.get(key)
-        self.handed[key] = Handed(name, consumer, now)
-        return () if older is None else (older.name,)
+    def sent(self, segment: Segment, reader: str, consumer: Process, now: float) -> None:
+        """``segment`` went to ``reader``, of process ``consumer``."""
+        self.handed[segment.name] = Handed(segment, reader, consumer, now)
+
+    def released(self, reader: str, names: Iterable[str], now: float) -> tuple[str, ...]:
+        """``reader`` no longer maps the segments ``names``: those handed to it become free
+        (names it was not handed are ignored)."""
+        for name in names:
+            handed = self.handed.get(name)
+            if handed is not None and handed.reader == reader:
+                del self.handed[name]
+                self.free[name] = Free(handed.segment, now)
+        excess = sum(free.segment.capacity for free in self.free.values()) - self.max_free_bytes
+        unlink = []
+        for name, free in list(self.free.items()):
+            if excess <= 0:
+                break
+            del self.free[name]
+            excess -= free.segment.capacity
+            unlink.append(name)
+        return tuple(unlink)
 
     def consumers(self) -> frozenset[Process]:
-        """The processes holding answers not known to be claimed."""
+        """The processes holding segments handed out."""
         return frozenset(handed.consumer for handed in self.handed.values())
 
     def sweep(self, now: float, gone: Iterable[Process]) -> tuple[str, ...]:
-        """Forget the segments of consumers that are ``gone`` and those handed out more than
-        the timeout ago."""
+        """Forget the segments handed to consumers that are ``gone`` or handed out more than
+        the timeout ago, and those free and unused that long."""
         gone = frozenset(gone)
-        expired = [key for key, handed in self.handed.items()
-                   if handed.consumer in gone
-                   or now - handed.sent_at > self.unclaimed_timeout_s]
-        return tuple(self.handed.pop(key).name for key in expired)
+        handed = [name for name, handed in self.handed.items()
+                  if handed.consumer in gone or now - handed.since > self.timeout_s]
+        free = [name for name, free in self.free.items() if now - free.since > self.timeout_s]
+        for name in handed:
+            del self.handed[name]
+        for name in free:
+            del self.free[name]
+        return (*handed, *free)
 
     def close(self) -> tuple[str, ...]:
-        """The worker stops: every segment still handed out."""
-        names = tuple(handed.name for handed in self.handed.values())
+        """The worker stops: every segment."""
+        names = (*self.handed, *self.free)
         self.handed.clear()
+        self.free.clear()
         return names

@@ -2,19 +2,25 @@
 
 A consumer that may read through shared memory describes itself in
 ``GetElementsRequest.shared_memory``. A worker with the same host identity answers with
-``SHARED_MEMORY`` and the name of a new segment (:mod:`._shm`) into which it wrote the codec
-message of the elements, uncompressed: each array is copied once, into the segment. The
-consumer claims the segment and decodes it in place, so its arrays are read-only views on
-the shared memory. The worker frees what it handed out as :mod:`._shm_ledger` decides.
+``SHARED_MEMORY``, the length of the codec message of the elements (uncompressed) and the
+name of the segment (:mod:`._shm`) it wrote that message into: each array is copied once,
+into the segment. The consumer maps the message and decodes it in place, so its arrays are
+read-only views on the shared memory. Once none is left, the consumer reports the segment
+released with its next request to that worker, which may then write another answer into it
+(a copy into pages that exist, several times faster than a new segment's). What the worker
+unlinks, and when, is :mod:`._shm_ledger`'s to decide.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import struct
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from convoy.codec import Encoder, decode
@@ -23,40 +29,46 @@ from convoy.data.service._protocol import ELEMENTS, SHARED_MEMORY
 from convoy.data.service._shm import (
     Process,
     SegmentNames,
-    claim_segment,
     host_identity,
+    map_segment,
+    rewrite_segment,
     sweep_orphans,
     unlink_segment,
     write_segment,
 )
-from convoy.data.service._shm_ledger import Key, SegmentLedger
-from convoy.errors import UnavailableError
+from convoy.data.service._shm_ledger import Segment, SegmentLedger
+from convoy.errors import DataLossError, UnavailableError
 
 log = logging.getLogger(__name__)
 
-#: A segment still unclaimed this long after it was handed out is freed: far beyond the
-#: consumer's deadline for the call that named it.
-UNCLAIMED_TIMEOUT_S = 60.0
+#: A segment handed out this long ago and not released is unlinked (far beyond the consumer's
+#: deadline for the call that named it), and so is a free one unused this long.
+SEGMENT_TIMEOUT_S = 60.0
+#: How many bytes of released segments a worker keeps for its next answers.
+MAX_FREE_BYTES = 64 << 20
 #: How often a worker checks that the consumers holding its segments still run.
 SWEEP_INTERVAL_S = 0.5
 #: Smaller answers stay in the gRPC reply: a segment's system calls cost more than the copies
 #: it saves.
 MIN_SEGMENT_BYTES = 128 << 10
+#: The length of the message in a SHARED_MEMORY answer, before the segment's name.
+_LENGTH = struct.Struct("<Q")
 
 # Copying once within a host is cheaper than compressing.
 _ENCODER = Encoder(None)
 
 
 class SegmentServer:
-    """A worker's side: answers same-host consumers with segments, and frees them. Off (it
-    serves no request) where the host has no shared memory or ``enabled`` is False."""
+    """A worker's side: answers same-host consumers with segments, reuses those released,
+    and frees them. Off (it serves no request) where the host has no shared memory or
+    ``enabled`` is False."""
 
-    def __init__(self, enabled: bool = True,
-                 unclaimed_timeout_s: float = UNCLAIMED_TIMEOUT_S) -> None:
+    def __init__(self, enabled: bool = True, timeout_s: float = SEGMENT_TIMEOUT_S,
+                 max_free_bytes: int = MAX_FREE_BYTES) -> None:
         self._host = host_identity() if enabled else ""
         self._names = SegmentNames()
         self._lock = threading.Lock()  # guards the ledger and the sweeper
-        self._ledger = SegmentLedger(unclaimed_timeout_s)
+        self._ledger = SegmentLedger(timeout_s, max_free_bytes)
         self._closed = threading.Event()
         self._sweeper: threading.Thread | None = None
         if self._host:
@@ -68,42 +80,56 @@ class SegmentServer:
                 and request.shared_memory.host == self._host)
 
     def requested(self, request: pb.GetElementsRequest) -> None:
-        """A consumer asks again: free what it was given last time for this task."""
-        if self.serves(request):
+        """A consumer asks: take back the segments it reports released."""
+        if request.released_segments and self.serves(request):
             with self._lock:
-                names = self._ledger.requested(_key(request))
+                names = self._ledger.released(request.shared_memory.reader_id,
+                                              request.released_segments, time.monotonic())
             _unlink(names)
 
     def answer(self, request: pb.GetElementsRequest, elements: list[Any], prefix: bytes = b""
                ) -> bytes:
-        """The answer to a request this worker :meth:`serves`, after ``prefix``: the name of a
-        new segment holding ``elements``, or the elements themselves if they are small or no
-        segment can be written (say ``/dev/shm`` is full)."""
+        """The answer to a request this worker :meth:`serves`, after ``prefix``: a segment
+        holding ``elements``, or the elements themselves if they are small or no segment can
+        be written (say ``/dev/shm`` is full)."""
         message = _ENCODER.encode_parts(elements)
-        name = None
-        if sum(memoryview(part).nbytes for part in message) >= MIN_SEGMENT_BYTES:
-            name = self._names.new()
-            try:
-                write_segment(name, message)
-            except OSError as error:
-                log.warning("cannot write shared-memory segment %s (%s); answering over gRPC",
-                            name, error)
-                name = None
-        if name is None:
+        size = sum(memoryview(part).nbytes for part in message)
+        segment = self._write(message, size) if size >= MIN_SEGMENT_BYTES else None
+        if segment is None:
             return b"".join([prefix, ELEMENTS, *message])
         reader = request.shared_memory
         with self._lock:
             if self._closed.is_set():
-                unlink_segment(name)
+                unlink_segment(segment.name)
                 raise UnavailableError("the worker is stopping")
-            stale = self._ledger.sent(_key(request), name, Process(reader.pid, reader.pid_start),
-                                      time.monotonic())
+            self._ledger.sent(segment, reader.reader_id, Process(reader.pid, reader.pid_start),
+                              time.monotonic())
             if self._sweeper is None:
                 self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True,
                                                  name="convoy-worker-shm-sweeper")
                 self._sweeper.start()
-        _unlink(stale)
-        return prefix + SHARED_MEMORY + name.encode()
+        return b"".join([prefix, SHARED_MEMORY, _LENGTH.pack(size), segment.name.encode()])
+
+    def _write(self, message: Sequence[Any], size: int) -> Segment | None:
+        """A segment holding ``message``: a free one if one is large enough, else a new one;
+        None if none can be written."""
+        with self._lock:
+            segment = self._ledger.take(size)
+        if segment is not None:
+            try:
+                rewrite_segment(segment.name, message)
+                return segment
+            except OSError as error:
+                log.warning("cannot reuse shared-memory segment %s (%s)", segment.name, error)
+                unlink_segment(segment.name)
+        segment = Segment(self._names.new(), size)
+        try:
+            write_segment(segment.name, message)
+        except OSError as error:
+            log.warning("cannot write shared-memory segment %s (%s); answering over gRPC",
+                        segment.name, error)
+            return None
+        return segment
 
     def _sweep_loop(self) -> None:
         while not self._closed.wait(SWEEP_INTERVAL_S):
@@ -115,15 +141,11 @@ class SegmentServer:
             _unlink(names)
 
     def close(self) -> None:
-        """Free every segment still handed out; answer no more."""
+        """Free every segment; answer no more."""
         with self._lock:
             self._closed.set()
             names = self._ledger.close()
         _unlink(names)
-
-
-def _key(request: pb.GetElementsRequest) -> Key:
-    return request.shared_memory.reader_id, request.task_id
 
 
 def _unlink(names: Iterable[str]) -> None:
@@ -143,10 +165,37 @@ def reader_identity() -> pb.SharedMemoryReader | None:
                                  reader_id=uuid.uuid4().hex)
 
 
-def claim_elements(name: bytes | memoryview) -> list[Any]:
-    """The elements in segment ``name``, claimed: arrays are read-only views on it, and its
-    memory is freed once none is left."""
-    return decode(memoryview(claim_segment(bytes(name).decode("ascii", "replace"))))
+class SegmentReader:
+    """A consumer's side: maps the segments its answers name, and gathers (per worker) those
+    it has let go of, to report with its next request to that worker."""
+
+    def __init__(self) -> None:
+        # Filled by finalizers, which may run in any thread, amid anything: no lock.
+        self._released: dict[str, collections.deque[str]] = {}
+
+    def elements(self, worker: str, answer: memoryview) -> list[Any]:
+        """The elements of a SHARED_MEMORY ``answer`` (past its status byte) from ``worker``:
+        arrays are read-only views on the segment."""
+        if len(answer) <= _LENGTH.size:
+            raise DataLossError(f"worker {worker} sent a malformed shared-memory answer "
+                                f"({len(answer)} bytes)")
+        (length,) = _LENGTH.unpack_from(answer)
+        name = bytes(answer[_LENGTH.size:]).decode("ascii", "replace")
+        mapping = map_segment(name, length)
+        released = self._released.setdefault(worker, collections.deque())
+        weakref.finalize(mapping, released.append, name)
+        return decode(memoryview(mapping))
+
+    def released(self, worker: str) -> list[str]:
+        """The segments of ``worker`` let go of since the last call (each reported once)."""
+        pending = self._released.get(worker)
+        names: list[str] = []
+        while pending:
+            try:
+                names.append(pending.popleft())
+            except IndexError:  # another reader thread took the last one
+                break
+        return names
 
 
 def free_orphans() -> None:

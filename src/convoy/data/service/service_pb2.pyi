@@ -245,7 +245,7 @@ class SharedMemoryReader(_message.Message):
     def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., pid_start: _Optional[int] = ..., reader_id: _Optional[str] = ...) -> None: ...
 
 class GetElementsRequest(_message.Message):
-    __slots__ = ("task_id", "consumer_index", "max_elements", "max_bytes", "round_index", "round_timeout_ms", "trainer_id", "incarnation", "shared_memory")
+    __slots__ = ("task_id", "consumer_index", "max_elements", "max_bytes", "round_index", "round_timeout_ms", "trainer_id", "incarnation", "shared_memory", "released_segments")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_INDEX_FIELD_NUMBER: _ClassVar[int]
     MAX_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +255,7 @@ class GetElementsRequest(_message.Message):
     TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     task_id: int
     consumer_index: int
     max_elements: int
@@ -264,4 +265,5 @@ class GetElementsRequest(_message.Message):
     trainer_id: str
     incarnation: int
     shared_memory: SharedMemoryReader
-    def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ...) -> None: ...
+    released_segments: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ..., released_segments: _Optional[_Iterable[str]] = ...) -> None: ...
