@@ -168,6 +168,8 @@ class Generator:
             return self.rng.random() < 0.5
         if kind == FieldDescriptor.TYPE_MESSAGE:
             return self.message(descriptor.message_type._concrete_class)
+        if kind in (FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_UINT64):
+            return self.rng.choice([0, 1, 2**63, 2**64 - 1, self.rng.getrandbits(64)])
         if self.rng.random() < 0.3:
             return self.rng.randint(*I64)
         return self.rng.choice(self.ints)

@@ -169,7 +169,7 @@ request = pb.GetElementsRequest(task_id=tasks[0].task_id, consumer_index=-1, max
                                 max_bytes=1 << 20, shared_memory=reader_identity())
 while (reply := worker.call("GetElements", request, timeout=30))[:1] != SHARED_MEMORY:
     assert time.monotonic() < deadline, "no answer"
-print(reply[9:].decode(), flush=True)  # past the status and the length
+print(reply[17:].decode(), flush=True)  # past the status, length and handout
 sys.stdin.read()
 """
 

@@ -33,7 +33,9 @@ ELEMENTS = b"E"  # followed by a codec message with one or more elements
 NUMBERED = b"R"
 END_OF_SEQUENCE = b"S"  # the task has no more elements
 NOT_READY = b"N"  # nothing yet: ask again
-SHARED_MEMORY = b"M"  # followed by the name of a shared-memory segment holding a codec message
+#: followed by the length of the codec message in a shared-memory segment and the number of this
+#: handout of the segment (little-endian uint64 each), then the segment's name
+SHARED_MEMORY = b"M"
 
 #: How long a worker waits for a task's first element (or for the heartbeat that may bring
 #: its task) before answering NOT_READY.

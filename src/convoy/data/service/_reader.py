@@ -261,8 +261,9 @@ class Reader:
         """One GetElements call; what came of it, as an event (its elements are in
         ``results`` by then, so a task's elements keep their order)."""
         numbers: list[tuple[int, int]] = []
-        if self._shared_memory is not None:
-            request.released_segments[:] = self._segments.released(worker.address)
+        releases = self._segments.released(worker.address)
+        request.ClearField("released_segments")
+        request.released_segments.extend(releases)
         try:
             reply = worker.call("GetElements", request, timeout=GET_ELEMENTS_DEADLINE_S)
             status, message = reply[:1], memoryview(reply)[1:]
@@ -275,10 +276,12 @@ class Reader:
                         else self._segments.elements(worker.address, message)
                         if status == SHARED_MEMORY else [])
         except WORKER_AWAY as error:
+            self._segments.unreported(worker.address, releases)
             if self._shared_memory is not None:
                 free_orphans()  # the worker may have died, leaving segments behind
             return WorkerUnreachable(task_id, error, time.monotonic())
         except ConvoyError as error:
+            self._segments.unreported(worker.address, releases)
             return ReadFailed(task_id, error)
         if elements:
             self.results.put(elements)  # refused only once the consumer has gone

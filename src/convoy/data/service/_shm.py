@@ -52,6 +52,15 @@ def host_identity() -> str:
     return f"{boot_id}:{shm.st_dev}:{_pid_namespace()}:{os.getuid()}"
 
 
+def shm_capacity() -> int:
+    """The size of the shared-memory file system, in bytes (0 if there is none)."""
+    try:
+        info = os.statvfs(SHM_DIR)
+    except OSError:
+        return 0
+    return info.f_blocks * info.f_frsize
+
+
 @functools.cache
 def _pid_namespace() -> int:
     try:

@@ -2,15 +2,17 @@
 
 A segment is either *handed* to a reader (an answer named it, and the reader may map it) or
 *free*: the reader that held it reported that its mapping is gone, so the next answer may be
-written into it. A consumer cannot report a segment it was not handed, and only a free
-segment is ever taken for an answer, so no reader's mapping is ever written over.
+written into it. Each handout has a random number, which only the answer carries; a release
+frees a segment only if it names the reader and the number of its current handout, so a
+repeated, late or forged release does nothing. Only a free segment is ever taken for an
+answer, so no reader's mapping is ever written over.
 
 The worker unlinks a segment's name (the memory goes once no mapping is left):
 
 - handed, once its consumer's process has gone, or ``timeout_s`` after it was handed out (a
   reader that gave up on an answer, or keeps its arrays that long: its mapping keeps the
   memory, the segment is only not reused);
-- free, beyond ``max_free_bytes`` (the oldest first), or when unused for ``timeout_s``;
+- free, beyond ``max_free_bytes`` (the oldest first), or when unused for ``free_timeout_s``;
 - every one, when the worker stops.
 
 Pure: no clocks, files or processes; time comes in as ``now``.
@@ -22,6 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from convoy.data.service._shm import Process
+
+#: A free segment is taken for an answer only if it is at most this many times the answer's size.
+MAX_SLACK = 4
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class Handed:
 
     segment: Segment
     reader: str
+    handout: int
     consumer: Process
     since: float
 
@@ -54,32 +60,38 @@ class SegmentLedger:
     """The worker's segments, handed out or free. Methods that return names return those to
     unlink now."""
 
-    def __init__(self, timeout_s: float, max_free_bytes: int) -> None:
+    def __init__(self, timeout_s: float, free_timeout_s: float, max_free_bytes: int) -> None:
         self.timeout_s = timeout_s
+        self.free_timeout_s = free_timeout_s
         self.max_free_bytes = max_free_bytes
         self.handed: dict[str, Handed] = {}
         self.free: dict[str, Free] = {}  # the oldest first
 
     def take(self, size: int) -> Segment | None:
-        """The smallest free segment holding ``size`` bytes, no longer free; None if there
+        """The smallest free segment holding ``size`` bytes (and not over ``MAX_SLACK`` times
+        that: a handed segment's whole capacity stays in use), no longer free; None if there
         is none."""
-        fits = [free.segment for free in self.free.values() if free.segment.capacity >= size]
+        fits = [free.segment for free in self.free.values()
+                if size <= free.segment.capacity <= MAX_SLACK * size]
         if not fits:
             return None
         segment = min(fits, key=lambda segment: segment.capacity)
         del self.free[segment.name]
         return segment
 
-    def sent(self, segment: Segment, reader: str, consumer: Process, now: float) -> None:
-        """``segment`` went to ``reader``, of process ``consumer``."""
-        self.handed[segment.name] = Handed(segment, reader, consumer, now)
+    def sent(self, segment: Segment, reader: str, handout: int, consumer: Process,
+             now: float) -> None:
+        """``segment`` went to ``reader``, of process ``consumer``, as handout ``handout``."""
+        self.handed[segment.name] = Handed(segment, reader, handout, consumer, now)
 
-    def released(self, reader: str, names: Iterable[str], now: float) -> tuple[str, ...]:
-        """``reader`` no longer maps the segments ``names``: those handed to it become free
-        (names it was not handed are ignored)."""
-        for name in names:
+    def released(self, reader: str, releases: Iterable[tuple[str, int]], now: float
+                 ) -> tuple[str, ...]:
+        """``reader`` no longer maps the segments of ``releases`` (name, handout): those of
+        its current handouts become free, the others are ignored. Free segments beyond the
+        byte bound are then let go of, the oldest first."""
+        for name, handout in releases:
             handed = self.handed.get(name)
-            if handed is not None and handed.reader == reader:
+            if handed is not None and (handed.reader, handed.handout) == (reader, handout):
                 del self.handed[name]
                 self.free[name] = Free(handed.segment, now)
         excess = sum(free.segment.capacity for free in self.free.values()) - self.max_free_bytes
@@ -98,11 +110,12 @@ class SegmentLedger:
 
     def sweep(self, now: float, gone: Iterable[Process]) -> tuple[str, ...]:
         """Forget the segments handed to consumers that are ``gone`` or handed out more than
-        the timeout ago, and those free and unused that long."""
+        ``timeout_s`` ago, and those free and unused for ``free_timeout_s``."""
         gone = frozenset(gone)
         handed = [name for name, handed in self.handed.items()
                   if handed.consumer in gone or now - handed.since > self.timeout_s]
-        free = [name for name, free in self.free.items() if now - free.since > self.timeout_s]
+        free = [name for name, free in self.free.items()
+                if now - free.since > self.free_timeout_s]
         for name in handed:
             del self.handed[name]
         for name in free:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import secrets
 import struct
 import threading
 import time
@@ -32,27 +34,32 @@ from convoy.data.service._shm import (
     host_identity,
     map_segment,
     rewrite_segment,
+    shm_capacity,
     sweep_orphans,
     unlink_segment,
     write_segment,
 )
 from convoy.data.service._shm_ledger import Segment, SegmentLedger
-from convoy.errors import DataLossError, UnavailableError
+from convoy.errors import DataLossError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
 
 #: A segment handed out this long ago and not released is unlinked (far beyond the consumer's
-#: deadline for the call that named it), and so is a free one unused this long.
+#: deadline for the call that named it).
 SEGMENT_TIMEOUT_S = 60.0
-#: How many bytes of released segments a worker keeps for its next answers.
+#: A released segment unused this long is unlinked (a reading reuses them within milliseconds).
+FREE_TIMEOUT_S = 5.0
+#: How many bytes of released segments a worker keeps for its next answers, at most: this, and
+#: a sixteenth of the shared-memory file system (a container's may hold only 64 MiB).
 MAX_FREE_BYTES = 64 << 20
 #: How often a worker checks that the consumers holding its segments still run.
 SWEEP_INTERVAL_S = 0.5
 #: Smaller answers stay in the gRPC reply: a segment's system calls cost more than the copies
 #: it saves.
 MIN_SEGMENT_BYTES = 128 << 10
-#: The length of the message in a SHARED_MEMORY answer, before the segment's name.
-_LENGTH = struct.Struct("<Q")
+#: What a SHARED_MEMORY answer carries before the segment's name: the message's length and the
+#: handout's number.
+_HEADER = struct.Struct("<QQ")
 
 # Copying once within a host is cheaper than compressing.
 _ENCODER = Encoder(None)
@@ -64,11 +71,14 @@ class SegmentServer:
     ``enabled`` is False."""
 
     def __init__(self, enabled: bool = True, timeout_s: float = SEGMENT_TIMEOUT_S,
-                 max_free_bytes: int = MAX_FREE_BYTES) -> None:
+                 free_timeout_s: float = FREE_TIMEOUT_S,
+                 max_free_bytes: int | None = None) -> None:
         self._host = host_identity() if enabled else ""
         self._names = SegmentNames()
         self._lock = threading.Lock()  # guards the ledger and the sweeper
-        self._ledger = SegmentLedger(timeout_s, max_free_bytes)
+        if max_free_bytes is None:
+            max_free_bytes = min(MAX_FREE_BYTES, shm_capacity() // 16)
+        self._ledger = SegmentLedger(timeout_s, free_timeout_s, max_free_bytes)
         self._closed = threading.Event()
         self._sweeper: threading.Thread | None = None
         if self._host:
@@ -82,9 +92,10 @@ class SegmentServer:
     def requested(self, request: pb.GetElementsRequest) -> None:
         """A consumer asks: take back the segments it reports released."""
         if request.released_segments and self.serves(request):
+            releases = [(release.name, release.handout) for release in request.released_segments]
             with self._lock:
-                names = self._ledger.released(request.shared_memory.reader_id,
-                                              request.released_segments, time.monotonic())
+                names = self._ledger.released(request.shared_memory.reader_id, releases,
+                                              time.monotonic())
             _unlink(names)
 
     def answer(self, request: pb.GetElementsRequest, elements: list[Any], prefix: bytes = b""
@@ -98,17 +109,21 @@ class SegmentServer:
         if segment is None:
             return b"".join([prefix, ELEMENTS, *message])
         reader = request.shared_memory
+        handout = secrets.randbits(64)
         with self._lock:
-            if self._closed.is_set():
-                unlink_segment(segment.name)
-                raise UnavailableError("the worker is stopping")
-            self._ledger.sent(segment, reader.reader_id, Process(reader.pid, reader.pid_start),
-                              time.monotonic())
-            if self._sweeper is None:
-                self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True,
-                                                 name="convoy-worker-shm-sweeper")
-                self._sweeper.start()
-        return b"".join([prefix, SHARED_MEMORY, _LENGTH.pack(size), segment.name.encode()])
+            closed = self._closed.is_set()
+            if not closed:
+                self._ledger.sent(segment, reader.reader_id, handout,
+                                  Process(reader.pid, reader.pid_start), time.monotonic())
+                if self._sweeper is None:
+                    self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True,
+                                                     name="convoy-worker-shm-sweeper")
+                    self._sweeper.start()
+        if closed:
+            _unlink([segment.name])
+            raise UnavailableError("the worker is stopping")
+        return b"".join([prefix, SHARED_MEMORY, _HEADER.pack(size, handout),
+                         segment.name.encode()])
 
     def _write(self, message: Sequence[Any], size: int) -> Segment | None:
         """A segment holding ``message``: a free one if one is large enough, else a new one;
@@ -121,7 +136,10 @@ class SegmentServer:
                 return segment
             except OSError as error:
                 log.warning("cannot reuse shared-memory segment %s (%s)", segment.name, error)
-                unlink_segment(segment.name)
+                _unlink([segment.name])
+            except BaseException:
+                _unlink([segment.name])
+                raise
         segment = Segment(self._names.new(), size)
         try:
             write_segment(segment.name, message)
@@ -150,7 +168,10 @@ class SegmentServer:
 
 def _unlink(names: Iterable[str]) -> None:
     for name in names:
-        unlink_segment(name)
+        try:
+            unlink_segment(name)
+        except OSError as error:  # not ours to remove any more: nothing to free
+            log.warning("cannot unlink shared-memory segment %s (%s)", name, error)
 
 
 # ----- the consumer's side ---------------------------------------------------------------------
@@ -165,39 +186,62 @@ def reader_identity() -> pb.SharedMemoryReader | None:
                                  reader_id=uuid.uuid4().hex)
 
 
+#: Mappings made before this process last forked may live on in its child: they are never
+#: reported released (they go when the segment's name does), so none is written over.
+_forks = [0]
+os.register_at_fork(before=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
 class SegmentReader:
     """A consumer's side: maps the segments its answers name, and gathers (per worker) those
     it has let go of, to report with its next request to that worker."""
 
     def __init__(self) -> None:
         # Filled by finalizers, which may run in any thread, amid anything: no lock.
-        self._released: dict[str, collections.deque[str]] = {}
+        self._released: dict[str, collections.deque[pb.ReleasedSegment]] = {}
 
     def elements(self, worker: str, answer: memoryview) -> list[Any]:
         """The elements of a SHARED_MEMORY ``answer`` (past its status byte) from ``worker``:
         arrays are read-only views on the segment."""
-        if len(answer) <= _LENGTH.size:
+        if len(answer) <= _HEADER.size:
             raise DataLossError(f"worker {worker} sent a malformed shared-memory answer "
                                 f"({len(answer)} bytes)")
-        (length,) = _LENGTH.unpack_from(answer)
-        name = bytes(answer[_LENGTH.size:]).decode("ascii", "replace")
-        mapping = map_segment(name, length)
+        length, handout = _HEADER.unpack_from(answer)
+        name = bytes(answer[_HEADER.size:]).decode("ascii", "replace")
+        try:
+            mapping = map_segment(name, length)
+        except InvalidArgumentError as error:
+            raise DataLossError(f"worker {worker} sent a malformed shared-memory answer: "
+                                f"{error}") from None
         released = self._released.setdefault(worker, collections.deque())
-        weakref.finalize(mapping, released.append, name)
+        weakref.finalize(mapping, _release, released, pb.ReleasedSegment(name=name,
+                                                                          handout=handout),
+                         _forks[0])
         return decode(memoryview(mapping))
 
-    def released(self, worker: str) -> list[str]:
-        """The segments of ``worker`` let go of since the last call (each reported once)."""
+    def released(self, worker: str) -> list[pb.ReleasedSegment]:
+        """The segments of ``worker`` let go of since the last call."""
         pending = self._released.get(worker)
-        names: list[str] = []
+        releases: list[pb.ReleasedSegment] = []
         while pending:
             try:
-                names.append(pending.popleft())
+                releases.append(pending.popleft())
             except IndexError:  # another reader thread took the last one
                 break
-        return names
+        return releases
+
+    def unreported(self, worker: str, releases: list[pb.ReleasedSegment]) -> None:
+        """``releases`` may not have reached ``worker``: report them again (a release that
+        did arrive names a past handout by then, which does nothing)."""
+        self._released.setdefault(worker, collections.deque()).extend(releases)
+
+
+def _release(released: collections.deque[pb.ReleasedSegment], release: pb.ReleasedSegment,
+             forks: int) -> None:
+    if forks == _forks[0]:
+        released.append(release)
 
 
 def free_orphans() -> None:
-    """Unlink the segments of workers of this host that died before theirs were claimed."""
+    """Unlink the segments of workers of this host that died, leaving theirs behind."""
     sweep_orphans()

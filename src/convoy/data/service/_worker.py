@@ -260,6 +260,7 @@ class WorkerServer(_rpc.ServerBase):
 
     # ----- consumers ---------------------------------------------------------------------------
     def _get_elements(self, request: pb.GetElementsRequest) -> bytes:
+        self._segments.requested(request)  # whatever becomes of the call
         if request.max_elements <= 0 or request.max_bytes <= 0:
             raise InvalidArgumentError(
                 f"GetElements needs max_elements > 0 and max_bytes > 0, got "
@@ -278,7 +279,6 @@ class WorkerServer(_rpc.ServerBase):
 
     def _serve(self, request: pb.GetElementsRequest) -> bytes:
         deadline = time.monotonic() + ELEMENT_WAIT_S
-        self._segments.requested(request)
         answer, task = self._answer(ws.ElementsRequested, request.task_id, deadline)
         if task is not None and (request.consumer_index >= 0 or task.task_id in self._rounds):
             return self._serve_rounds(task, request, deadline)

@@ -265,5 +265,13 @@ class GetElementsRequest(_message.Message):
     trainer_id: str
     incarnation: int
     shared_memory: SharedMemoryReader
-    released_segments: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ..., released_segments: _Optional[_Iterable[str]] = ...) -> None: ...
+    released_segments: _containers.RepeatedCompositeFieldContainer[ReleasedSegment]
+    def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ..., released_segments: _Optional[_Iterable[_Union[ReleasedSegment, _Mapping]]] = ...) -> None: ...
+
+class ReleasedSegment(_message.Message):
+    __slots__ = ("name", "handout")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HANDOUT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    handout: int
+    def __init__(self, name: _Optional[str] = ..., handout: _Optional[int] = ...) -> None: ...
