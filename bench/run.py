@@ -85,7 +85,7 @@ def main() -> int:
         print("TensorFlow: not installed, run make bench-tf")
     header = f"{'workload':<22}{'unit':<12}{'convoy':>12}{'range':>22}"
     if with_tf:
-        header += f"{'tensorflow':>12}{'range':>22}{'ratio':>8}"
+        header += f"{'tensorflow':>12}{'range':>22}{'ratio':>10}"
     print(header)
     print("-" * len(header))
     failures = []
@@ -96,7 +96,7 @@ def main() -> int:
             if with_tf and workload.name in tf_workloads.WORKLOADS:
                 theirs = _tensorflow(workload.name, args.repeats)
                 if isinstance(theirs, Summary):
-                    line += f"{theirs.cells()}{ours.median / theirs.median:>7.2f}x"
+                    line += f"{theirs.cells()}{ours.median / theirs.median:>9.2f}x"
                 else:
                     line += f"{'(failed)':>12}"
                     failures.append(f"TensorFlow {workload.name}: {theirs}")
