@@ -136,7 +136,9 @@ class Reader:
             raise
         threading.Thread(target=reader._heartbeat_loop, daemon=True,
                          name="convoy-client-heartbeat").start()
-        for _ in range(options.max_outstanding_requests):
+        # a coordinated read has one request in flight at a time: one thread makes them
+        threads = 1 if options.num_consumers is not None else options.max_outstanding_requests
+        for _ in range(threads):
             threading.Thread(target=reader._read_loop, daemon=True,
                              name="convoy-client-reader").start()
         return reader
