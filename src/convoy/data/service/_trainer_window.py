@@ -13,6 +13,7 @@ Pure: no threads, locks or clocks; the caller serializes the calls.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,13 +68,13 @@ class TrainerWindow:
         position = self._catch_up(trainer_id)
         taken: list[Any] = []
         size = 0
-        index = position - self._first
-        while (index < len(self._elements) and len(taken) < max_elements
-               and (not taken or size < max_bytes)):
-            element, element_size = self._elements[index]
+        # one pass from the position (indexing a deque's middle walks it every time)
+        for element, element_size in itertools.islice(self._elements, position - self._first,
+                                                      None):
+            if len(taken) >= max_elements or (taken and size >= max_bytes):
+                break
             taken.append(element)
             size += element_size
-            index += 1
         self._positions[trainer_id] = position + len(taken)
         return taken
 
