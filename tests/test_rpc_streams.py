@@ -4,6 +4,7 @@ DeadlineExceededError, and a stream reopens after any failure."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -66,3 +67,26 @@ def test_an_unreachable_server_is_unavailable():
     stream = _rpc.Client(f"localhost:{free_port()}", "test.Echo", [ECHO]).stream("Echo")
     with pytest.raises(UnavailableError, match="Echo at"):
         stream.call(b"x", timeout=30)
+
+
+def test_retry_backs_off_then_gives_up_naming_what_failed_and_leaves_global_random_alone(
+) -> None:
+    """A program that seeds ``random`` gets the same numbers whatever convoy retries."""
+    random.seed(5)
+    expected = random.random()
+    random.seed(5)
+    failures = [UnavailableError("down"), UnavailableError("still down")]
+
+    def attempt() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "up"
+
+    assert _rpc.retry(attempt, 5.0, "calling the test server") == "up"
+    assert random.random() == expected
+
+    def never() -> str:
+        raise UnavailableError("gone")
+
+    with pytest.raises(UnavailableError, match=r"calling the test server: gave up after 0\.1 s"):
+        _rpc.retry(never, 0.1, "calling the test server")

@@ -359,6 +359,9 @@ class _VerifiedFuture:
 T = TypeVar("T")
 
 RETRYABLE = (errors.UnavailableError, errors.DeadlineExceededError)
+#: The retries' jitter draws from its own generator: the global one is the user's (a program
+#: that seeds it must get the same numbers whatever convoy's threads do meanwhile).
+_JITTER = random.Random()
 
 
 def retry(attempt: Callable[[], T], timeout_s: float, what: str,
@@ -376,5 +379,5 @@ def retry(attempt: Callable[[], T], timeout_s: float, what: str,
                 raise errors.UnavailableError(
                     f"{what}: gave up after {timeout_s:.1f} s: {error}"
                 ) from None
-            time.sleep(min(delay * (0.5 + random.random()), remaining))
+            time.sleep(min(delay * (0.5 + _JITTER.random()), remaining))
             delay = min(delay * 2, 1.0)
