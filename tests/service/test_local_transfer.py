@@ -105,6 +105,10 @@ def test_segments_let_go_of_are_written_again(cluster: ProcessCluster) -> None:
     assert read == 2000
     made = set(segments_of(worker)) - before
     assert len(made) <= 8, made
+    del element
+    # the reading is over and nothing maps them: the consumer unlinks those it held last,
+    # and the worker those it kept for reuse (after 2 s unused)
+    wait_until_gone(worker, made, timeout_s=10.0)
 
 
 def test_local_with_data_transfer_protocol_local(cluster: ProcessCluster) -> None:

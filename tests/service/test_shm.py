@@ -234,6 +234,18 @@ def test_segments_of_gone_consumers_and_old_ones_are_unlinked() -> None:
     assert ledger.close() == ()
 
 
+def test_free_segments_go_with_the_consumer_that_released_them() -> None:
+    ledger = SegmentLedger(60.0, 5.0, 1000)
+    ledger.sent(segment("a"), "r", 0, CONSUMER, 0.0)
+    ledger.sent(segment("b"), "s", 0, OTHER, 0.0)
+    ledger.released("r", [("a", 0)], 1.0)
+    ledger.released("s", [("b", 0)], 1.0)
+    assert ledger.consumers() == {CONSUMER, OTHER}
+    assert ledger.sweep(2.0, [CONSUMER]) == ("a",)
+    assert ledger.consumers() == {OTHER}
+    assert ledger.close() == ("b",)
+
+
 @settings(max_examples=300, deadline=None)
 @given(hs.lists(hs.tuples(hs.sampled_from(["send", "release", "replay", "sweep"]),
                           hs.sampled_from(["r", "s"]), hs.integers(1, 300),
@@ -342,6 +354,27 @@ def test_answer_map_release_and_reuse() -> None:
     server.close()  # a stopping worker unlinks every segment
     for name in (segment_of(answer), segment_of(held)):
         assert not os.path.exists(path(name))
+
+
+def test_a_closed_reading_unlinks_what_it_lets_go_of() -> None:
+    server, reader = SegmentServer(), SegmentReader()
+    try:
+        asking = request()
+        first, second = (server.answer(asking, [np.zeros(1 << 15)]) for _ in range(2))
+        dropped = reader.elements("w", memoryview(first)[1:])
+        held = reader.elements("w", memoryview(second)[1:])
+        del dropped
+        gc.collect()  # let go of, not reported yet
+        reader.close()  # no request will report it: unlinked now
+        assert not os.path.exists(path(segment_of(first)))
+        assert os.path.exists(path(segment_of(second)))
+        assert held[0].sum() == 0  # the memory stays while mapped
+        del held
+        gc.collect()  # let go of after the close: unlinked at once
+        assert not os.path.exists(path(segment_of(second)))
+        assert reader.released("w") == []
+    finally:
+        server.close()
 
 
 def test_a_release_from_another_reader_is_ignored() -> None:

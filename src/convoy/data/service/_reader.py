@@ -170,6 +170,7 @@ class Reader:
             self._workers.clear()
         for client in clients:
             client.close()  # calls still in flight fail, and their answers are moot
+        self._segments.close()
         if self._shared_memory is not None:
             free_orphans()
 

@@ -12,7 +12,8 @@ The worker unlinks a segment's name (the memory goes once no mapping is left):
 - handed, once its consumer's process has gone, or ``timeout_s`` after it was handed out (a
   reader that gave up on an answer, or keeps its arrays that long: its mapping keeps the
   memory, the segment is only not reused);
-- free, beyond ``max_free_bytes`` (the oldest first), or when unused for ``free_timeout_s``;
+- free, once the consumer that released it has gone, beyond ``max_free_bytes`` (the oldest
+  first), or when unused for ``free_timeout_s``;
 - every one, when the worker stops.
 
 Pure: no clocks, files or processes; time comes in as ``now``.
@@ -50,9 +51,10 @@ class Handed:
 
 @dataclass(frozen=True)
 class Free:
-    """A segment released by its reader, unused since ``since``."""
+    """A segment released by process ``consumer``, unused since ``since``."""
 
     segment: Segment
+    consumer: Process
     since: float
 
 
@@ -93,7 +95,7 @@ class SegmentLedger:
             handed = self.handed.get(name)
             if handed is not None and (handed.reader, handed.handout) == (reader, handout):
                 del self.handed[name]
-                self.free[name] = Free(handed.segment, now)
+                self.free[name] = Free(handed.segment, handed.consumer, now)
         excess = sum(free.segment.capacity for free in self.free.values()) - self.max_free_bytes
         unlink = []
         for name, free in list(self.free.items()):
@@ -105,17 +107,18 @@ class SegmentLedger:
         return tuple(unlink)
 
     def consumers(self) -> frozenset[Process]:
-        """The processes holding segments handed out."""
-        return frozenset(handed.consumer for handed in self.handed.values())
+        """The processes holding segments handed out, or that released free ones."""
+        return frozenset([*(handed.consumer for handed in self.handed.values()),
+                          *(free.consumer for free in self.free.values())])
 
     def sweep(self, now: float, gone: Iterable[Process]) -> tuple[str, ...]:
-        """Forget the segments handed to consumers that are ``gone`` or handed out more than
+        """Forget the segments of consumers that are ``gone``, those handed out more than
         ``timeout_s`` ago, and those free and unused for ``free_timeout_s``."""
         gone = frozenset(gone)
         handed = [name for name, handed in self.handed.items()
                   if handed.consumer in gone or now - handed.since > self.timeout_s]
         free = [name for name, free in self.free.items()
-                if now - free.since > self.free_timeout_s]
+                if free.consumer in gone or now - free.since > self.free_timeout_s]
         for name in handed:
             del self.handed[name]
         for name in free:

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 #: deadline for the call that named it).
 SEGMENT_TIMEOUT_S = 60.0
 #: A released segment unused this long is unlinked (a reading reuses them within milliseconds).
-FREE_TIMEOUT_S = 5.0
+FREE_TIMEOUT_S = 2.0
 #: How many bytes of released segments a worker keeps for its next answers, at most: this, and
 #: a sixteenth of the shared-memory file system (a container's may hold only 64 MiB).
 MAX_FREE_BYTES = 64 << 20
@@ -194,11 +194,13 @@ os.register_at_fork(before=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
 class SegmentReader:
     """A consumer's side: maps the segments its answers name, and gathers (per worker) those
-    it has let go of, to report with its next request to that worker."""
+    it has let go of, to report with its next request to that worker. Once the reading is
+    :meth:`close`-d, it unlinks them itself instead: no request will report them."""
 
     def __init__(self) -> None:
         # Filled by finalizers, which may run in any thread, amid anything: no lock.
         self._released: dict[str, collections.deque[pb.ReleasedSegment]] = {}
+        self._closed = False
 
     def elements(self, worker: str, answer: memoryview) -> list[Any]:
         """The elements of a SHARED_MEMORY ``answer`` (past its status byte) from ``worker``:
@@ -213,11 +215,17 @@ class SegmentReader:
         except InvalidArgumentError as error:
             raise DataLossError(f"worker {worker} sent a malformed shared-memory answer: "
                                 f"{error}") from None
-        released = self._released.setdefault(worker, collections.deque())
-        weakref.finalize(mapping, _release, released, pb.ReleasedSegment(name=name,
-                                                                          handout=handout),
-                         _forks[0])
+        weakref.finalize(mapping, self._let_go, worker,
+                         pb.ReleasedSegment(name=name, handout=handout), _forks[0])
         return decode(memoryview(mapping))
+
+    def _let_go(self, worker: str, release: pb.ReleasedSegment, forks: int) -> None:
+        if forks != _forks[0]:
+            return  # a child forked since may still map it
+        if self._closed:
+            _unlink([release.name])  # safe: a worker never writes a segment still handed out
+        else:
+            self._released.setdefault(worker, collections.deque()).append(release)
 
     def released(self, worker: str) -> list[pb.ReleasedSegment]:
         """The segments of ``worker`` let go of since the last call."""
@@ -233,13 +241,15 @@ class SegmentReader:
     def unreported(self, worker: str, releases: list[pb.ReleasedSegment]) -> None:
         """``releases`` may not have reached ``worker``: report them again (a release that
         did arrive names a past handout by then, which does nothing)."""
-        self._released.setdefault(worker, collections.deque()).extend(releases)
+        for release in releases:
+            self._let_go(worker, release, _forks[0])
 
-
-def _release(released: collections.deque[pb.ReleasedSegment], release: pb.ReleasedSegment,
-             forks: int) -> None:
-    if forks == _forks[0]:
-        released.append(release)
+    def close(self) -> None:
+        """The reading is over: unlink what was let go of and not reported, and from now on
+        each segment as it is let go of."""
+        self._closed = True
+        for worker in list(self._released):
+            _unlink(release.name for release in self.released(worker))
 
 
 def free_orphans() -> None:
