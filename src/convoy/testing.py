@@ -9,6 +9,7 @@ killed with SIGKILL and restarted, as in production. ``TrainingCluster`` runs th
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
 from convoy.errors import UnavailableError
@@ -180,6 +182,17 @@ class ProcessCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def in_shared_memory(array: Any) -> bool:
+    """Whether ``array`` is a view on a shared-memory segment (its bases end in an mmap), as
+    the elements a same-host worker sends are."""
+    base = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return True
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return False
 
 
 def free_port() -> int:

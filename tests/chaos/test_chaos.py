@@ -25,7 +25,7 @@ import pytest
 from convoy.data import Dataset, TFRecordDataset, TFRecordWriter
 from convoy.data.service import DispatcherConfig, distribute
 from convoy.errors import NotFoundError, UnavailableError
-from convoy.testing import LocalCluster, ProcessCluster, ServerProcess
+from convoy.testing import LocalCluster, ProcessCluster, ServerProcess, in_shared_memory
 
 # The pipeline's functions run on the workers, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -395,3 +395,47 @@ def test_a_shared_job_gets_each_element_once_through_worker_kills(tmp_path: Path
     both = consumers[0].counts + consumers[1].counts
     assert all(c.received for c in consumers), "one consumer got nothing: nothing was shared"
     check_exactly_once(both, N, f"shared job, killed {killed}")
+
+
+class HoldingConsumer(Consumer):
+    """Reads arrays filled with their element's number through shared memory, and keeps one
+    in ten of them to check at the end: a segment written over while held would show."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        super().__init__(dataset)
+        self.held: list[np.ndarray] = []
+
+    def numbers(self, element: Any) -> list[int]:  # type: ignore[override]
+        number = int(element[0])
+        if number % 10 == 0:
+            self.held.append(element)
+        return [number]
+
+
+@pytest.mark.timeout(200)
+def test_shared_memory_exactly_once_and_intact_through_worker_kills() -> None:
+    """DYNAMIC through shared memory (64 KiB elements, so every answer is a segment, written
+    again once released) while workers are SIGKILLed and restarted: every element exactly
+    once, and the arrays the consumer kept still hold their numbers at the end."""
+    rng = random.Random(chaos_seed())
+    total = 10_000
+    with ProcessCluster(num_workers=2) as cluster:
+        dataset = (Dataset.range(total).map(lambda x: np.full(1 << 14, slow(x), np.int32))
+                   .apply(distribute("distributed_epoch", cluster.target,
+                                     target_workers="LOCAL")))
+        consumer = HoldingConsumer(dataset)
+        consumer.start()
+        for point in kill_points(rng, 2, total):
+            consumer.reach(point)
+            assert consumer.is_alive(), "the epoch ended before the kill"
+            victim = rng.randrange(2)
+            cluster.workers[victim].kill()
+            time.sleep(rng.uniform(0.0, 0.5))
+            cluster.restart_worker(victim)
+        consumer.finish([cluster.dispatcher, *cluster.workers])
+    assert consumer.error is None, consumer.error
+    check_exactly_once(consumer.counts, total, "shared memory")
+    assert len(consumer.held) == total // 10
+    assert sum(in_shared_memory(array) for array in consumer.held) > len(consumer.held) // 2
+    for array in consumer.held:
+        assert (array == array[0]).all(), f"element {array[0]} was written over"

@@ -9,7 +9,6 @@ must leave them alone.
 
 from __future__ import annotations
 
-import mmap
 import os
 import subprocess
 import sys
@@ -24,7 +23,13 @@ import pytest
 import convoy as cv
 from convoy.data.service import _shm
 from convoy.errors import InvalidArgumentError, UnavailableError
-from convoy.testing import LocalCluster, ProcessCluster, ServerProcess, free_port
+from convoy.testing import (
+    LocalCluster,
+    ProcessCluster,
+    ServerProcess,
+    free_port,
+    in_shared_memory,
+)
 
 # Pipelines defined here run on worker processes, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -60,16 +65,6 @@ def wait_until_gone(pid: int, names: set[str], timeout_s: float = 30.0) -> None:
     while left := names & set(segments_of(pid)):
         assert time.monotonic() < deadline, f"left in /dev/shm: {left}"
         time.sleep(0.05)
-
-
-def in_shared_memory(array: np.ndarray) -> bool:
-    """Whether ``array`` is a view on a mapped segment (following its bases)."""
-    base: Any = array
-    while base is not None:
-        if isinstance(base, mmap.mmap):
-            return True
-        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
-    return False
 
 
 def images(n: int) -> cv.data.Dataset:
