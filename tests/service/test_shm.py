@@ -377,6 +377,26 @@ def test_a_closed_reading_unlinks_what_it_lets_go_of() -> None:
         server.close()
 
 
+def test_a_release_that_may_have_arrived_is_left_to_the_worker() -> None:
+    server, reader = SegmentServer(), SegmentReader()
+    try:
+        asking = request()
+        answer = server.answer(asking, [np.zeros(1 << 15)])
+        got = reader.elements("w", memoryview(answer)[1:])
+        del got
+        gc.collect()
+        releases = reader.released("w")
+        asking.released_segments.extend(releases)
+        server.requested(asking)  # the release arrived, but the call failed: the consumer
+        reader.unreported("w", releases)  # cannot tell, and will report it again
+        again = server.answer(request(), [np.ones(1 << 15)])  # another reader gets it
+        assert segment_of(again) == segment_of(answer)
+        reader.close()  # the first reading is over: it must not unlink what it reported
+        assert SegmentReader().elements("w", memoryview(again)[1:])[0][0] == 1
+    finally:
+        server.close()
+
+
 def test_a_release_from_another_reader_is_ignored() -> None:
     server = SegmentServer()
     try:

@@ -198,8 +198,9 @@ class SegmentReader:
     :meth:`close`-d, it unlinks them itself instead: no request will report them."""
 
     def __init__(self) -> None:
-        # Filled by finalizers, which may run in any thread, amid anything: no lock.
-        self._released: dict[str, collections.deque[pb.ReleasedSegment]] = {}
+        # Filled by finalizers, which may run in any thread, amid anything: no lock. Each
+        # release comes with whether it may have been sent already.
+        self._released: dict[str, collections.deque[tuple[pb.ReleasedSegment, bool]]] = {}
         self._closed = False
 
     def elements(self, worker: str, answer: memoryview) -> list[Any]:
@@ -222,34 +223,42 @@ class SegmentReader:
     def _let_go(self, worker: str, release: pb.ReleasedSegment, forks: int) -> None:
         if forks != _forks[0]:
             return  # a child forked since may still map it
-        if self._closed:
-            _unlink([release.name])  # safe: a worker never writes a segment still handed out
+        if self._closed:  # safe: the worker has it handed out, and so never writes it
+            _unlink([release.name])
         else:
-            self._released.setdefault(worker, collections.deque()).append(release)
+            self._pending(worker).append((release, False))
+
+    def _pending(self, worker: str) -> collections.deque[tuple[pb.ReleasedSegment, bool]]:
+        return self._released.setdefault(worker, collections.deque())
 
     def released(self, worker: str) -> list[pb.ReleasedSegment]:
         """The segments of ``worker`` let go of since the last call."""
+        return [release for release, _ in self._take(worker)]
+
+    def _take(self, worker: str) -> list[tuple[pb.ReleasedSegment, bool]]:
         pending = self._released.get(worker)
-        releases: list[pb.ReleasedSegment] = []
+        taken: list[tuple[pb.ReleasedSegment, bool]] = []
         while pending:
             try:
-                releases.append(pending.popleft())
+                taken.append(pending.popleft())
             except IndexError:  # another reader thread took the last one
                 break
-        return releases
+        return taken
 
     def unreported(self, worker: str, releases: list[pb.ReleasedSegment]) -> None:
         """``releases`` may not have reached ``worker``: report them again (a release that
         did arrive names a past handout by then, which does nothing)."""
-        for release in releases:
-            self._let_go(worker, release, _forks[0])
+        if not self._closed:
+            self._pending(worker).extend((release, True) for release in releases)
 
     def close(self) -> None:
-        """The reading is over: unlink what was let go of and not reported, and from now on
-        each segment as it is let go of."""
+        """The reading is over: unlink what was let go of and never reported, and from now
+        on each segment as it is let go of. (A release that may have reached its worker is
+        left to the worker: it may have written that segment again for another reader.)"""
         self._closed = True
         for worker in list(self._released):
-            _unlink(release.name for release in self.released(worker))
+            _unlink(release.name for release, maybe_sent in self._take(worker)
+                    if not maybe_sent)
 
 
 def free_orphans() -> None:
