@@ -446,6 +446,69 @@ def test_what_a_forked_child_may_still_map_is_never_released() -> None:
     assert done.stdout.strip() == "0"
 
 
+def test_a_release_reported_again_after_the_close_is_left_to_the_worker() -> None:
+    server, reader = SegmentServer(), SegmentReader()
+    try:
+        answer = server.answer(request(), [np.zeros(1 << 15)])
+        reader.close()
+        reader.unreported("w", [pb.ReleasedSegment(name=segment_of(answer), handout=1)])
+        assert os.path.exists(path(segment_of(answer)))
+        assert reader.released("w") == []
+    finally:
+        server.close()
+
+
+def test_a_segment_let_go_of_while_the_reading_closes_is_unlinked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The close comes between a finalizer's look at the reading and its queueing: the
+    release must not be left in a queue nobody sends or empties."""
+    server, reader = SegmentServer(), SegmentReader()
+    try:
+        answer = server.answer(request(), [np.zeros(1 << 15)])
+        got = reader.elements("w", memoryview(answer)[1:])
+        pending = reader._pending
+
+        def close_first(worker: str) -> Any:
+            reader.close()
+            return pending(worker)
+
+        monkeypatch.setattr(reader, "_pending", close_first)
+        del got
+        gc.collect()
+        assert not os.path.exists(path(segment_of(answer)))
+    finally:
+        server.close()
+
+
+FORKED_CLOSE = """
+import gc, os, numpy as np
+from convoy.data.service import _shm, service_pb2 as pb
+from convoy.data.service._shm_transfer import SegmentReader, SegmentServer, reader_identity
+server, reader = SegmentServer(), SegmentReader()
+asking = pb.GetElementsRequest(task_id=1, max_elements=1, max_bytes=1 << 20,
+                               shared_memory=reader_identity())
+answer = server.answer(asking, [np.ones(1 << 15)])
+got = reader.elements("w", memoryview(answer)[1:])
+del got
+gc.collect()  # a release queued, not sent
+child = os.fork()
+if child == 0:  # the child's copy of the reading closes: the parent's queue is not its own
+    reader.close()
+    os._exit(0)
+os.waitpid(child, 0)
+print(os.path.exists(os.path.join(_shm.SHM_DIR, answer[17:].decode())),
+      len(reader.released("w")))
+server.close()
+"""
+
+
+def test_a_forked_child_closing_its_copy_of_a_reading_unlinks_nothing() -> None:
+    done = subprocess.run([sys.executable, "-c", FORKED_CLOSE], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "1"]
+
+
 def test_small_answers_stay_in_the_reply() -> None:
     server = SegmentServer()
     try:

@@ -10,6 +10,7 @@ only carry its instructions out.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -87,6 +88,7 @@ class Reader:
         self._options = options
         self._dispatcher = dispatcher
         self._client_id = client_id
+        self._pid = os.getpid()
         self._cond = threading.Condition()
         if options.num_consumers is None:
             self._state = ReaderState(ReaderConfig(
@@ -155,6 +157,8 @@ class Reader:
 
     def close(self) -> None:
         """Stop reading, tell the dispatcher this consumer has gone, close the clients."""
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: the reading is its parent's
         if not self._apply(Close()):
             return  # already closed
         self._wake.set()

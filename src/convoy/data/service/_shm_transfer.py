@@ -202,6 +202,7 @@ class SegmentReader:
         # release comes with whether it may have been sent already.
         self._released: dict[str, collections.deque[tuple[pb.ReleasedSegment, bool]]] = {}
         self._closed = False
+        self._pid = os.getpid()  # a forked child's copy reports and unlinks nothing
 
     def elements(self, worker: str, answer: memoryview) -> list[Any]:
         """The elements of a SHARED_MEMORY ``answer`` (past its status byte) from ``worker``:
@@ -223,10 +224,12 @@ class SegmentReader:
     def _let_go(self, worker: str, release: pb.ReleasedSegment, forks: int) -> None:
         if forks != _forks[0]:
             return  # a child forked since may still map it
-        if self._closed:  # safe: the worker has it handed out, and so never writes it
-            _unlink([release.name])
-        else:
-            self._pending(worker).append((release, False))
+        self._queue(worker, [(release, False)])
+
+    def _queue(self, worker: str, releases: list[tuple[pb.ReleasedSegment, bool]]) -> None:
+        self._pending(worker).extend(releases)
+        if self._closed:  # now, or since the check a close made: this side empties the queue
+            self._empty(worker)
 
     def _pending(self, worker: str) -> collections.deque[tuple[pb.ReleasedSegment, bool]]:
         return self._released.setdefault(worker, collections.deque())
@@ -248,8 +251,7 @@ class SegmentReader:
     def unreported(self, worker: str, releases: list[pb.ReleasedSegment]) -> None:
         """``releases`` may not have reached ``worker``: report them again (a release that
         did arrive names a past handout by then, which does nothing)."""
-        if not self._closed:
-            self._pending(worker).extend((release, True) for release in releases)
+        self._queue(worker, [(release, True) for release in releases])
 
     def close(self) -> None:
         """The reading is over: unlink what was let go of and never reported, and from now
@@ -257,8 +259,15 @@ class SegmentReader:
         left to the worker: it may have written that segment again for another reader.)"""
         self._closed = True
         for worker in list(self._released):
-            _unlink(release.name for release, maybe_sent in self._take(worker)
-                    if not maybe_sent)
+            self._empty(worker)
+
+    def _empty(self, worker: str) -> None:
+        """Unlink the queued releases of ``worker`` never sent; drop the others. Safe: a
+        worker never writes a segment still handed out. Each entry is taken once, whichever
+        thread empties the queue."""
+        taken = self._take(worker)
+        if os.getpid() == self._pid:
+            _unlink(release.name for release, maybe_sent in taken if not maybe_sent)
 
 
 def free_orphans() -> None:
