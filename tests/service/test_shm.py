@@ -1,6 +1,6 @@
-"""Shared-memory segments (convoy.data.service._shm), the worker's ledger of the segments it
-handed out (_shm_ledger), and the worker's side of the transfer (_shm_transfer), without a
-network."""
+"""Shared-memory segments (convoy.data.service._shm), the worker's ledger of its segments
+(_shm_ledger), both sides of the transfer (_shm_transfer), and how a consumer reads an
+answer's status, without a network."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from hypothesis import strategies as hs
 from convoy.codec import Encoder, decode
 from convoy.data.service import _shm
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._protocol import ELEMENTS, SHARED_MEMORY
+from convoy.data.service._protocol import ELEMENTS, NOT_READY, SHARED_MEMORY
+from convoy.data.service._reader import answer_elements
 from convoy.data.service._shm import Process, SegmentNames
 from convoy.data.service._shm_ledger import Segment, SegmentLedger
 from convoy.data.service._shm_transfer import SegmentReader, SegmentServer, reader_identity
@@ -527,3 +528,23 @@ def test_encode_parts_is_the_message_in_pieces() -> None:
     message = b"".join(parts)
     assert message == encoder.encode(elements)
     assert decode(message)[1:] == [b"bytes", 3]
+
+
+# ----- the consumer's reading of answers ---------------------------------------------------------
+@pytest.mark.parametrize("status", [b"", b"X", b"e"])
+def test_an_answer_of_unknown_status_is_an_error_not_an_empty_answer(status: bytes) -> None:
+    with pytest.raises(DataLossError, match="worker w answered GetElements with status"):
+        answer_elements(SegmentReader(), "w", status, memoryview(b"anything"))
+
+
+def test_answers_of_known_status() -> None:
+    reader, server = SegmentReader(), SegmentServer()
+    try:
+        assert answer_elements(reader, "w", NOT_READY, memoryview(b"")) == []
+        message = Encoder(None).encode([1, b"two"])
+        assert answer_elements(reader, "w", ELEMENTS, memoryview(message)) == [1, b"two"]
+        shared = server.answer(request(), [np.arange(1 << 15)])
+        (array,) = answer_elements(reader, "w", SHARED_MEMORY, memoryview(shared)[1:])
+        assert array[-1] == (1 << 15) - 1
+    finally:
+        server.close()

@@ -31,6 +31,7 @@ from convoy.data.service._protocol import (
     ELEMENT_WAIT_S,
     ELEMENTS,
     END_OF_SEQUENCE,
+    NOT_READY,
     NUMBERED,
     SHARED_MEMORY,
     WORKER,
@@ -63,6 +64,7 @@ from convoy.errors import (
     AbortedError,
     CancelledError,
     ConvoyError,
+    DataLossError,
     DeadlineExceededError,
     UnavailableError,
 )
@@ -279,9 +281,7 @@ class Reader:
             if status == NUMBERED:
                 numbers, inner = read_numbers(message)
                 status, message = inner[:1].tobytes(), inner[1:]
-            elements = (decode(message) if status == ELEMENTS
-                        else self._segments.elements(worker.address, message)
-                        if status == SHARED_MEMORY else [])
+            elements = answer_elements(self._segments, worker.address, status, message)
         except WORKER_AWAY as error:
             self._segments.unreported(worker.address, releases)
             if self._shared_memory is not None:
@@ -293,6 +293,21 @@ class Reader:
         if elements:
             self.results.put(elements)  # refused only once the consumer has gone
         return ElementsArrived(task_id, len(elements), tuple(numbers))
+
+
+def answer_elements(segments: SegmentReader, worker: str, status: bytes,
+                    message: memoryview) -> list[Any]:
+    """The elements of a GetElements answer from ``worker``, given its status byte and what
+    follows it (none for NOT_READY); DataLossError for a status this consumer does not know,
+    rather than taking it for an empty answer."""
+    if status == ELEMENTS:
+        return decode(message)
+    if status == SHARED_MEMORY:
+        return segments.elements(worker, message)
+    if status == NOT_READY:
+        return []
+    raise DataLossError(f"worker {worker} answered GetElements with status {bytes(status)!r}, "
+                        f"which this consumer does not know (another convoy version?)")
 
 
 def _task_ranges(received: tuple[tuple[int, int, int], ...]) -> list[pb.TaskRange]:
