@@ -305,6 +305,19 @@ def check_exactly_once(counts: collections.Counter[int], total: int, what: str) 
     assert (lost, repeated[:20]) == (0, []), f"{what}: lost {lost}, repeated {repeated[:20]}"
 
 
+def restart_workers_mid_epoch(cluster: ProcessCluster, consumer: Consumer, rng: random.Random,
+                              total: int, restarts: int) -> None:
+    """SIGKILL a random worker ``restarts`` times while ``consumer`` reads an epoch of
+    ``total`` elements, restarting it on its port after a random moment."""
+    for point in kill_points(rng, restarts, total):
+        consumer.reach(point)
+        assert consumer.is_alive(), "the epoch ended before the kill"
+        victim = rng.randrange(len(cluster.workers))
+        cluster.workers[victim].kill()
+        time.sleep(rng.uniform(0.0, 0.5))
+        cluster.restart_worker(victim)
+
+
 def kill_workers_and_dispatcher(cluster: ProcessCluster, consumers: list[Consumer],
                                 rng: random.Random, total: int, kills: int,
                                 dispatcher_args: list[str]) -> list[str]:
@@ -365,12 +378,7 @@ def test_tfrecord_files_exactly_once_through_worker_kills(tmp_path: Path) -> Non
                    .apply(distribute("distributed_epoch", cluster.target)))
         consumer = FlatConsumer(dataset)
         consumer.start()
-        for point in kill_points(rng, 2, total):
-            consumer.reach(point)
-            victim = rng.randrange(2)
-            cluster.workers[victim].kill()
-            time.sleep(rng.uniform(0.0, 0.5))
-            cluster.restart_worker(victim)
+        restart_workers_mid_epoch(cluster, consumer, rng, total, restarts=2)
         consumer.finish([cluster.dispatcher, *cluster.workers])
     assert consumer.error is None, consumer.error
     check_exactly_once(consumer.counts, total, "TFRecord files")
@@ -425,13 +433,7 @@ def test_shared_memory_exactly_once_and_intact_through_worker_kills() -> None:
                                      target_workers="LOCAL")))
         consumer = HoldingConsumer(dataset)
         consumer.start()
-        for point in kill_points(rng, 2, total):
-            consumer.reach(point)
-            assert consumer.is_alive(), "the epoch ended before the kill"
-            victim = rng.randrange(2)
-            cluster.workers[victim].kill()
-            time.sleep(rng.uniform(0.0, 0.5))
-            cluster.restart_worker(victim)
+        restart_workers_mid_epoch(cluster, consumer, rng, total, restarts=2)
         consumer.finish([cluster.dispatcher, *cluster.workers])
     assert consumer.error is None, consumer.error
     check_exactly_once(consumer.counts, total, "shared memory")
