@@ -136,6 +136,24 @@ def test_large_elements_in_one_segment_each_call(cluster: ProcessCluster) -> Non
         assert in_shared_memory(element)
 
 
+def test_a_reading_over_leaves_nothing_for_its_worker_to_free() -> None:
+    """Once a reading is over and its arrays are gone, no segment it used is left, even if
+    the worker is then SIGKILLed before its own timeouts (nobody sweeps here afterwards)."""
+    with ProcessCluster(num_workers=1) as cluster:
+        worker = pid_of(cluster.workers[0])
+        used: set[str] = set()
+        read = 0
+        for element in images(1200).apply(service.distribute(OFF, cluster.target,
+                                                             target_workers="LOCAL")):
+            assert in_shared_memory(element["image"])  # each dropped as the next comes,
+            used |= set(segments_of(worker))  # so released and written again meanwhile
+            read += 1
+        assert read == 1200 and used
+        del element
+        cluster.workers[0].kill()
+        assert set(segments_of(worker)) & used == set()
+
+
 # ----- processes that die ------------------------------------------------------------------------
 # A consumer that reads (and claims) a few elements, then takes one answer it never claims, as
 # if it died between the answer and its claim; it prints that segment's name and waits.

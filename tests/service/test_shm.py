@@ -188,12 +188,13 @@ def test_a_released_segment_is_taken_again_the_smallest_that_fits() -> None:
     ledger = SegmentLedger(60.0, 5.0, 1000)
     ledger.sent(segment("a", 100), "r", 1, CONSUMER, 0.0)
     ledger.sent(segment("b", 300), "r", 2, CONSUMER, 0.0)
-    assert ledger.take(50) is None  # nothing released yet
+    assert ledger.take(50, "r") is None  # nothing released yet
     assert ledger.released("r", [("a", 1), ("b", 2)], 1.0) == ()
-    assert ledger.take(200) == segment("b", 300)
-    assert ledger.take(200) is None
-    assert ledger.take(10) is None  # 100 bytes for 10: too much of it would lie idle
-    assert ledger.take(50) == segment("a", 100)
+    assert ledger.take(200, "another reader") is None  # only for the reader that released it
+    assert ledger.take(200, "r") == segment("b", 300)
+    assert ledger.take(200, "r") is None
+    assert ledger.take(10, "r") is None  # 100 bytes for 10: too much of it would lie idle
+    assert ledger.take(50, "r") == segment("a", 100)
     assert ledger.close() == ()
 
 
@@ -202,12 +203,12 @@ def test_only_the_current_handout_of_a_segment_is_released() -> None:
     ledger.sent(segment("a"), "r", 1, CONSUMER, 0.0)
     assert ledger.released("someone else", [("a", 1), ("never handed", 1)], 1.0) == ()
     assert ledger.released("r", [("a", 2)], 1.0) == ()  # not this handout
-    assert ledger.take(100) is None
+    assert ledger.take(100, "r") is None
     ledger.released("r", [("a", 1)], 1.0)
-    assert ledger.take(100) == segment("a")
+    assert ledger.take(100, "r") == segment("a")
     ledger.sent(segment("a"), "r", 3, CONSUMER, 2.0)  # handed out again, and held
     ledger.released("r", [("a", 1)], 3.0)  # the first release, repeated: nothing
-    assert ledger.take(100) is None
+    assert ledger.take(100, "r") is None
 
 
 def test_free_segments_beyond_the_bound_are_unlinked_oldest_first() -> None:
@@ -254,21 +255,25 @@ def test_free_segments_go_with_the_consumer_that_released_them() -> None:
 def test_no_segment_is_written_while_held_and_each_is_unlinked_once(
         steps: list[tuple[Any, ...]]) -> None:
     """Whatever happens (releases repeated, late, or naming others' segments), a segment
-    taken for an answer is one no reader holds, and each segment made is given back for
-    unlinking exactly once (at the latest when the worker stops); only segments made are."""
+    taken for an answer is one no reader holds, released by the reader it now goes to, and
+    each segment made is given back for unlinking exactly once (at the latest when the
+    worker stops); only segments made are."""
     ledger = SegmentLedger(20.0, 5.0, 400)
     made: list[str] = []
     holder: dict[str, tuple[str, int]] = {}  # segment -> (reader, handout), while held
+    released_by: dict[str, str] = {}  # segment -> the reader that released it last
     reported: list[tuple[str, tuple[str, int]]] = []  # every release sent: (reader, release)
     unlinked: list[str] = []
     now = 0.0
     for handouts, (kind, reader, size, consumer, step) in enumerate(steps):
         now += step
         if kind == "send":
-            taken = ledger.take(size)
+            taken = ledger.take(size, reader)
             if taken is None:
                 taken = segment(f"segment-{len(made)}", size)
                 made.append(taken.name)
+            else:
+                assert released_by[taken.name] == reader
             assert size <= taken.capacity <= 4 * size
             assert taken.name not in holder and taken.name not in unlinked
             ledger.sent(taken, reader, handouts, consumer, now)
@@ -281,6 +286,7 @@ def test_no_segment_is_written_while_held_and_each_is_unlinked_once(
             reported += [(reader, release) for release in mine]
             for name, _ in mine:
                 del holder[name]
+                released_by[name] = reader
         elif kind == "replay" and reported:  # a release sent again, maybe long after
             replayed, release = reported[size % len(reported)]
             unlinked += ledger.released(replayed, [release], now)
@@ -378,7 +384,24 @@ def test_a_closed_reading_unlinks_what_it_lets_go_of() -> None:
         server.close()
 
 
-def test_a_release_that_may_have_arrived_is_left_to_the_worker() -> None:
+def test_a_segment_goes_back_only_to_the_reader_that_released_it() -> None:
+    server, reader = SegmentServer(), SegmentReader()
+    try:
+        asking = request()
+        answer = server.answer(asking, [np.zeros(1 << 15)])
+        got = reader.elements("w", memoryview(answer)[1:])
+        del got
+        gc.collect()
+        asking.released_segments.extend(reader.released("w"))
+        server.requested(asking)
+        other = server.answer(request(), [np.ones(1 << 15)])  # another reading: a new one
+        assert segment_of(other) != segment_of(answer)
+        assert segment_of(server.answer(asking, [np.ones(1 << 15)])) == segment_of(answer)
+    finally:
+        server.close()
+
+
+def test_a_closed_reading_unlinks_what_it_reported_released() -> None:
     server, reader = SegmentServer(), SegmentReader()
     try:
         asking = request()
@@ -388,12 +411,11 @@ def test_a_release_that_may_have_arrived_is_left_to_the_worker() -> None:
         gc.collect()
         releases = reader.released("w")
         asking.released_segments.extend(releases)
-        server.requested(asking)  # the release arrived, but the call failed: the consumer
-        reader.unreported("w", releases)  # cannot tell, and will report it again
-        again = server.answer(request(), [np.ones(1 << 15)])  # another reader gets it
-        assert segment_of(again) == segment_of(answer)
-        reader.close()  # the first reading is over: it must not unlink what it reported
-        assert SegmentReader().elements("w", memoryview(again)[1:])[0][0] == 1
+        server.requested(asking)  # free at the worker, for this reading only
+        reader.unreported("w", releases)  # as after a failed call: it may have arrived
+        reader.close()
+        assert not os.path.exists(path(segment_of(answer)))
+        assert reader.released("w") == []
     finally:
         server.close()
 
@@ -447,13 +469,13 @@ def test_what_a_forked_child_may_still_map_is_never_released() -> None:
     assert done.stdout.strip() == "0"
 
 
-def test_a_release_reported_again_after_the_close_is_left_to_the_worker() -> None:
+def test_a_release_reported_again_after_the_close_is_unlinked() -> None:
     server, reader = SegmentServer(), SegmentReader()
     try:
         answer = server.answer(request(), [np.zeros(1 << 15)])
         reader.close()
         reader.unreported("w", [pb.ReleasedSegment(name=segment_of(answer), handout=1)])
-        assert os.path.exists(path(segment_of(answer)))
+        assert not os.path.exists(path(segment_of(answer)))
         assert reader.released("w") == []
     finally:
         server.close()

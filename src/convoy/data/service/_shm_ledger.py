@@ -1,8 +1,10 @@
 """A worker's account of its shared-memory segments, as a state machine.
 
 A segment is either *handed* to a reader (an answer named it, and the reader may map it) or
-*free*: the reader that held it reported that its mapping is gone, so the next answer may be
-written into it. Each handout has a random number, which only the answer carries; a release
+*free*: the reader that held it reported that its mapping is gone, so the next answer to that
+reader may be written into it. A free segment goes back only to the reader that released it,
+so a reading that is over may unlink what it released, knowing nobody else will be handed
+it. Each handout has a random number, which only the answer carries; a release
 frees a segment only if it names the reader and the number of its current handout, so a
 repeated, late or forged release does nothing. Only a free segment is ever taken for an
 answer, so no reader's mapping is ever written over.
@@ -51,9 +53,10 @@ class Handed:
 
 @dataclass(frozen=True)
 class Free:
-    """A segment released by process ``consumer``, unused since ``since``."""
+    """A segment released by ``reader`` of process ``consumer``, unused since ``since``."""
 
     segment: Segment
+    reader: str
     consumer: Process
     since: float
 
@@ -69,12 +72,12 @@ class SegmentLedger:
         self.handed: dict[str, Handed] = {}
         self.free: dict[str, Free] = {}  # the oldest first
 
-    def take(self, size: int) -> Segment | None:
-        """The smallest free segment holding ``size`` bytes (and not over ``MAX_SLACK`` times
-        that: a handed segment's whole capacity stays in use), no longer free; None if there
-        is none."""
+    def take(self, size: int, reader: str) -> Segment | None:
+        """The smallest segment ``reader`` released that holds ``size`` bytes (and not over
+        ``MAX_SLACK`` times that: a handed segment's whole capacity stays in use), no longer
+        free; None if there is none."""
         fits = [free.segment for free in self.free.values()
-                if size <= free.segment.capacity <= MAX_SLACK * size]
+                if free.reader == reader and size <= free.segment.capacity <= MAX_SLACK * size]
         if not fits:
             return None
         segment = min(fits, key=lambda segment: segment.capacity)
@@ -95,7 +98,7 @@ class SegmentLedger:
             handed = self.handed.get(name)
             if handed is not None and (handed.reader, handed.handout) == (reader, handout):
                 del self.handed[name]
-                self.free[name] = Free(handed.segment, handed.consumer, now)
+                self.free[name] = Free(handed.segment, reader, handed.consumer, now)
         excess = sum(free.segment.capacity for free in self.free.values()) - self.max_free_bytes
         unlink = []
         for name, free in list(self.free.items()):

@@ -57,6 +57,9 @@ SWEEP_INTERVAL_S = 0.5
 #: Smaller answers stay in the gRPC reply: a segment's system calls cost more than the copies
 #: it saves.
 MIN_SEGMENT_BYTES = 128 << 10
+#: How many segments a consumer remembers reporting released to one worker, to unlink them
+#: once its reading is over (older ones are left to the worker's timeout).
+MAX_TRACKED = 1024
 #: What a SHARED_MEMORY answer carries before the segment's name: the message's length and the
 #: handout's number.
 _HEADER = struct.Struct("<QQ")
@@ -105,10 +108,11 @@ class SegmentServer:
         be written (say ``/dev/shm`` is full)."""
         message = _ENCODER.encode_parts(elements)
         size = sum(memoryview(part).nbytes for part in message)
-        segment = self._write(message, size) if size >= MIN_SEGMENT_BYTES else None
+        reader = request.shared_memory
+        segment = (self._write(message, size, reader.reader_id) if size >= MIN_SEGMENT_BYTES
+                   else None)
         if segment is None:
             return b"".join([prefix, ELEMENTS, *message])
-        reader = request.shared_memory
         handout = secrets.randbits(64)
         with self._lock:
             closed = self._closed.is_set()
@@ -125,11 +129,11 @@ class SegmentServer:
         return b"".join([prefix, SHARED_MEMORY, _HEADER.pack(size, handout),
                          segment.name.encode()])
 
-    def _write(self, message: Sequence[Any], size: int) -> Segment | None:
-        """A segment holding ``message``: a free one if one is large enough, else a new one;
-        None if none can be written."""
+    def _write(self, message: Sequence[Any], size: int, reader: str) -> Segment | None:
+        """A segment holding ``message``: one ``reader`` released if one is large enough,
+        else a new one; None if none can be written."""
         with self._lock:
-            segment = self._ledger.take(size)
+            segment = self._ledger.take(size, reader)
         if segment is not None:
             try:
                 rewrite_segment(segment.name, message)
@@ -195,12 +199,14 @@ os.register_at_fork(before=lambda: _forks.__setitem__(0, _forks[0] + 1))
 class SegmentReader:
     """A consumer's side: maps the segments its answers name, and gathers (per worker) those
     it has let go of, to report with its next request to that worker. Once the reading is
-    :meth:`close`-d, it unlinks them itself instead: no request will report them."""
+    :meth:`close`-d, it unlinks them itself instead, and those it reported: a worker hands a
+    released segment only to the reader that released it."""
 
     def __init__(self) -> None:
-        # Filled by finalizers, which may run in any thread, amid anything: no lock. Each
-        # release comes with whether it may have been sent already.
-        self._released: dict[str, collections.deque[tuple[pb.ReleasedSegment, bool]]] = {}
+        # Filled by finalizers, which may run in any thread, amid anything: no lock.
+        self._released: dict[str, collections.deque[pb.ReleasedSegment]] = {}
+        # Segments reported released, by worker (oldest first): free for this reading only.
+        self._reported: dict[str, dict[str, None]] = {}
         self._closed = False
         self._pid = os.getpid()  # a forked child's copy reports and unlinks nothing
 
@@ -217,6 +223,7 @@ class SegmentReader:
         except InvalidArgumentError as error:
             raise DataLossError(f"worker {worker} sent a malformed shared-memory answer: "
                                 f"{error}") from None
+        self._reported.get(worker, {}).pop(name, None)  # handed out again: held now
         weakref.finalize(mapping, self._let_go, worker,
                          pb.ReleasedSegment(name=name, handout=handout), _forks[0])
         return decode(memoryview(mapping))
@@ -224,23 +231,29 @@ class SegmentReader:
     def _let_go(self, worker: str, release: pb.ReleasedSegment, forks: int) -> None:
         if forks != _forks[0]:
             return  # a child forked since may still map it
-        self._queue(worker, [(release, False)])
+        self._queue(worker, [release])
 
-    def _queue(self, worker: str, releases: list[tuple[pb.ReleasedSegment, bool]]) -> None:
+    def _queue(self, worker: str, releases: list[pb.ReleasedSegment]) -> None:
         self._pending(worker).extend(releases)
         if self._closed:  # now, or since the check a close made: this side empties the queue
-            self._empty(worker)
+            self._unlink_all(worker)
 
-    def _pending(self, worker: str) -> collections.deque[tuple[pb.ReleasedSegment, bool]]:
+    def _pending(self, worker: str) -> collections.deque[pb.ReleasedSegment]:
         return self._released.setdefault(worker, collections.deque())
 
     def released(self, worker: str) -> list[pb.ReleasedSegment]:
-        """The segments of ``worker`` let go of since the last call."""
-        return [release for release, _ in self._take(worker)]
+        """The segments of ``worker`` let go of since the last call, now reported."""
+        releases = self._take(worker)
+        reported = self._reported.setdefault(worker, {})
+        for release in releases:
+            reported[release.name] = None
+        while len(reported) > MAX_TRACKED:  # the oldest: its worker's timeout unlinks it
+            del reported[next(iter(reported))]
+        return releases
 
-    def _take(self, worker: str) -> list[tuple[pb.ReleasedSegment, bool]]:
+    def _take(self, worker: str) -> list[pb.ReleasedSegment]:
         pending = self._released.get(worker)
-        taken: list[tuple[pb.ReleasedSegment, bool]] = []
+        taken: list[pb.ReleasedSegment] = []
         while pending:
             try:
                 taken.append(pending.popleft())
@@ -251,23 +264,23 @@ class SegmentReader:
     def unreported(self, worker: str, releases: list[pb.ReleasedSegment]) -> None:
         """``releases`` may not have reached ``worker``: report them again (a release that
         did arrive names a past handout by then, which does nothing)."""
-        self._queue(worker, [(release, True) for release in releases])
+        self._queue(worker, releases)
 
     def close(self) -> None:
-        """The reading is over: unlink what was let go of and never reported, and from now
-        on each segment as it is let go of. (A release that may have reached its worker is
-        left to the worker: it may have written that segment again for another reader.)"""
+        """The reading is over: unlink the segments let go of, reported or not, and from now
+        on each as it is let go of. Safe: a worker writes a segment again only for the
+        reader that released it, and never while it is handed out."""
         self._closed = True
-        for worker in list(self._released):
-            self._empty(worker)
+        for worker in list(self._released.keys() | self._reported.keys()):
+            self._unlink_all(worker)
 
-    def _empty(self, worker: str) -> None:
-        """Unlink the queued releases of ``worker`` never sent; drop the others. Safe: a
-        worker never writes a segment still handed out. Each entry is taken once, whichever
-        thread empties the queue."""
-        taken = self._take(worker)
+    def _unlink_all(self, worker: str) -> None:
+        """Unlink the segments of ``worker`` this reading let go of. Each is taken once,
+        whichever thread empties the queue."""
+        names = [release.name for release in self._take(worker)]
+        reported = self._reported.pop(worker, {})
         if os.getpid() == self._pid:
-            _unlink(release.name for release, maybe_sent in taken if not maybe_sent)
+            _unlink([*names, *reported])
 
 
 def free_orphans() -> None:
