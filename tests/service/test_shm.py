@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from convoy.codec import Encoder, decode
-from convoy.data.service import _shm
+from convoy.data.service import _shm, _shm_transfer
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._protocol import ELEMENTS, NOT_READY, SHARED_MEMORY
 from convoy.data.service._reader import answer_elements
@@ -467,6 +468,46 @@ def test_what_a_forked_child_may_still_map_is_never_released() -> None:
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "0"
+
+
+def test_an_answer_after_the_close_is_not_mapped_and_its_segment_is_unlinked() -> None:
+    server, reader = SegmentServer(), SegmentReader()
+    try:
+        answer = server.answer(request(), [np.zeros(1 << 15)])
+        reader.close()
+        assert reader.elements("w", memoryview(answer)[1:]) == []
+        assert not os.path.exists(path(segment_of(answer)))
+    finally:
+        server.close()
+
+
+def test_reader_threads_report_at_once_within_the_bound(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """Many reader threads report releases at once; what a reading remembers stays within
+    MAX_TRACKED and no thread fails (the oldest names are left to the worker)."""
+    monkeypatch.setattr(_shm_transfer, "MAX_TRACKED", 8)
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    reader, errors = SegmentReader(), []
+
+    def report(thread: int) -> None:
+        try:
+            for i in range(2000):
+                reader.unreported("w", [pb.ReleasedSegment(name=f"n{thread}-{i}")])
+                reader.released("w")
+        except Exception as error:
+            errors.append(error)
+
+    try:
+        threads = [threading.Thread(target=report, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(old_interval)
+    assert errors == []
+    assert len(reader._reported["w"]) <= 8
 
 
 def test_a_release_reported_again_after_the_close_is_unlinked() -> None:

@@ -138,6 +138,8 @@ class SegmentServer:
             try:
                 rewrite_segment(segment.name, message)
                 return segment
+            except FileNotFoundError:  # its reading is over, and unlinked it
+                pass
             except OSError as error:
                 log.warning("cannot reuse shared-memory segment %s (%s)", segment.name, error)
                 _unlink([segment.name])
@@ -206,7 +208,9 @@ class SegmentReader:
         # Filled by finalizers, which may run in any thread, amid anything: no lock.
         self._released: dict[str, collections.deque[pb.ReleasedSegment]] = {}
         # Segments reported released, by worker (oldest first): free for this reading only.
+        # Reader threads share it (finalizers only ever take a worker's whole dict).
         self._reported: dict[str, dict[str, None]] = {}
+        self._reported_lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()  # a forked child's copy reports and unlinks nothing
 
@@ -218,12 +222,16 @@ class SegmentReader:
                                 f"({len(answer)} bytes)")
         length, handout = _HEADER.unpack_from(answer)
         name = bytes(answer[_HEADER.size:]).decode("ascii", "replace")
+        if self._closed:  # a late answer, moot: its segment is this reading's to unlink
+            _unlink([name])
+            return []
         try:
             mapping = map_segment(name, length)
         except InvalidArgumentError as error:
             raise DataLossError(f"worker {worker} sent a malformed shared-memory answer: "
                                 f"{error}") from None
-        self._reported.get(worker, {}).pop(name, None)  # handed out again: held now
+        with self._reported_lock:  # handed out again: held now
+            self._reported.get(worker, {}).pop(name, None)
         weakref.finalize(mapping, self._let_go, worker,
                          pb.ReleasedSegment(name=name, handout=handout), _forks[0])
         return decode(memoryview(mapping))
@@ -244,11 +252,12 @@ class SegmentReader:
     def released(self, worker: str) -> list[pb.ReleasedSegment]:
         """The segments of ``worker`` let go of since the last call, now reported."""
         releases = self._take(worker)
-        reported = self._reported.setdefault(worker, {})
-        for release in releases:
-            reported[release.name] = None
-        while len(reported) > MAX_TRACKED:  # the oldest: its worker's timeout unlinks it
-            del reported[next(iter(reported))]
+        with self._reported_lock:
+            reported = self._reported.setdefault(worker, {})
+            for release in releases:
+                reported[release.name] = None
+            while len(reported) > MAX_TRACKED:  # the oldest: its worker's timeout unlinks it
+                del reported[next(iter(reported))]
         return releases
 
     def _take(self, worker: str) -> list[pb.ReleasedSegment]:
