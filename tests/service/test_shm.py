@@ -385,16 +385,25 @@ def test_a_closed_reading_unlinks_what_it_lets_go_of() -> None:
         server.close()
 
 
+def released_at_the_worker(server: SegmentServer, reader: SegmentReader,
+                           asking: pb.GetElementsRequest) -> tuple[bytes, list[Any]]:
+    """An answer to ``asking``, mapped by ``reader`` and let go of, and the releases it then
+    reported to ``server`` (the segment is free there, for this reading)."""
+    answer = server.answer(asking, [np.zeros(1 << 15)])
+    got = reader.elements("w", memoryview(answer)[1:])
+    del got
+    gc.collect()
+    releases = reader.released("w")
+    asking.released_segments.extend(releases)
+    server.requested(asking)
+    return answer, releases
+
+
 def test_a_segment_goes_back_only_to_the_reader_that_released_it() -> None:
     server, reader = SegmentServer(), SegmentReader()
     try:
         asking = request()
-        answer = server.answer(asking, [np.zeros(1 << 15)])
-        got = reader.elements("w", memoryview(answer)[1:])
-        del got
-        gc.collect()
-        asking.released_segments.extend(reader.released("w"))
-        server.requested(asking)
+        answer, _ = released_at_the_worker(server, reader, asking)
         other = server.answer(request(), [np.ones(1 << 15)])  # another reading: a new one
         assert segment_of(other) != segment_of(answer)
         assert segment_of(server.answer(asking, [np.ones(1 << 15)])) == segment_of(answer)
@@ -405,14 +414,7 @@ def test_a_segment_goes_back_only_to_the_reader_that_released_it() -> None:
 def test_a_closed_reading_unlinks_what_it_reported_released() -> None:
     server, reader = SegmentServer(), SegmentReader()
     try:
-        asking = request()
-        answer = server.answer(asking, [np.zeros(1 << 15)])
-        got = reader.elements("w", memoryview(answer)[1:])
-        del got
-        gc.collect()
-        releases = reader.released("w")
-        asking.released_segments.extend(releases)
-        server.requested(asking)  # free at the worker, for this reading only
+        answer, releases = released_at_the_worker(server, reader, request())
         reader.unreported("w", releases)  # as after a failed call: it may have arrived
         reader.close()
         assert not os.path.exists(path(segment_of(answer)))

@@ -282,14 +282,13 @@ class Reader:
                 numbers, inner = read_numbers(message)
                 status, message = inner[:1].tobytes(), inner[1:]
             elements = answer_elements(self._segments, worker.address, status, message)
-        except WORKER_AWAY as error:
+        except ConvoyError as error:
             self._segments.unreported(worker.address, releases)
+            if not isinstance(error, WORKER_AWAY):
+                return ReadFailed(task_id, error)
             if self._shared_memory is not None:
                 free_orphans()  # the worker may have died, leaving segments behind
             return WorkerUnreachable(task_id, error, time.monotonic())
-        except ConvoyError as error:
-            self._segments.unreported(worker.address, releases)
-            return ReadFailed(task_id, error)
         if elements:
             self.results.put(elements)  # refused only once the consumer has gone
         return ElementsArrived(task_id, len(elements), tuple(numbers))

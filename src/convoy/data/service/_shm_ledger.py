@@ -99,15 +99,19 @@ class SegmentLedger:
             if handed is not None and (handed.reader, handed.handout) == (reader, handout):
                 del self.handed[name]
                 self.free[name] = Free(handed.segment, reader, handed.consumer, now)
+        return self._trim()
+
+    def _trim(self) -> tuple[str, ...]:
+        """Forget free segments beyond ``max_free_bytes``, the oldest first."""
         excess = sum(free.segment.capacity for free in self.free.values()) - self.max_free_bytes
-        unlink = []
+        trimmed = []
         for name, free in list(self.free.items()):
             if excess <= 0:
                 break
             del self.free[name]
             excess -= free.segment.capacity
-            unlink.append(name)
-        return tuple(unlink)
+            trimmed.append(name)
+        return tuple(trimmed)
 
     def consumers(self) -> frozenset[Process]:
         """The processes holding segments handed out, or that released free ones."""

@@ -222,10 +222,10 @@ class SegmentReader:
                                 f"({len(answer)} bytes)")
         length, handout = _HEADER.unpack_from(answer)
         name = bytes(answer[_HEADER.size:]).decode("ascii", "replace")
-        if self._closed:  # a late answer, moot: its segment is this reading's to unlink
-            _unlink([name])
-            return []
         try:
+            if self._closed:  # a late answer, moot: its segment is this reading's to unlink
+                _unlink([name])
+                return []
             mapping = map_segment(name, length)
         except InvalidArgumentError as error:
             raise DataLossError(f"worker {worker} sent a malformed shared-memory answer: "
@@ -252,6 +252,8 @@ class SegmentReader:
     def released(self, worker: str) -> list[pb.ReleasedSegment]:
         """The segments of ``worker`` let go of since the last call, now reported."""
         releases = self._take(worker)
+        if not releases:  # the usual case: nothing to remember
+            return releases
         with self._reported_lock:
             reported = self._reported.setdefault(worker, {})
             for release in releases:
