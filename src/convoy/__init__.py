@@ -1,8 +1,8 @@
 """convoy: TensorFlow's distributed input and parameter-server training stack, in plain Python.
 
 ``convoy.data`` (pipelines and the data service), ``convoy.distribute`` (parameter-server
-training), ``convoy.train`` (optimizers and checkpoints), ``convoy.io`` (TensorFlow's serialized forms); ``convoy.torch`` (PyTorch glue) is
-imported on first use.
+training), ``convoy.train`` (optimizers and checkpoints), ``convoy.io`` (TensorFlow's
+serialized forms); ``convoy.torch`` (PyTorch glue) is imported on first use.
 """
 
 from typing import Any
