@@ -23,7 +23,7 @@ __all__ = ["parse_tensor", "serialize_tensor"]
 STRING = np.dtype(object)
 
 # numpy dtype -> TensorFlow DataType (the enum values of types.proto).
-_TO_ENUM: dict[np.dtype, int] = {
+_TO_ENUM: dict[np.dtype, Any] = {
     np.dtype(np.float32): tensor_pb2.DT_FLOAT,
     np.dtype(np.float64): tensor_pb2.DT_DOUBLE,
     np.dtype(np.int32): tensor_pb2.DT_INT32,
@@ -64,7 +64,7 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype:
             f"got {dtype!r}") from None
 
 
-def dtype_enum(dtype: np.dtype) -> int:
+def dtype_enum(dtype: np.dtype) -> Any:
     """The TensorFlow ``DataType`` number of a numpy dtype."""
     try:
         return _TO_ENUM[dtype]
