@@ -86,7 +86,7 @@ def encode_spec(spec: Any) -> struct_pb2.StructuredValue:
             value.dict_value.fields[str(key)].CopyFrom(encode_spec(child))
     elif isinstance(spec, tuple) and hasattr(type(spec), "_fields"):
         value.named_tuple_value.name = type(spec).__name__
-        for key in type(spec)._fields:
+        for key in spec._fields:  # type: ignore[attr-defined]
             value.named_tuple_value.values.add(key=key, value=encode_spec(getattr(spec, key)))
     elif isinstance(spec, (tuple, list)):
         holder = value.tuple_value if isinstance(spec, tuple) else value.list_value
