@@ -205,6 +205,11 @@ class ShardWriters:
         if writer is None:
             directory = shard_directory(self.run_dir, shard)
             os.makedirs(directory, exist_ok=True)
+            # Readers (TensorFlow's too) stop at the first missing checkpoint file: a shard
+            # first written after a checkpoint gets empty files before its first one.
+            for earlier in range(self.checkpoint):
+                if not os.path.exists(checkpoint_file(directory, earlier)):
+                    TFRecordWriter(checkpoint_file(directory, earlier), self.compression).close()
             writer = self._writers[shard] = TFRecordWriter(
                 checkpoint_file(directory, self.checkpoint), self.compression)
         for component in nest.flatten(element):

@@ -49,6 +49,8 @@ class SnapshotOp(Op):
         self.shard_func = shard_func
         self.hash = fingerprint(input)
         self.directory = os.path.join(os.fspath(path), self.hash)
+        if reader_func is not None:  # refused now rather than when a snapshot is read
+            _save.reader_op(os.path.join(self.directory, "none"), None, (), reader_func)
 
     def cardinality(self) -> int:
         return self.input.cardinality()
