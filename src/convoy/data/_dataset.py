@@ -10,6 +10,7 @@ from typing import Any
 
 from convoy import _check as check
 from convoy import nest
+from convoy.data import _save
 from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
@@ -28,6 +29,7 @@ from convoy.data._op import (
 from convoy.data._prefetch import PrefetchOp
 from convoy.data._shuffle import ShuffleOp
 from convoy.data._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
+from convoy.data._snapshot import SnapshotOp
 from convoy.data._sources import GeneratorOp, ListFilesOp, RangeOp, TensorSlicesOp, TensorsOp
 from convoy.data._split import spine
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
@@ -158,6 +160,15 @@ class Dataset:
         shuffle = True if shuffle is None else check.boolean("shuffle", shuffle)
         return Dataset(ListFilesOp([os.fspath(p) for p in patterns], shuffle,
                                    check.optional_integer("seed", seed)))
+
+    @staticmethod
+    def load(path: str | os.PathLike[str], element_spec: Any = None,
+             compression: str | None = None,
+             reader_func: Callable[[Dataset], Dataset] | None = None,
+             wait: bool = False) -> Dataset:
+        """The dataset ``save`` (convoy's or TensorFlow's) wrote under ``path``; its element
+        spec is read from there unless given."""
+        return Dataset(_save.load(path, element_spec, compression, reader_func, wait))
 
     @staticmethod
     def zip(*datasets: Any) -> Dataset:
@@ -326,6 +337,18 @@ class Dataset:
             filename = os.fspath(filename)
         filename = check.string("filename", filename, allow_empty=True)
         return self._then(CacheOp(self._op, filename))
+
+    def save(self, path: str | os.PathLike[str], compression: str | None = None,
+             shard_func: Callable[..., Any] | None = None, checkpoint_args: Any = None) -> None:
+        """Writes every element under ``path`` in TensorFlow's format (``load`` reads it)."""
+        _save.save(self, path, compression, shard_func, checkpoint_args)
+
+    def snapshot(self, path: str | os.PathLike[str], compression: str | None = "AUTO",
+                 reader_func: Callable[[Dataset], Dataset] | None = None,
+                 shard_func: Callable[..., Any] | None = None,
+                 name: str | None = None) -> Dataset:
+        """The same elements, computed once into ``path`` and read from there afterwards."""
+        return self._then(SnapshotOp(self._op, path, compression, reader_func, shard_func))
 
     def apply(self, transformation_func: Callable[[Dataset], Dataset]) -> Dataset:
         """``transformation_func(self)``, for chaining reusable transformations."""

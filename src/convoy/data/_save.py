@@ -1,0 +1,417 @@
+"""save and load: datasets on disk in TensorFlow's format, readable by either side.
+
+A saved dataset is a directory::
+
+    snapshot.metadata                       a SnapshotMetadataRecord (run id, dtypes, count)
+    dataset_spec.pb                         the element spec as a StructuredValue
+    <run_id>/<shard:08d>.shard/<checkpoint:08d>.snapshot
+                                            TFRecord files (GZIP: the whole file), one record
+                                            per component of each element, each a TensorProto
+
+which is what ``tf.data.Dataset.save`` (file format version 2) writes and ``load`` reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from convoy import nest
+from convoy.data._op import AUTOTUNE, UNKNOWN_CARDINALITY, Node, Op, element_caller
+from convoy.data._sources import IndexSource
+from convoy.data.tfrecord import TFRecordWriter, read_records
+from convoy.errors import (
+    DataLossError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnimplementedError,
+)
+from convoy.io import snapshot_pb2, struct_pb2, tensor_pb2
+from convoy.io._tensor import STRING, dtype_enum, dtype_name, enum_dtype, from_proto, to_proto
+
+METADATA_FILE = "snapshot.metadata"
+SPEC_FILE = "dataset_spec.pb"
+FILE_FORMAT_VERSION = 2
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+# ----- arguments -------------------------------------------------------------------------------
+def check_compression(compression: Any, argument: str = "compression") -> str | None:
+    """``compression`` as the TFRecord reader/writer takes it: None (none) or ``"GZIP"``."""
+    if compression in (None, ""):
+        return None
+    if compression == "GZIP":
+        return "GZIP"
+    if compression == "SNAPPY":
+        raise UnimplementedError(f"{argument}: SNAPPY is not supported; use 'GZIP' or None")
+    raise InvalidArgumentError(f"{argument} must be None, '' or 'GZIP', got {compression!r}")
+
+
+def shard_index(shard_func: Callable[..., Any], element: Any) -> int:
+    """The shard ``shard_func`` gives ``element``: a scalar integer."""
+    value = element_caller(shard_func)(element)
+    array = np.asarray(value)
+    if array.shape != () or array.dtype.kind not in "iu":
+        raise InvalidArgumentError(
+            f"`shard_func` must return a scalar int64, got {value!r}")
+    return int(array) & 0xFFFFFFFFFFFFFFFF  # TensorFlow prints the index as unsigned
+
+
+# ----- element spec <-> StructuredValue -----------------------------------------------------
+def encode_spec(spec: Any) -> struct_pb2.StructuredValue:
+    """The StructuredValue of a structure of :class:`TensorSpec` (TensorFlow's encoding)."""
+    value = struct_pb2.StructuredValue()
+    if isinstance(spec, nest.TensorSpec):
+        proto = value.tensor_spec_value
+        proto.name = spec.name or ""
+        proto.dtype = dtype_enum(spec.dtype)
+        proto.shape.SetInParent()
+        if spec.shape is None:
+            proto.shape.unknown_rank = True
+        else:
+            for size in spec.shape:
+                proto.shape.dim.add(size=-1 if size is None else size)
+    elif isinstance(spec, dict):
+        value.dict_value.SetInParent()
+        for key, child in spec.items():
+            value.dict_value.fields[str(key)].CopyFrom(encode_spec(child))
+    elif isinstance(spec, tuple) and hasattr(type(spec), "_fields"):
+        value.named_tuple_value.name = type(spec).__name__
+        for key in spec._fields:  # type: ignore[attr-defined]
+            value.named_tuple_value.values.add(key=key, value=encode_spec(getattr(spec, key)))
+    elif isinstance(spec, (tuple, list)):
+        holder = value.tuple_value if isinstance(spec, tuple) else value.list_value
+        holder.SetInParent()
+        for child in spec:
+            holder.values.add().CopyFrom(encode_spec(child))
+    else:
+        raise InvalidArgumentError(f"element_spec must be a structure of TensorSpec, "
+                                   f"found {spec!r}")
+    return value
+
+
+def decode_spec(value: struct_pb2.StructuredValue) -> Any:
+    """The structure of :class:`TensorSpec` a StructuredValue describes."""
+    kind = value.WhichOneof("kind")
+    if kind == "tensor_spec_value":
+        proto = value.tensor_spec_value
+        shape = None if proto.shape.unknown_rank else [
+            None if d.size < 0 else d.size for d in proto.shape.dim]
+        return nest.TensorSpec(shape, enum_dtype(proto.dtype), proto.name or None)
+    if kind == "dict_value":
+        return {key: decode_spec(child)
+                for key, child in sorted(value.dict_value.fields.items())}
+    if kind == "tuple_value":
+        return tuple(decode_spec(child) for child in value.tuple_value.values)
+    if kind == "list_value":
+        return [decode_spec(child) for child in value.list_value.values]
+    if kind == "named_tuple_value":
+        pairs = value.named_tuple_value.values
+        cls = collections.namedtuple(value.named_tuple_value.name,  # type: ignore[misc]
+                                     [p.key for p in pairs])
+        return cls(*(decode_spec(p.value) for p in pairs))
+    if kind == "type_spec_value":
+        raise UnimplementedError(
+            f"element spec: {value.type_spec_value.type_spec_class_name or 'a TypeSpec'} "
+            "components (sparse, ragged, nested datasets ...) are not supported")
+    raise UnimplementedError(f"element spec: a {kind} is not a structure of TensorSpec")
+
+
+def write_spec(directory: str, spec: Any) -> None:
+    _write_atomically(os.path.join(directory, SPEC_FILE), encode_spec(spec).SerializeToString())
+
+
+def read_spec(directory: str) -> Any:
+    path = os.path.join(directory, SPEC_FILE)
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        raise NotFoundError(f"element_spec file not found: {path}") from None
+    value = struct_pb2.StructuredValue()
+    try:
+        value.ParseFromString(data)
+    except DecodeError:
+        raise DataLossError(f"element_spec file is not a StructuredValue: {path}") from None
+    return decode_spec(value)
+
+
+# ----- snapshot.metadata -------------------------------------------------------------------------
+def write_metadata(directory: str, run_id: str, spec: Any, num_elements: int,
+                   finalized: bool, graph_hash: str = "") -> None:
+    record = snapshot_pb2.SnapshotMetadataRecord(
+        graph_hash=graph_hash, run_id=run_id, creation_timestamp=time.time_ns() // 1000,
+        version=FILE_FORMAT_VERSION, num_elements=num_elements, finalized=finalized,
+        dtype=[dtype_enum(s.dtype) for s in nest.flatten(spec)])
+    _write_atomically(os.path.join(directory, METADATA_FILE), record.SerializeToString())
+
+
+def read_metadata(directory: str) -> snapshot_pb2.SnapshotMetadataRecord | None:
+    """The metadata record in ``directory``, or None when there is none."""
+    path = os.path.join(directory, METADATA_FILE)
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        return None
+    record = snapshot_pb2.SnapshotMetadataRecord()
+    try:
+        record.ParseFromString(data)
+    except DecodeError:
+        raise DataLossError(f"not a snapshot metadata file: {path}") from None
+    return record
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    partial = f"{path}.{os.getpid()}.{random.getrandbits(32):08x}.tmp"
+    with open(partial, "wb") as file:
+        file.write(data)
+    os.replace(partial, path)
+
+
+def new_run_id() -> str:
+    return str(random.SystemRandom().getrandbits(64))
+
+
+# ----- writing ---------------------------------------------------------------------------------
+def shard_directory(run_dir: str, shard: int) -> str:
+    return os.path.join(run_dir, f"{shard:08d}.shard")
+
+
+def checkpoint_file(shard_dir: str, checkpoint: int) -> str:
+    return os.path.join(shard_dir, f"{checkpoint:08d}.snapshot")
+
+
+class ShardWriters:
+    """One TFRecord file per shard for checkpoint ``checkpoint``, opened on first use."""
+
+    def __init__(self, run_dir: str, checkpoint: int, compression: str | None) -> None:
+        self.run_dir = run_dir
+        self.checkpoint = checkpoint
+        self.compression = compression
+        self._writers: dict[int, TFRecordWriter] = {}
+
+    def write(self, shard: int, element: Any) -> None:
+        writer = self._writers.get(shard)
+        if writer is None:
+            directory = shard_directory(self.run_dir, shard)
+            os.makedirs(directory, exist_ok=True)
+            # Readers (TensorFlow's too) stop at the first missing checkpoint file: a shard
+            # first written after a checkpoint gets empty files before its first one.
+            for earlier in range(self.checkpoint):
+                if not os.path.exists(checkpoint_file(directory, earlier)):
+                    TFRecordWriter(checkpoint_file(directory, earlier), self.compression).close()
+            writer = self._writers[shard] = TFRecordWriter(
+                checkpoint_file(directory, self.checkpoint), self.compression)
+        for component in nest.flatten(element):
+            writer.write(to_proto(component).SerializeToString())
+
+    def close(self) -> None:
+        writers, self._writers = self._writers, {}
+        for writer in writers.values():
+            writer.close()
+
+
+def save(dataset: Any, path: Any, compression: Any = None,
+         shard_func: Callable[..., Any] | None = None, checkpoint_args: Any = None) -> None:
+    """Writes every element of ``dataset`` under ``path`` (see the module docstring)."""
+    if checkpoint_args is not None:
+        raise UnimplementedError(
+            "save: checkpoint_args (TensorFlow checkpoints of a save in progress) is not "
+            "supported; save writes the whole dataset in one pass")
+    compression = check_compression(compression)
+    if shard_func is not None and not callable(shard_func):
+        raise InvalidArgumentError(f"shard_func must be callable, got {shard_func!r}")
+    directory = os.fspath(path)
+    try:
+        spec = dataset.element_spec
+    except FailedPreconditionError:  # empty, and its spec is only known from an element
+        spec = ()
+    os.makedirs(directory, exist_ok=True)
+    write_spec(directory, spec)
+    run_id = new_run_id()
+    run_dir = os.path.join(directory, run_id)
+    os.makedirs(run_dir)
+    write_metadata(directory, run_id, spec, 0, finalized=False)
+    writers = ShardWriters(run_dir, 0, compression)
+    count = 0
+    try:
+        for element in dataset:
+            writers.write(0 if shard_func is None else shard_index(shard_func, element),
+                          element)
+            count += 1
+    finally:
+        writers.close()
+    write_metadata(directory, run_id, spec, count, finalized=True)
+
+
+# ----- reading ---------------------------------------------------------------------------------
+def _leaf(array: np.ndarray) -> Any:
+    """A component as convoy's elements hold it: scalars as numpy scalars (bytes for
+    strings), everything else as an array."""
+    if array.ndim:
+        return array
+    return array.item() if array.dtype == STRING else array[()]
+
+
+class ShardReaderOp(Op):
+    """The elements in one shard directory: its checkpoint files in order, each element
+    ``n`` consecutive records (one per component) packed into ``structure``."""
+
+    def __init__(self, shard_dir: str, compression: str | None, structure: Any) -> None:
+        self.shard_dir = shard_dir
+        self.compression = compression
+        self.structure = structure
+
+    def static_spec(self) -> Any:
+        return self.structure
+
+    def iterator(self, state: Any, key: int) -> Node:
+        return _ShardReaderNode(self, *(state or (0, 0)))
+
+
+class _ShardReaderNode(Node):
+    __slots__ = ("checkpoint", "offset")
+
+    def __init__(self, op: ShardReaderOp, checkpoint: int, offset: int) -> None:
+        self.checkpoint = checkpoint
+        self.offset = offset
+        self.gen = self._run(op)
+
+    def _run(self, op: ShardReaderOp) -> Iterator[Any]:
+        structure = op.structure
+        width = len(nest.flatten(structure))
+        parse = tensor_pb2.TensorProto.FromString
+        while os.path.exists(path := checkpoint_file(op.shard_dir, self.checkpoint)):
+            _check_not_gzip(path, op.compression)
+            components: list[Any] = []
+            for record, offset in read_records(path, op.compression, self.offset):
+                try:
+                    components.append(_leaf(from_proto(parse(record))))
+                except DecodeError:
+                    raise DataLossError(f"a record of {path} is not a TensorProto") from None
+                if len(components) == width:
+                    self.offset = offset
+                    yield nest.pack_sequence_as(structure, components)
+                    components = []
+            if components:
+                raise DataLossError(
+                    f"{path} ends inside an element ({len(components)} of {width} components)")
+            self.checkpoint += 1
+            self.offset = 0
+
+    def state_dict(self) -> Any:
+        return (self.checkpoint, self.offset)
+
+
+def _check_not_gzip(path: str, compression: str | None) -> None:
+    if compression is None:
+        with open(path, "rb") as file:
+            if file.read(2) == _GZIP_MAGIC:
+                raise InvalidArgumentError(
+                    f"{path} is GZIP-compressed: pass compression='GZIP' to read it")
+
+
+class ShardsOp(IndexSource):
+    """A dataset of datasets: one reading each shard directory, in name order."""
+
+    def __init__(self, shard_dirs: list[str], compression: str | None, structure: Any) -> None:
+        self.shard_dirs = shard_dirs
+        self.compression = compression
+        self.structure = structure
+
+    def num_elements(self) -> int:
+        return len(self.shard_dirs)
+
+    def element_at(self, index: int) -> Any:
+        from convoy.data._dataset import Dataset
+
+        return Dataset(ShardReaderOp(self.shard_dirs[index], self.compression, self.structure))
+
+
+def default_reader_func(datasets: Any) -> Any:
+    """TensorFlow's default: the shards interleaved, one element from each in turn."""
+    return datasets.interleave(lambda shard: shard, cycle_length=os.cpu_count() or 1,
+                               num_parallel_calls=AUTOTUNE)
+
+
+def reader_op(run_dir: str, compression: str | None, structure: Any,
+              reader_func: Callable[[Any], Any] | None) -> Op:
+    """The op of ``reader_func`` applied to the dataset of the run's shard datasets."""
+    from convoy.data._dataset import Dataset
+
+    shard_dirs = sorted(glob.glob(os.path.join(glob.escape(run_dir), "*.shard")))
+    result = (reader_func or default_reader_func)(
+        Dataset(ShardsOp(shard_dirs, compression, structure)))
+    if not isinstance(result, Dataset):
+        raise InvalidArgumentError(
+            f"reader_func must return a Dataset, got {type(result).__name__}")
+    return result._op
+
+
+class LoadOp(Op):
+    """A saved dataset: ``reader_func`` over its shards; known spec and cardinality."""
+
+    def __init__(self, path: str, spec: Any, compression: str | None,
+                 reader_func: Callable[[Any], Any] | None,
+                 metadata: snapshot_pb2.SnapshotMetadataRecord) -> None:
+        self.path = path
+        self.spec = spec
+        self.num_elements = metadata.num_elements if metadata.finalized else UNKNOWN_CARDINALITY
+        self.reader = reader_op(os.path.join(path, metadata.run_id), compression, spec,
+                                reader_func)
+
+    def cardinality(self) -> int:
+        return self.num_elements
+
+    def static_spec(self) -> Any:
+        return self.spec
+
+    def iterator(self, state: Any, key: int) -> Node:
+        return self.reader.iterator(state, key)
+
+
+def load(path: Any, element_spec: Any = None, compression: Any = None,
+         reader_func: Callable[[Any], Any] | None = None, wait: bool = False) -> Op:
+    """The op reading the dataset saved under ``path``."""
+    directory = os.fspath(path)
+    compression = check_compression(compression)
+    if reader_func is not None and not callable(reader_func):
+        raise InvalidArgumentError(f"reader_func must be callable, got {reader_func!r}")
+    metadata = read_metadata(directory)
+    while metadata is None and wait:
+        time.sleep(1.0)
+        metadata = read_metadata(directory)
+    if metadata is None:
+        raise NotFoundError(f"Could not find metadata file [{directory}]")
+    if metadata.version != FILE_FORMAT_VERSION:
+        raise UnimplementedError(
+            f"{directory} holds snapshot file format version {metadata.version}; only "
+            f"version {FILE_FORMAT_VERSION} (what Dataset.save writes) is supported")
+    spec = read_spec(directory) if element_spec is None else element_spec
+    _check_spec(spec, metadata, directory)
+    return LoadOp(directory, spec, compression, reader_func, metadata)
+
+
+def _check_spec(spec: Any, metadata: snapshot_pb2.SnapshotMetadataRecord, path: str) -> None:
+    leaves = nest.flatten(spec)
+    for leaf in leaves:
+        if not isinstance(leaf, nest.TensorSpec):
+            raise InvalidArgumentError(
+                f"element_spec must be a structure of TensorSpec, found {leaf!r}")
+    saved = [enum_dtype(d) for d in metadata.dtype]
+    given = [leaf.dtype for leaf in leaves]
+    if metadata.dtype and saved != given:
+        raise InvalidArgumentError(
+            f"element_spec has dtypes {[dtype_name(d) for d in given]} but the dataset saved "
+            f"at {path} has {[dtype_name(d) for d in saved]}")
+
