@@ -9,8 +9,8 @@ import pytest
 import convoy
 
 PUBLIC = {
-    convoy: {"IndexedSlices", "Variable", "__version__", "data", "distribute", "errors", "nest",
-             "nn", "optimizers", "train"},
+    convoy: {"IndexedSlices", "RaggedTensor", "SparseTensor", "Variable", "__version__", "data",
+             "distribute", "errors", "nest", "nn", "optimizers", "train"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "Options", "TFRecordDataset", "TFRecordWriter",
                   "TensorSpec", "TextLineDataset", "service"},
