@@ -31,6 +31,7 @@ from convoy.data._op import (
     derive_key,
 )
 from convoy.data._prefetch import PrefetchOp
+from convoy.data._ragged import RaggedBatchOp, SparseBatchOp
 from convoy.data._resample import rejection_resample
 from convoy.data._scan import ScanOp
 from convoy.data._shuffle import ShuffleOp
@@ -315,6 +316,29 @@ class Dataset:
         return self._then(PaddedBatchOp(self._op, size,
                                         check.boolean("drop_remainder", drop_remainder),
                                         padded_shapes, padding_values))
+
+    def ragged_batch(self, batch_size: int, drop_remainder: bool = False,
+                     row_splits_dtype: Any = np.int64, name: str | None = None) -> Dataset:
+        """Like batch, with every component of rank >= 1 batched into a
+        :class:`~convoy.RaggedTensor` (so its first dimension may differ between elements)."""
+        size = check.integer("batch_size", batch_size, 1)
+        if np.dtype(row_splits_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise InvalidArgumentError(
+                f"row_splits_dtype must be int32 or int64, got {row_splits_dtype!r}")
+        return self._then(RaggedBatchOp(self._op, size,
+                                        check.boolean("drop_remainder", drop_remainder)))
+
+    def sparse_batch(self, batch_size: int, row_shape: Any,
+                     name: str | None = None) -> Dataset:
+        """Batches as :class:`~convoy.SparseTensor` of dense shape ``[batch, *row_shape]``
+        (-1 in ``row_shape``: the batch's largest size); every entry is a value."""
+        size = check.integer("batch_size", batch_size, 1)
+        try:
+            shape = tuple(-1 if d is None else int(d) for d in row_shape)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"row_shape must be a shape (a list of sizes), got {row_shape!r}") from None
+        return self._then(SparseBatchOp(self._op, size, shape))
 
     def unbatch(self, name: str | None = None) -> Dataset:
         """Each row of each element as an element of its own."""

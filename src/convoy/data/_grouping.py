@@ -246,7 +246,17 @@ class _WindowNode(Node):
         self._end_input()
 
 
-def window_op_upstream(op: Op) -> Op | None:
+def refuse_nested_datasets(op: Op) -> None:
+    """Raise InvalidArgumentError when the elements of ``op`` are the datasets of a
+    ``window``: the data service sends tensors, so windows must be flattened first."""
+    if _window_upstream(op) is not None:
+        raise InvalidArgumentError(
+            "the data service cannot send the nested datasets `window` makes; flatten "
+            "them first, e.g. .flat_map(lambda w: w.batch(size)) (for a structure of "
+            "windows, zip the batched components inside flat_map)")
+
+
+def _window_upstream(op: Op) -> Op | None:
     """The ``window`` whose datasets reach the output of ``op`` unflattened, if any.
 
     Only ops that pass elements through unchanged are looked through: a function (``map``,

@@ -20,7 +20,8 @@ def check_unique_spec(spec: Any) -> None:
         return
     for leaf in nest.flatten(spec):
         if not isinstance(leaf, nest.TensorSpec) or leaf.dtype not in _SUPPORTED:
-            name = "string" if leaf.dtype.kind in "OSU" else leaf.dtype.name
+            dtype = getattr(leaf, "dtype", None)
+            name = leaf if dtype is None else "string" if dtype.kind in "OSU" else dtype.name
             raise InvalidArgumentError(
                 f"`tf.data.Dataset.unique` does not support type {name} -- only "
                 f"`int32`, `int64`, and `string` are supported.")
