@@ -321,7 +321,7 @@ def header_names(path: str, delim: str, quotes: bool, compression_type: Any) -> 
     raise InvalidArgumentError(f"Can't read header of file {path}")
 
 
-_INFERENCE = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32),
+_INFERENCE: list[np.dtype] = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32),
               np.dtype(np.float64), _STRING]
 
 

@@ -639,7 +639,7 @@ def _boundary_shapes(group: Dataset, shapes: Any, filler: int) -> Any:
     specs = nest.flatten(spec)
     given = nest.flatten_up_to(spec, shapes) if nest.is_nested(spec) else [shapes]
     columns = list(zip(*(nest.flatten(e) for e in group)))
-    out = []
+    out: list[Any] = []
     for s, shape, column in zip(specs, given, columns):
         if shape is None:
             out.append(None)

@@ -48,7 +48,7 @@ class DatasetIterator:
 
     def _spec_known(self) -> bool:
         try:
-            self._dataset.element_spec
+            _ = self._dataset.element_spec
         except FailedPreconditionError:  # an empty dataset has no spec to give
             return False
         return True
