@@ -141,21 +141,40 @@ def split_record(record: bytes, delim: bytes, quotes: bool) -> list[bytes]:
             return fields
 
 
+def _open_quote(text: bytes, delim: bytes) -> bool:
+    """Whether ``text`` ends inside a quoted field (one that starts with a quote)."""
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == 34:
+            j = i + 1
+            while True:
+                k = text.find(b'"', j)
+                if k < 0:
+                    return True
+                if text[k + 1:k + 2] == b'"':
+                    j = k + 2
+                    continue
+                break
+            i = k + 1
+        k = text.find(delim, i)
+        if k < 0:
+            return False
+        i = k + 1
+    return False
+
+
 def read_records(path: str, compression_type: str | None, offset: int,
-                 quotes: bool) -> Iterator[tuple[bytes, int]]:
+                 quotes: bool, delim: bytes = b",") -> Iterator[tuple[bytes, int]]:
     """``(record, offset after it)`` from ``offset`` on; a quoted field may span lines."""
     with open_stream(path, compression_type, offset) as stream:
         parts: list[bytes] = []
-        open_quotes = 0
         for line in stream:
             offset += len(line)
             parts.append(line)
-            if quotes:
-                open_quotes += line.count(b'"')
-            if open_quotes % 2:
+            if quotes and b'"' in line and _open_quote(b"".join(parts), delim):
                 continue
             record = b"".join(parts)
-            parts, open_quotes = [], 0
+            parts = []
             yield _strip_line_end(record), offset
         if parts:
             raise InvalidArgumentError(
@@ -193,7 +212,7 @@ class CsvOp(FileReaderOp):
     def outcomes(self, path: str, offset: int) -> Iterator[tuple[Any, int]]:
         """``(element or the error parsing it, offset after it)``; offset -1 when nothing
         more can be read from the file."""
-        records = read_records(path, self.compression_type, offset, self.quotes)
+        records = read_records(path, self.compression_type, offset, self.quotes, self.delim)
         if self.header and offset == 0:
             first = next(records, None)
             if first is None:
@@ -316,7 +335,8 @@ def file_names(file_pattern: Any) -> list[str]:
 
 
 def header_names(path: str, delim: str, quotes: bool, compression_type: Any) -> list[str]:
-    for record, _ in read_records(path, compression_type or None, 0, quotes):
+    for record, _ in read_records(path, compression_type or None, 0, quotes,
+                                  delim.encode()):
         return [f.decode() for f in split_record(record, delim.encode(), quotes)]
     raise InvalidArgumentError(f"Can't read header of file {path}")
 
@@ -346,7 +366,7 @@ def infer_defaults(files: list[str], num_columns: int, delim: str, quotes: bool,
     kinds = [0] * num_columns
     seen = 0
     for path in files:
-        records = read_records(path, compression_type or None, 0, quotes)
+        records = read_records(path, compression_type or None, 0, quotes, delim.encode())
         if header:
             next(records, None)
         for record, _ in records:
