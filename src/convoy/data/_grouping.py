@@ -274,3 +274,41 @@ def _window_upstream(op: Op) -> Op | None:
         if not isinstance(op, passing) and type(op).__name__ != "_OptionsOp":
             return None
         op = op.input
+
+
+_WINDOW_TAG = "__convoy_window__"
+
+
+def plain_element(element: Any) -> Any:
+    """``element`` with each window dataset in it replaced by the plain list of its elements
+    (so an iterator's state holding an element is plain data)."""
+    from convoy.data._dataset import Dataset
+
+    def plain(leaf: Any) -> Any:
+        if isinstance(leaf, Dataset) and isinstance(leaf._op, ElementsOp):
+            return {_WINDOW_TAG: list(leaf._op.elements)}
+        return leaf
+
+    if isinstance(element, Dataset):
+        return plain(element)
+    if not nest.is_nested(element) or not any(isinstance(x, Dataset)
+                                              for x in nest.flatten(element)):
+        return element
+    return nest.map_structure(plain, element)
+
+
+def element_from_plain(state: Any) -> Any:
+    """The inverse of :func:`plain_element`."""
+    from convoy.data._dataset import Dataset
+
+    if isinstance(state, dict) and _WINDOW_TAG in state:
+        return Dataset(ElementsOp(list(state[_WINDOW_TAG])))
+    if isinstance(state, (tuple, list, dict)):
+        children = state.values() if isinstance(state, dict) else state
+        if any(isinstance(c, (tuple, list, dict)) for c in children):
+            if isinstance(state, dict):
+                return type(state)((k, element_from_plain(v)) for k, v in state.items())
+            rebuilt = [element_from_plain(v) for v in state]
+            return type(state)(*rebuilt) if hasattr(type(state), "_fields") \
+                else type(state)(rebuilt)
+    return state
