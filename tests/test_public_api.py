@@ -9,11 +9,16 @@ import pytest
 import convoy
 
 PUBLIC = {
-    convoy: {"IndexedSlices", "Variable", "__version__", "data", "distribute", "errors", "io",
-             "nest", "nn", "optimizers", "train"},
+    convoy: {"IndexedSlices", "RaggedTensor", "SparseTensor", "Variable", "__version__", "data",
+             "distribute", "errors", "io", "nest", "nn", "optimizers", "train"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
-                  "Dataset", "DatasetIterator", "Options", "TFRecordDataset", "TFRecordWriter",
-                  "TensorSpec", "TextLineDataset", "service"},
+                  "Dataset", "DatasetIterator", "DatasetSpec", "Options", "TFRecordDataset",
+                  "TFRecordWriter", "TensorSpec", "TextLineDataset", "experimental", "service"},
+    convoy.data.experimental: {"AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
+                               "CsvDataset", "Optional", "assert_cardinality", "cardinality",
+                               "dense_to_ragged_batch", "dense_to_sparse_batch", "from_list",
+                               "get_next_as_optional", "group_by_window", "ignore_errors",
+                               "make_csv_dataset", "rejection_resample", "scan", "unique"},
     convoy.data.service: {"CrossTrainerCache", "DispatchServer", "DispatcherConfig",
                           "ShardingPolicy", "WorkerConfig", "WorkerServer", "distribute",
                           "from_dataset_id", "register_dataset"},

@@ -9,6 +9,7 @@ from typing import Any
 
 from convoy import data, distribute, errors, io, nest, nn, train
 from convoy._slices import IndexedSlices
+from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.distribute.variables import Variable
 from convoy.train import optimizers
 
@@ -16,6 +17,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "IndexedSlices",
+    "RaggedTensor",
+    "SparseTensor",
     "Variable",
     "__version__",
     "data",

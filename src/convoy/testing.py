@@ -271,3 +271,44 @@ class TrainingCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def assert_equal(actual: Any, expected: Any, path: str = "") -> None:
+    """Assert that two values are equal: nested structures of arrays, scalars, ``bytes``,
+    :class:`~convoy.SparseTensor` and :class:`~convoy.RaggedTensor` (same dtypes and shapes,
+    same entries; NaN equals NaN). The message names where they differ."""
+    import numpy as np
+
+    from convoy._tensors import RaggedTensor, SparseTensor
+
+    where = path or "the top level"
+    if isinstance(expected, SparseTensor):
+        assert isinstance(actual, SparseTensor), f"at {where}: {actual!r} is not a SparseTensor"
+        for part in ("indices", "values", "dense_shape"):
+            assert_equal(getattr(actual, part), getattr(expected, part), f"{path}.{part}")
+    elif isinstance(expected, RaggedTensor):
+        assert isinstance(actual, RaggedTensor), f"at {where}: {actual!r} is not a RaggedTensor"
+        assert actual.ragged_rank == expected.ragged_rank, (
+            f"at {where}: ragged_rank {actual.ragged_rank} != {expected.ragged_rank}")
+        for level, (a, e) in enumerate(zip(actual.nested_row_splits,
+                                           expected.nested_row_splits)):
+            assert_equal(a, e, f"{path}.nested_row_splits[{level}]")
+        assert_equal(actual.flat_values, expected.flat_values, f"{path}.flat_values")
+    elif isinstance(expected, dict):
+        assert isinstance(actual, dict) and sorted(actual) == sorted(expected), (
+            f"at {where}: {actual!r} vs {expected!r}")
+        for key in expected:
+            assert_equal(actual[key], expected[key], f"{path}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert type(actual) is type(expected) and len(actual) == len(expected), (
+            f"at {where}: {actual!r} vs {expected!r}")
+        for index, (a, e) in enumerate(zip(actual, expected)):
+            assert_equal(a, e, f"{path}[{index}]")
+    else:
+        a, e = np.asarray(actual), np.asarray(expected)
+        assert a.dtype == e.dtype, f"at {where}: dtype {a.dtype} != {e.dtype}"
+        assert a.shape == e.shape, f"at {where}: shape {a.shape} != {e.shape}"
+        if a.dtype.kind in "fc":
+            np.testing.assert_array_equal(a, e, err_msg=f"at {where}")
+        else:
+            assert (a == e).all(), f"at {where}: {a!r} != {e!r}"

@@ -35,6 +35,7 @@ from convoy.data import (
     TextLineDataset,
     TFRecordDataset,
     TFRecordWriter,
+    experimental,
 )
 
 Point = namedtuple("Point", ["x", "y"])
@@ -223,6 +224,7 @@ class Files:
     records_gz: list[str] = field(default_factory=list)
     records_zlib: list[str] = field(default_factory=list)
     text_crlf: str = ""
+    csv: list[str] = field(default_factory=list)
     counter: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, name: str) -> str:
@@ -236,6 +238,10 @@ def files(tmp_path: Path) -> Files:
     crlf = tmp_path / "lines.crlf"
     crlf.write_bytes(b"one\r\ntwo\r\n\r\nfour")
     out.text_crlf = str(crlf)
+    for i in range(2):
+        csv = tmp_path / f"table-{i}.csv"
+        csv.write_text("n,word\n" + "".join(f'{10 * i + j},"w{j}\n,x"\n' for j in range(4)))
+        out.csv.append(str(csv))
     for i in range(3):
         lines = [f"file {i} line {j}" for j in range(4 + i)]
         path = tmp_path / f"lines-{i}.txt"
@@ -388,6 +394,36 @@ CASES = [
          lambda f: R(6).shuffle(6, seed=9).cache(f.fresh("cache")).repeat(2), concurrent=False),
     Case("cache_file_replay", lambda f: R(8).map(_square_pair).cache(f.fresh("cache")),
          warm=True),
+    # grouping, windows, stateful and infinite ops
+    Case("group_by_window", lambda f: R(20).group_by_window(
+        lambda x: x % 3, lambda k, w: w.batch(2), window_size=3), extra_points=(3, 7)),
+    Case("group_by_window_size_func", lambda f: R(25).shuffle(10, seed=2).group_by_window(
+        lambda x: x % 4, lambda k, w: w.map(lambda x: x * 10 + k),
+        window_size_func=lambda k: k + 1)),
+    Case("bucket_by_sequence_length", lambda f: R(1, 12).map(lambda x: np.arange(x))
+         .bucket_by_sequence_length(len, [4, 8], [2, 3, 2])),
+    Case("window_flat_map", lambda f: R(13).window(4, 3, 2).flat_map(lambda w: w.batch(4))),
+    Case("window_drop_remainder_zip", lambda f: Dataset.from_tensor_slices(
+        (np.arange(9), np.arange(9) * 2)).window(3, drop_remainder=True).flat_map(
+            lambda a, b: Dataset.zip((a.batch(3), b.batch(3))))),
+    Case("scan", lambda f: R(10).scan(np.int64(0), lambda s, x: (s + x, (s, x)))),
+    Case("unique", lambda f: Dataset.from_tensor_slices(
+        np.array([3, 1, 3, 2, 1, 5, 2, 7], dtype=np.int64)).unique()),
+    Case("ignore_errors", lambda f: R(12).map(lambda x: 10 // (x % 4)).ignore_errors()),
+    Case("assert_cardinality", lambda f: R(8).filter(lambda x: True).apply(
+        experimental.assert_cardinality(8))),
+    Case("counter", lambda f: Dataset.counter(5, -2).take(9)),
+    Case("random", lambda f: Dataset.random(seed=3).take(2000), extra_points=(1024, 1025)),
+    Case("random_rerandomize_repeat", lambda f: Dataset.random(
+        seed=3, rerandomize_each_iteration=True).take(4).repeat(3)),
+    Case("rejection_resample", lambda f: R(60).rejection_resample(
+        lambda x: x % 3, [0.6, 0.2, 0.2], seed=4)),
+    Case("rejection_resample_known_initial", lambda f: R(60).rejection_resample(
+        lambda x: x % 2, [0.8, 0.2], initial_dist=[0.5, 0.5], seed=4)),
+    Case("from_list", lambda f: experimental.from_list([np.arange(i) for i in range(6)])),
+    Case("csv", lambda f: experimental.CsvDataset(f.csv, [[0], [""]], header=True)),
+    Case("make_csv_dataset", lambda f: experimental.make_csv_dataset(
+        f.csv, 2, num_epochs=2, shuffle_seed=1, shuffle_buffer_size=3)),
     # long chains
     Case("chain_files_interleave_records", lambda f: Dataset.list_files(
         str(f.root / "*.tfrecord"), seed=8).interleave(

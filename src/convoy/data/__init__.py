@@ -3,7 +3,7 @@
 ``convoy.data.service`` runs the same pipelines on a fleet of worker processes.
 """
 
-from convoy.data._dataset import Dataset, Options
+from convoy.data._dataset import Dataset, DatasetSpec, Options
 from convoy.data._files import TextLineDataset, TFRecordDataset
 from convoy.data._iterator import DatasetIterator
 from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, SHARD_HINT, UNKNOWN_CARDINALITY
@@ -16,6 +16,7 @@ __all__ = [
     "SHARD_HINT",
     "UNKNOWN_CARDINALITY",
     "Dataset",
+    "DatasetSpec",
     "DatasetIterator",
     "Options",
     "TFRecordDataset",
@@ -24,6 +25,6 @@ __all__ = [
     "TextLineDataset",
 ]
 
-from convoy.data import service  # noqa: E402  (after the names the service builds on)
+from convoy.data import experimental, service  # noqa: E402  (after the names they build on)
 
-__all__ += ["service"]
+__all__ += ["experimental", "service"]

@@ -8,12 +8,17 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from convoy import _check as check
 from convoy import nest
 from convoy.data import _save
 from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._faults import IgnoreErrorsOp
+from convoy.data._grouping import GroupByWindowOp, WindowOp
+from convoy.data._infinite import CounterOp, RandomOp
 from convoy.data._interleave import InterleaveOp
 from convoy.data._iterator import DatasetIterator
 from convoy.data._map import FilterOp, MapOp
@@ -27,11 +32,23 @@ from convoy.data._op import (
     derive_key,
 )
 from convoy.data._prefetch import PrefetchOp
+from convoy.data._ragged import RaggedBatchOp, SparseBatchOp
+from convoy.data._resample import rejection_resample
+from convoy.data._scan import ScanOp
 from convoy.data._shuffle import ShuffleOp
 from convoy.data._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
 from convoy.data._snapshot import SnapshotOp
-from convoy.data._sources import GeneratorOp, ListFilesOp, RangeOp, TensorSlicesOp, TensorsOp
+from convoy.data._sources import (
+    ElementsOp,
+    GeneratorOp,
+    ListFilesOp,
+    RangeOp,
+    TensorSlicesOp,
+    TensorsOp,
+    to_tensor_structure,
+)
 from convoy.data._split import spine
+from convoy.data._unique import UniqueOp, check_unique_spec
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 
@@ -67,6 +84,24 @@ class _OptionsOp(Op):
         return self.input.static_spec()
 
 
+class DatasetSpec:
+    """The spec of an element that is itself a dataset (``window`` makes them)."""
+
+    __slots__ = ("element_spec",)
+
+    def __init__(self, element_spec: Any) -> None:
+        self.element_spec = element_spec
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DatasetSpec) and self.element_spec == other.element_spec
+
+    def __hash__(self) -> int:
+        return hash(repr(self.element_spec))
+
+    def __repr__(self) -> str:
+        return f"DatasetSpec({self.element_spec!r})"
+
+
 def _is_hint(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and value == SHARD_HINT
 
@@ -77,6 +112,9 @@ def _as_op(dataset: Any, argument: str) -> Op:
             f"{argument} must be a convoy.data.Dataset, got {type(dataset).__name__}"
         )
     return dataset._op
+
+
+_NONE = object()
 
 
 class Dataset:
@@ -213,6 +251,28 @@ class Dataset:
         return Dataset(ChooseOp(_as_op(choice_dataset, "choice_dataset"), ops,
                                 check.boolean("stop_on_empty_dataset", stop_on_empty_dataset)))
 
+    @staticmethod
+    def counter(start: int = 0, step: int = 1, dtype: Any = np.int64,
+                name: str | None = None) -> Dataset:
+        """``start``, ``start + step``, ``start + 2 * step`` ... for ever."""
+        try:
+            kind = np.dtype(dtype)
+        except TypeError:
+            kind = None
+        if kind is None or kind.kind not in "iuf":
+            raise InvalidArgumentError(f"counter: dtype must be a numeric dtype, got {dtype!r}")
+        return Dataset(CounterOp(check.integer("start", start), check.integer("step", step),
+                                 kind))
+
+    @staticmethod
+    def random(seed: int | None = None, rerandomize_each_iteration: bool | None = None,
+               name: str | None = None) -> Dataset:
+        """Pseudo-random int64 values in [0, 2**32) for ever; the same sequence for the same
+        seed (each iteration a new one with ``rerandomize_each_iteration``)."""
+        return Dataset(RandomOp(check.optional_integer("seed", seed),
+                                bool(check.optional_boolean("rerandomize_each_iteration",
+                                                            rerandomize_each_iteration))))
+
     # ----- transformations ---------------------------------------------------------------
     def map(self, map_func: Callable[..., Any], num_parallel_calls: int | None = None,
             deterministic: bool | None = None, name: str | None = None) -> Dataset:
@@ -267,6 +327,29 @@ class Dataset:
         return self._then(PaddedBatchOp(self._op, size,
                                         check.boolean("drop_remainder", drop_remainder),
                                         padded_shapes, padding_values))
+
+    def ragged_batch(self, batch_size: int, drop_remainder: bool = False,
+                     row_splits_dtype: Any = np.int64, name: str | None = None) -> Dataset:
+        """Like batch, with every component of rank >= 1 batched into a
+        :class:`~convoy.RaggedTensor` (so its first dimension may differ between elements)."""
+        size = check.integer("batch_size", batch_size, 1)
+        if np.dtype(row_splits_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise InvalidArgumentError(
+                f"row_splits_dtype must be int32 or int64, got {row_splits_dtype!r}")
+        return self._then(RaggedBatchOp(self._op, size,
+                                        check.boolean("drop_remainder", drop_remainder)))
+
+    def sparse_batch(self, batch_size: int, row_shape: Any,
+                     name: str | None = None) -> Dataset:
+        """Batches as :class:`~convoy.SparseTensor` of dense shape ``[batch, *row_shape]``
+        (-1 in ``row_shape``: the batch's largest size); every entry is a value."""
+        size = check.integer("batch_size", batch_size, 1)
+        try:
+            shape = tuple(-1 if d is None else int(d) for d in row_shape)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"row_shape must be a shape (a list of sizes), got {row_shape!r}") from None
+        return self._then(SparseBatchOp(self._op, size, shape))
 
     def unbatch(self, name: str | None = None) -> Dataset:
         """Each row of each element as an element of its own."""
@@ -372,6 +455,102 @@ class Dataset:
                 merged = merged.merge(op.options)
         return merged
 
+    def scan(self, initial_state: Any, scan_func: Callable[[Any, Any], Any],
+             name: str | None = None) -> Dataset:
+        """``scan_func(state, element) -> (new_state, output)`` over the elements, yielding
+        the outputs; the state starts as ``initial_state``."""
+        check.function("scan_func", scan_func)
+        return self._then(ScanOp(self._op, to_tensor_structure(initial_state,
+                                                               "initial_state"), scan_func))
+
+    def unique(self, name: str | None = None) -> Dataset:
+        """Each distinct element once, at its first appearance (int32, int64 or string
+        scalars or vectors)."""
+        spec = self._op.static_spec()
+        check_unique_spec(spec)
+        return self._then(UniqueOp(self._op))
+
+    def ignore_errors(self, log_warning: bool = False, name: str | None = None) -> Dataset:
+        """The elements whose computation did not raise; the others are dropped."""
+        return self._then(IgnoreErrorsOp(self._op, check.boolean("log_warning", log_warning)))
+
+    def group_by_window(self, key_func: Callable[..., Any],
+                        reduce_func: Callable[[Any, Dataset], Dataset],
+                        window_size: int | None = None,
+                        window_size_func: Callable[[Any], Any] | None = None,
+                        name: str | None = None) -> Dataset:
+        """Elements grouped by ``key_func`` (a scalar int64); each group of ``window_size``
+        (or ``window_size_func(key)``) elements becomes ``reduce_func(key, dataset)``, whose
+        elements are yielded. What is left at the end is flushed in increasing key order."""
+        if (window_size is not None and window_size_func) or not (
+                window_size is not None or window_size_func):
+            raise InvalidArgumentError(
+                "Either the `window_size` argument or the `window_size_func` argument must "
+                "be specified.")
+        check.function("key_func", key_func)
+        check.function("reduce_func", reduce_func)
+        if window_size is not None:
+            size = check.integer("window_size", window_size)
+            window_size_func = lambda key: size  # noqa: E731
+        else:
+            check.function("window_size_func", window_size_func)
+        spec = self._op.static_spec()
+
+        def reduce_op(key: int, elements: list[Any]) -> Op:
+            result = reduce_func(np.int64(key), Dataset(ElementsOp(elements, spec)))
+            return _as_op(result, "the value returned by group_by_window's reduce_func")
+
+        assert window_size_func is not None
+        return self._then(GroupByWindowOp(self._op, key_func, reduce_op, window_size_func))
+
+    def bucket_by_sequence_length(self, element_length_func: Callable[..., Any],
+                                  bucket_boundaries: Sequence[int],
+                                  bucket_batch_sizes: Sequence[int],
+                                  padded_shapes: Any = None, padding_values: Any = None,
+                                  pad_to_bucket_boundary: bool = False,
+                                  no_padding: bool = False, drop_remainder: bool = False,
+                                  name: str | None = None) -> Dataset:
+        """Elements bucketed by ``element_length_func`` against ``bucket_boundaries`` and
+        padded-batched, with ``bucket_batch_sizes[i]`` elements per batch of bucket ``i``."""
+        return _bucket_by_sequence_length(
+            self, element_length_func, list(bucket_boundaries), list(bucket_batch_sizes),
+            padded_shapes, padding_values, pad_to_bucket_boundary, no_padding, drop_remainder)
+
+    def window(self, size: int, shift: int | None = None, stride: int = 1,
+               drop_remainder: bool = False, name: str | None = None) -> Dataset:
+        """Windows of ``size`` elements (``stride`` apart), a new one every ``shift``
+        elements (default ``size``). Each window has the structure of an element, with a
+        dataset of that component's values at each leaf."""
+        size = check.integer("size", size)
+        if size <= 0:
+            raise InvalidArgumentError("Window size must be greater than zero.")
+        shift = size if shift is None else check.integer("shift", shift)
+        if shift <= 0:
+            raise InvalidArgumentError("Window shift must be greater than zero.")
+        stride = check.integer("stride", stride)
+        if stride <= 0:
+            raise InvalidArgumentError("Window stride must be greater than zero.")
+        return self._then(WindowOp(self._op, size, shift, stride,
+                                   check.boolean("drop_remainder", drop_remainder)))
+
+    def rejection_resample(self, class_func: Callable[..., Any], target_dist: Any,
+                           initial_dist: Any = None, seed: int | None = None,
+                           name: str | None = None) -> Dataset:
+        """``(class, element)`` pairs, resampled so the classes follow ``target_dist``."""
+        check.function("class_func", class_func)
+        return rejection_resample(self, class_func, target_dist, initial_dist,
+                                  check.optional_integer("seed", seed))
+
+    def get_single_element(self, name: str | None = None) -> Any:
+        """The one element of a dataset that has exactly one."""
+        with iter(self) as iterator:
+            first = next(iterator, _NONE)
+            if first is _NONE:
+                raise InvalidArgumentError("Dataset was empty.")
+            if next(iterator, _NONE) is not _NONE:
+                raise InvalidArgumentError("Dataset had more than one element.")
+        return first
+
     def reduce(self, initial_state: Any, reduce_func: Callable[[Any, Any], Any]) -> Any:
         """Fold every element into a state with ``reduce_func(state, element)``."""
         state = initial_state
@@ -428,3 +607,71 @@ class Dataset:
 
     def _then(self, op: Op) -> Dataset:
         return Dataset(op)
+
+
+def _bucket_by_sequence_length(dataset: Dataset, element_length_func: Callable[..., Any],
+                               boundaries: list[int], batch_sizes: list[int],
+                               padded_shapes: Any, padding_values: Any,
+                               pad_to_bucket_boundary: bool, no_padding: bool,
+                               drop_remainder: bool) -> Dataset:
+    if len(batch_sizes) != len(boundaries) + 1:
+        raise InvalidArgumentError(
+            f"`len(bucket_batch_sizes)` must equal `len(bucket_boundaries) + 1` but "
+            f"`len(bucket_batch_sizes)={len(batch_sizes)}` and "
+            f"`len(bucket_boundaries)={len(boundaries)}`.")
+    lows = [np.iinfo(np.int32).min, *boundaries]
+    highs = [*boundaries, np.iinfo(np.int32).max]
+
+    def bucket_id(*element: Any) -> np.int64:
+        length = element_length_func(*element)
+        for i, (low, high) in enumerate(zip(lows, highs)):
+            if low <= length < high:
+                return np.int64(i)
+        raise InvalidArgumentError(
+            f"bucket_by_sequence_length: element length {length} is in no bucket")
+
+    def batching(key: np.int64, group: Dataset) -> Dataset:
+        size = batch_sizes[int(key)]
+        if no_padding:
+            return group.batch(size, drop_remainder=drop_remainder)
+        filler = None
+        if pad_to_bucket_boundary:
+            if int(key) >= len(batch_sizes) - 1:
+                raise InvalidArgumentError(
+                    "When pad_to_bucket_boundary=True, elements must have length < "
+                    "bucket_boundaries[-1].")
+            filler = boundaries[int(key)] - 1
+        shapes = padded_shapes
+        if shapes is None:
+            shapes = nest.map_structure(lambda s: None if s.shape is None else [None] * len(
+                s.shape), group.element_spec)
+        if filler is not None:
+            shapes = _boundary_shapes(group, shapes, filler)
+        return group.padded_batch(size, shapes, padding_values,
+                                  drop_remainder=drop_remainder)
+
+    return dataset.group_by_window(bucket_id, batching,
+                                   window_size_func=lambda key: batch_sizes[int(key)])
+
+
+def _boundary_shapes(group: Dataset, shapes: Any, filler: int) -> Any:
+    """``shapes`` with their unknown sizes set to ``filler``. A size is unknown where the
+    spec (or the given shape) says None, or where the group's elements differ from the
+    spec: a spec read off a first element knows sizes that vary."""
+    spec = group.element_spec
+    specs = nest.flatten(spec)
+    given = nest.flatten_up_to(spec, shapes) if nest.is_nested(spec) else [shapes]
+    columns = list(zip(*(nest.flatten(e) for e in group)))
+    out: list[Any] = []
+    for s, shape, column in zip(specs, given, columns):
+        if shape is None:
+            out.append(None)
+            continue
+        known = s.shape or (None,) * len(shape)
+        dims = []
+        for axis, (wanted, d) in enumerate(zip(shape, known)):
+            varies = d is None or any(np.shape(v)[axis] != d for v in column)
+            dims.append(filler if (wanted is None or wanted == -1) and varies
+                        else (d if wanted is None or wanted == -1 else wanted))
+        out.append(dims)
+    return out[0] if not nest.is_nested(spec) else nest.pack_sequence_as(spec, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from convoy.data._grouping import element_from_plain, plain_element
 from convoy.data._op import Node, Op, derive_key, first_element_spec
 from convoy.data._prefetch import PrefetchNode
 
@@ -54,7 +55,8 @@ class _InterleaveNode(Node):
                      "block": 0, "end": False, "opened": 0}
         self.input = op.input.iterator(state["input"], key)
         self.slots: list[_Slot | None] = [
-            None if s is None else self._open(s["element"], s["index"], s["state"])
+            None if s is None else self._open(element_from_plain(s["element"]), s["index"],
+                                              s["state"])
             for s in state["slots"]
         ]
         self.cycle, self.block = state["cycle"], state["block"]
@@ -105,7 +107,8 @@ class _InterleaveNode(Node):
 
     def state_dict(self) -> Any:
         slots = [None if s is None else
-                 {"element": s.element, "index": s.index, "state": s.node.state_dict()}
+                 {"element": plain_element(s.element), "index": s.index,
+                  "state": s.node.state_dict()}
                  for s in self.slots]
         return {"input": self.input.state_dict(), "slots": slots, "cycle": self.cycle,
                 "block": self.block, "end": self.end, "opened": self.opened}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from convoy.errors import InvalidArgumentError, OutOfRangeError
+from convoy.data._optional import Optional
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 
 if TYPE_CHECKING:
     from convoy.data._dataset import Dataset
@@ -37,6 +38,20 @@ class DatasetIterator:
             return self._next()
         except StopIteration:
             raise OutOfRangeError("End of sequence") from None
+
+    def get_next_as_optional(self) -> Optional:
+        """The next element as an :class:`Optional`, empty at the end."""
+        try:
+            return Optional.from_value(self._next())
+        except StopIteration:
+            return Optional.empty(self._dataset.element_spec if self._spec_known() else None)
+
+    def _spec_known(self) -> bool:
+        try:
+            _ = self._dataset.element_spec
+        except FailedPreconditionError:  # an empty dataset has no spec to give
+            return False
+        return True
 
     def state_dict(self) -> dict[str, Any]:
         """The iterator's position as plain picklable data."""

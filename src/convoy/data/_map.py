@@ -110,9 +110,9 @@ class ParallelMapNode(Node):
                 if future.done():
                     del pending[i]
                     return future.result()
-        result = pending[0][1].result()
-        pending.popleft()
-        return result
+        # Taken off before its result is read: a call that raised is consumed, so the
+        # state after the error (ignore_errors resumes from it) does not run it again.
+        return pending.popleft()[1].result()
 
     def state_dict(self) -> Any:
         return {"input": self.input.state_dict(), "pending": [x for x, _ in self.pending]}

@@ -267,3 +267,27 @@ class _GeneratorNode(Node):
 
     def state_dict(self) -> int:
         return self.count
+
+
+class ElementsOp(IndexSource):
+    """The elements of a Python list, each as it is (the windows of ``window`` and
+    ``group_by_window``, and ``from_list``); ``spec`` is their spec when known."""
+
+    def __init__(self, elements: list[Any], spec: Any = None) -> None:
+        self.elements = elements
+        self.spec = spec
+
+    def num_elements(self) -> int:
+        return len(self.elements)
+
+    def element_at(self, index: int) -> Any:
+        return self.elements[index]
+
+    def iterator(self, state: Any, key: int) -> Node:
+        indices = RangeIterNode(range(len(self.elements)), state or 0)
+        return _IndexedNode(indices, map(self.elements.__getitem__, indices.gen))
+
+    def static_spec(self) -> Any:
+        if self.spec is None and self.elements:
+            return nest.spec_from_value(self.elements[0])
+        return self.spec

@@ -35,7 +35,7 @@ from typing import Any
 
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
-from convoy.data._op import Node, Op, derive_key
+from convoy.data._op import INFINITE_CARDINALITY, Node, Op, derive_key
 from convoy.data._readers import FileReaderOp
 from convoy.data._slicing import RepeatOp
 from convoy.data._sources import GeneratorOp, IndexSource
@@ -116,6 +116,9 @@ def _units(op: Op, within: str) -> int:
                               f"give repeat a count, or repeat after `{within}`",
                           f" without a count inside `{within}`")
         return op.count * _units(op.input, within)
+    if not op.inputs and op.cardinality() == INFINITE_CARDINALITY:
+        raise _refuse(op, "it is an infinite source, whose elements cannot be handed out in "
+                          "splits; use OFF, or a finite source such as range")
     if not op.inputs:
         raise _refuse(op, "it is not a source whose elements can be numbered (range, "
                           "from_tensor_slices, from_tensors, list_files, from_generator, "

@@ -8,14 +8,11 @@ yields Python ints) instead of tensors.
 
 Not ported (the feature does not exist in convoy):
 
-- ``testDistributeSparse``: convoy's pipelines have no sparse tensor type.
 - ``testInsideFunction``: there is no ``tf.function`` / graph mode; every read is eager.
 - ``testApplyDeterminismOption``: convoy's ``interleave`` yields in order even with
   ``deterministic=False`` (also locally), so there is no non-determinism to carry over.
 - ``testStatefulError``: there is no ``experimental_external_state_policy``; stateful Python
   functions always travel with the pipeline (``testStatefulNoError`` is ported).
-- ``testTwoLevelDistribute``: needs ``group_by_window``, which convoy does not have (the
-  double distribute it builds on is ``test_double_distribute``).
 """
 
 from __future__ import annotations
@@ -256,6 +253,44 @@ def test_double_distribute(make_cluster, read_within):
     cluster = make_cluster(1)
     dataset = distributed(distributed(Dataset.range(10), cluster), cluster)
     assert ints(read_within(dataset, 5.0)) == list(range(10))
+
+
+def test_two_level_distribute(make_cluster):
+    """testTwoLevelDistribute: a group_by_window between two distributes, on two clusters.
+    The first cluster's three workers each produce every string (OFF); the windows are large
+    enough to gather all strings of one length, so each batch comes out three times."""
+    first, second = make_cluster(3), make_cluster(1)
+    num_sizes, size_repeats = 10, 5
+    strings = np.array([b"a" * i for i in range(num_sizes)] * size_repeats, dtype=object)
+    dataset = distributed(Dataset.from_tensor_slices(strings).shuffle(len(strings)), first)
+    dataset = dataset.group_by_window(key_func=lambda x: np.int64(len(x)),
+                                      reduce_func=lambda _, x: x.batch(size_repeats),
+                                      window_size=3 * size_repeats)
+    results = [b.tolist() for b in distributed(dataset, second)]
+    assert len(results) == 3 * num_sizes
+    for i in range(0, len(results), 3):
+        assert results[i] == results[i + 1] == results[i + 2]
+        assert len(set(results[i])) == 1 and len(results[i]) == size_repeats
+    assert sorted(len(b[0]) for b in results[::3]) == list(range(num_sizes))
+
+
+def test_distribute_sparse(cluster1):
+    """testDistributeSparse: a SparseTensor element crosses the service intact."""
+    element = cv.SparseTensor(indices=[[0]], values=np.array([0], dtype=np.int32),
+                              dense_shape=[1])
+    (result,) = list(distributed(Dataset.from_tensors(element), cluster1))
+    assert isinstance(result, cv.SparseTensor)
+    assert result.indices.tolist() == [[0]]
+    assert result.values.tolist() == [0] and result.values.dtype == np.int32
+    assert result.dense_shape.tolist() == [1]
+
+
+def test_distribute_refuses_nested_datasets(cluster1):
+    """Our addition: window's datasets cannot be sent; flattened ones can."""
+    with pytest.raises(InvalidArgumentError, match="nested datasets `window` makes"):
+        distributed(Dataset.range(6).window(2), cluster1)
+    flat = distributed(Dataset.range(6).window(2).flat_map(lambda w: w.batch(2)), cluster1)
+    assert [b.tolist() for b in flat] == [[0, 1], [2, 3], [4, 5]]
 
 
 def test_distribute_large_graph(cluster1):

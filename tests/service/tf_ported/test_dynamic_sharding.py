@@ -8,7 +8,6 @@ here, run once per file (the parameter ids name the file).
 
 Not ported (the feature does not exist in convoy):
 
-- ``testGroupByWindow``: convoy has no ``group_by_window``.
 - ``testZipReplicateOnSplit``: convoy has no ``replicate_on_split`` rewrite.
 - ``testSnapshot``: convoy has no ``snapshot`` transformation.
 - ``testGcDynamicShardingJobIfRequested``: convoy's DispatcherConfig has no
@@ -105,6 +104,21 @@ def test_flat_map(cluster2, dynamic):
     dataset = Dataset.from_tensor_slices(elements).flat_map(
         lambda x: Dataset.from_tensor_slices([x]))
     assert sorted(ints(dynamic(dataset, cluster2))) == sorted(elements)
+
+
+def test_group_by_window(cluster2, dynamic):
+    """testGroupByWindow: the datasets reduce_func makes are read whole on the worker (the
+    splits feed only the pipeline's source), so a zip with a range inside works."""
+    elements = [1, 5, 0]
+
+    def reduce_fn(_, window):
+        return Dataset.zip((window, Dataset.range(100)))
+
+    dataset = Dataset.from_tensor_slices(elements).group_by_window(
+        lambda x: 0, reduce_fn, window_size=3)
+    results = pairs(dynamic(dataset, cluster2))
+    assert sorted(x for x, _ in results) == sorted(elements)
+    assert all(x in elements for x, _ in results)
 
 
 def test_repeat_before_distribution(cluster2, dynamic):

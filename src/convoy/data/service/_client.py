@@ -19,6 +19,7 @@ from convoy import _check as check
 from convoy import _pickling, _rpc
 from convoy.codec import validate_compression
 from convoy.data._dataset import Dataset
+from convoy.data._grouping import refuse_nested_datasets
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._split import source_units, split_units
 from convoy.data._static_shard import check_file_sources
@@ -62,6 +63,7 @@ class _Registration:
                 f"dataset must be a convoy.data.Dataset, got {type(dataset).__name__}"
             )
         compression = validate_compression(compression)
+        refuse_nested_datasets(dataset._op)  # window's datasets cannot travel as tensors
         payload = _pickling.dumps(dataset._op, "the dataset cannot be sent to the data service",
                                   _op_name)
         spec = dataset.element_spec if with_spec else None

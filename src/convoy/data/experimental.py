@@ -1,0 +1,240 @@
+"""The names of ``tf.data.experimental`` that ported pipelines use.
+
+The transformations return a function for ``Dataset.apply``, as TensorFlow's do.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from convoy import _check as check
+from convoy import nest
+from convoy.data._csv import csv_op, file_names, header_names, infer_defaults
+from convoy.data._dataset import Dataset
+from convoy.data._faults import AssertCardinalityOp
+from convoy.data._files import _file_list
+from convoy.data._iterator import DatasetIterator
+from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from convoy.data._optional import Optional
+from convoy.data._sources import ElementsOp, to_tensor_structure
+from convoy.errors import InvalidArgumentError
+
+__all__ = [
+    "AUTOTUNE",
+    "INFINITE_CARDINALITY",
+    "UNKNOWN_CARDINALITY",
+    "CsvDataset",
+    "Optional",
+    "assert_cardinality",
+    "cardinality",
+    "dense_to_ragged_batch",
+    "dense_to_sparse_batch",
+    "from_list",
+    "get_next_as_optional",
+    "group_by_window",
+    "ignore_errors",
+    "make_csv_dataset",
+    "rejection_resample",
+    "scan",
+    "unique",
+]
+
+Transformation = Callable[[Dataset], Dataset]
+
+
+def cardinality(dataset: Dataset) -> int:
+    """``dataset.cardinality()``."""
+    return dataset.cardinality()
+
+
+def assert_cardinality(expected_cardinality: int) -> Transformation:
+    """The dataset, declared to have ``expected_cardinality`` elements: iterating it raises
+    FailedPreconditionError as soon as it turns out to have fewer or more."""
+    expected = check.integer("expected_cardinality", expected_cardinality,
+                             allowed=(INFINITE_CARDINALITY,))
+    if expected < 0 and expected != INFINITE_CARDINALITY:
+        raise InvalidArgumentError(
+            f"expected_cardinality must be >= 0 or INFINITE_CARDINALITY, got {expected}")
+    return lambda dataset: Dataset(AssertCardinalityOp(dataset._op, expected))
+
+
+def dense_to_ragged_batch(batch_size: int, drop_remainder: bool = False,
+                          row_splits_dtype: Any = np.int64) -> Transformation:
+    """``Dataset.ragged_batch`` as a transformation."""
+    return lambda dataset: dataset.ragged_batch(batch_size, drop_remainder, row_splits_dtype)
+
+
+def dense_to_sparse_batch(batch_size: int, row_shape: Any) -> Transformation:
+    """``Dataset.sparse_batch`` as a transformation."""
+    return lambda dataset: dataset.sparse_batch(batch_size, row_shape)
+
+
+def group_by_window(key_func: Callable[..., Any], reduce_func: Callable[..., Dataset],
+                    window_size: int | None = None,
+                    window_size_func: Callable[[Any], Any] | None = None) -> Transformation:
+    """``Dataset.group_by_window`` as a transformation."""
+    return lambda dataset: dataset.group_by_window(key_func, reduce_func, window_size,
+                                                   window_size_func)
+
+
+def ignore_errors(log_warning: bool = False) -> Transformation:
+    """``Dataset.ignore_errors`` as a transformation."""
+    return lambda dataset: dataset.ignore_errors(log_warning)
+
+
+def rejection_resample(class_func: Callable[..., Any], target_dist: Any,
+                       initial_dist: Any = None, seed: int | None = None) -> Transformation:
+    """``Dataset.rejection_resample`` as a transformation."""
+    return lambda dataset: dataset.rejection_resample(class_func, target_dist, initial_dist,
+                                                      seed)
+
+
+def scan(initial_state: Any, scan_func: Callable[[Any, Any], Any]) -> Transformation:
+    """``Dataset.scan`` as a transformation."""
+    return lambda dataset: dataset.scan(initial_state, scan_func)
+
+
+def unique() -> Transformation:
+    """``Dataset.unique`` as a transformation."""
+    return lambda dataset: dataset.unique()
+
+
+def get_next_as_optional(iterator: DatasetIterator) -> Optional:
+    """``iterator.get_next_as_optional()``."""
+    if not isinstance(iterator, DatasetIterator):
+        raise InvalidArgumentError(
+            f"iterator must be a convoy.data.DatasetIterator, got {type(iterator).__name__}")
+    return iterator.get_next_as_optional()
+
+
+def from_list(elements: list[Any], name: str | None = None) -> Dataset:
+    """A dataset of the given elements, in order; unlike ``from_tensor_slices`` their
+    shapes may differ (their structure and dtypes may not)."""
+    if not elements:
+        raise InvalidArgumentError("Invalid `elements`. `elements` should not be empty.")
+    if not isinstance(elements, list):
+        raise InvalidArgumentError("Invalid `elements`. `elements` must be a list.")
+    converted = [to_tensor_structure(e, "elements") for e in elements]
+    specs = [nest.spec_from_value(e) for e in converted]
+    for i, spec in enumerate(specs[1:], 1):
+        nest.assert_same_structure(specs[0], spec)
+        for a, b in zip(nest.flatten(specs[0]), nest.flatten(spec)):
+            if a.dtype != b.dtype:
+                raise InvalidArgumentError(
+                    f"Invalid `elements`. Element {i} has dtype {b.dtype} where element 0 "
+                    f"has {a.dtype}: all elements must have the same dtypes.")
+    common = specs[0]
+    for spec in specs[1:]:
+        common = nest.map_structure(lambda a, b: a.most_specific_common(b), common, spec)
+    return Dataset(ElementsOp(converted, common))
+
+
+class CsvDataset(Dataset):
+    """The records of CSV files, each a tuple with one scalar per selected column.
+
+    ``record_defaults`` gives each column's dtype and default: a value (or ``[value]``),
+    or a dtype or ``[]`` for a column that must be present.
+    """
+
+    def __init__(self, filenames: Any, record_defaults: Sequence[Any],
+                 compression_type: str | None = None, buffer_size: int | None = None,
+                 header: bool = False, field_delim: str = ",", use_quote_delim: bool = True,
+                 na_value: str = "", select_cols: Sequence[int] | None = None,
+                 exclude_cols: Sequence[int] | None = None) -> None:
+        files = _file_list(filenames, "filenames")
+        args = (list(record_defaults), compression_type, header, field_delim, use_quote_delim,
+                na_value, select_cols, exclude_cols)
+        if isinstance(files, Dataset):
+            csv_op([], *args)  # checks the arguments now
+
+            def read_one(filename: Any) -> Dataset:
+                return Dataset(csv_op([filename], *args))
+
+            super().__init__(files.flat_map(read_one)._op)
+        else:
+            super().__init__(csv_op(files, *args))
+
+
+def make_csv_dataset(file_pattern: Any, batch_size: int, column_names: Sequence[str] | None = None,
+                     column_defaults: Sequence[Any] | None = None,
+                     label_name: str | None = None, select_columns: Sequence[Any] | None = None,
+                     field_delim: str = ",", use_quote_delim: bool = True, na_value: str = "",
+                     header: bool = True, num_epochs: int | None = None, shuffle: bool = True,
+                     shuffle_buffer_size: int = 10000, shuffle_seed: int | None = None,
+                     prefetch_buffer_size: int | None = None,
+                     num_parallel_reads: int | None = None, sloppy: bool = False,
+                     num_rows_for_inference: int = 100, compression_type: str | None = None,
+                     ignore_errors: bool = False, encoding: str = "utf-8") -> Dataset:
+    """Batches of CSV records as dicts of columns (``(features, label)`` with
+    ``label_name``), column names read from the header and dtypes inferred unless given."""
+    files = file_names(file_pattern)
+    size = check.integer("batch_size", batch_size, 1)
+    if column_names is None:
+        if not header:
+            raise InvalidArgumentError("Cannot infer column names without a header line.")
+        column_names = header_names(files[0], field_delim, use_quote_delim, compression_type)
+    names = list(column_names)
+    if len(set(names)) != len(names):
+        raise InvalidArgumentError("Cannot have duplicate column names.")
+    select = None
+    if select_columns is not None:
+        select = sorted(_column_index(c, names) for c in select_columns)
+        names = [names[i] for i in select]
+    if column_defaults is not None and len(column_defaults) != len(names):
+        raise InvalidArgumentError(
+            "If specified, column_defaults and select_columns must have same length.")
+    if label_name is not None and label_name not in names:
+        raise InvalidArgumentError(
+            f"`label_name` provided must be one of the columns: {names}. "
+            f"Received: {label_name}.")
+    defaults = list(column_defaults) if column_defaults is not None else infer_defaults(
+        files, len(names), field_delim, use_quote_delim, na_value, header,
+        num_rows_for_inference, select, compression_type)
+
+    def read_one(filename: Any) -> Dataset:
+        return CsvDataset(filename, defaults, compression_type=compression_type,
+                          header=header, field_delim=field_delim,
+                          use_quote_delim=use_quote_delim, na_value=na_value,
+                          select_cols=select)
+
+    filenames = Dataset.from_tensor_slices(np.array(files, dtype=object))
+    if shuffle:
+        filenames = filenames.shuffle(len(files), shuffle_seed)
+    parallel = num_parallel_reads or 1
+    dataset = filenames.interleave(read_one, cycle_length=parallel,
+                                   num_parallel_calls=None if parallel == 1 else parallel)
+    if ignore_errors:
+        dataset = dataset.ignore_errors()
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer_size, shuffle_seed)
+    if num_epochs != 1:
+        dataset = dataset.repeat(num_epochs)
+    dataset = dataset.batch(size, drop_remainder=num_epochs is None)
+
+    def to_dict(*columns: Any) -> Any:
+        features = collections.OrderedDict(zip(names, columns))
+        if label_name is None:
+            return features
+        label = features.pop(label_name)
+        return features, label
+
+    dataset = dataset.map(to_dict)
+    return dataset.prefetch(AUTOTUNE if prefetch_buffer_size is None else prefetch_buffer_size)
+
+
+def _column_index(column: Any, names: list[str]) -> int:
+    if isinstance(column, (int, np.integer)):
+        if not 0 <= column < len(names):
+            raise InvalidArgumentError(
+                f"Column index {column} specified in `select_columns` should be > 0 and "
+                f"< {len(names)}.")
+        return int(column)
+    if column not in names:
+        raise InvalidArgumentError(
+            f"Value {column} specified in `select_columns` must be of one of the columns: "
+            f"{names}.")
+    return names.index(column)
