@@ -9,8 +9,8 @@ import pytest
 import convoy
 
 PUBLIC = {
-    convoy: {"IndexedSlices", "Variable", "__version__", "data", "distribute", "errors", "nest",
-             "nn", "optimizers", "train"},
+    convoy: {"IndexedSlices", "Variable", "__version__", "data", "distribute", "errors",
+             "metrics", "nest", "nn", "optimizers", "train"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "Options", "TFRecordDataset", "TFRecordWriter",
                   "TensorSpec", "TextLineDataset", "service"},
@@ -21,6 +21,7 @@ PUBLIC = {
                         "ParameterServerStrategy", "ReduceOp", "RemoteValue", "Server",
                         "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
                         "experimental", "partitioners"},
+    convoy.metrics: {"AUC", "Accuracy", "BinaryAccuracy", "Mean", "Metric", "Sum"},
     convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
 }
 
