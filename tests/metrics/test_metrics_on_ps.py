@@ -47,7 +47,7 @@ def batch(step):
 
 
 @pytest.mark.timeout(120)
-def test_metrics_updated_on_workers_are_read_on_the_chief(make):
+def test_metrics_updated_on_workers_are_read_on_the_chief(make, tmp_path):
     # A partitioner that would split every variable: a metric's state is never split.
     strategy, coordinator = make(FixedShardsPartitioner(2))
     with strategy.scope():
@@ -87,8 +87,13 @@ def test_metrics_updated_on_workers_are_read_on_the_chief(make):
     for remote, here in zip((auc, accuracy, loss), local):
         np.testing.assert_allclose(remote.result(), here.result(), rtol=1e-5)
 
+    path = cv.train.Checkpoint(metrics=[auc, loss]).save(tmp_path / "ckpt")
+    expected = auc.result(), loss.result()
     auc.reset_state()
     assert auc.result() == 0.0 and not auc.true_positives.numpy().any()
+    loss.reset_state()
+    cv.train.Checkpoint(metrics=[auc, loss]).restore(path).assert_consumed()
+    assert (auc.result(), loss.result()) == expected
 
 
 @pytest.mark.timeout(120)
