@@ -73,7 +73,8 @@ class ParameterServerStrategy:
 
     def __init__(self, cluster_resolver: Any, variable_partitioner: Any = None) -> None:
         spec = cluster_resolver.cluster_spec()
-        validate_cluster_for_ps(spec, getattr(cluster_resolver, "task_type", None))
+        validate_cluster_for_ps(spec, getattr(cluster_resolver, "task_type", None),
+                                getattr(cluster_resolver, "task_id", None))
         self.cluster_resolver = cluster_resolver
         self.cluster_spec = ClusterSpec(spec)
         if variable_partitioner is not None and not callable(variable_partitioner):
