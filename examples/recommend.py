@@ -129,9 +129,9 @@ def main() -> int:
         losses = [coordinator.schedule(train_step, args=(iterator, model, optimizer))
                   for _ in range(args.steps)]
         while not coordinator.done():
-            finished = sum(r._done.is_set() for r in losses)
-            recent = [r.fetch() for r in losses[max(0, finished - 50):finished]]
-            progress(finished, args.steps, float(np.mean(recent)) if recent else 0.0, started)
+            finished = [r for r in losses if r.done()]
+            recent = [r.fetch() for r in finished[-50:]]
+            progress(len(finished), args.steps, float(np.mean(recent)) if recent else 0.0, started)
             time.sleep(0.2)
         coordinator.join()
         progress(args.steps, args.steps, float(np.mean([r.fetch() for r in losses[-50:]])),

@@ -10,7 +10,7 @@ import convoy
 
 PUBLIC = {
     convoy: {"IndexedSlices", "RaggedTensor", "SparseTensor", "Variable", "__version__", "data",
-             "distribute", "errors", "io", "nest", "nn", "optimizers", "train"},
+             "distribute", "errors", "io", "metrics", "nest", "nn", "optimizers", "train"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "DatasetSpec", "Options", "TFRecordDataset",
                   "TFRecordWriter", "TensorSpec", "TextLineDataset", "experimental", "service"},
@@ -27,6 +27,7 @@ PUBLIC = {
                         "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
                         "experimental", "partitioners"},
     convoy.io: {"parse_tensor", "serialize_tensor"},
+    convoy.metrics: {"AUC", "Accuracy", "BinaryAccuracy", "Mean", "Metric", "Sum"},
     convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
 }
 

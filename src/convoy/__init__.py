@@ -2,12 +2,13 @@
 
 ``convoy.data`` (pipelines and the data service), ``convoy.distribute`` (parameter-server
 training), ``convoy.train`` (optimizers and checkpoints), ``convoy.io`` (TensorFlow's
-serialized forms); ``convoy.torch`` (PyTorch glue) is imported on first use.
+serialized forms), ``convoy.metrics`` (Keras's metrics, aggregated on the parameter
+servers); ``convoy.torch`` (PyTorch glue) is imported on first use.
 """
 
 from typing import Any
 
-from convoy import data, distribute, errors, io, nest, nn, train
+from convoy import data, distribute, errors, io, metrics, nest, nn, train
 from convoy._slices import IndexedSlices
 from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.distribute.variables import Variable
@@ -25,6 +26,7 @@ __all__ = [
     "distribute",
     "errors",
     "io",
+    "metrics",
     "nest",
     "nn",
     "optimizers",

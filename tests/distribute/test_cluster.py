@@ -7,8 +7,9 @@ import pickle
 
 import pytest
 
+import convoy as cv
 from convoy.distribute import ClusterSpec, cluster_resolver
-from convoy.distribute.cluster import validate_cluster_for_ps
+from convoy.distribute.cluster import validate_cluster_for_ps, validate_task
 from convoy.distribute.cluster_resolver import (
     ClusterResolver,
     SimpleClusterResolver,
@@ -149,7 +150,7 @@ def test_validate_accepts(cluster, task_type, task_id):
          "at most one 'chief' task, the cluster spec has 2"),
         ({"worker": ["w:1"], "ps": ["p:1"], "evaluator": ["e:1", "e:2"]}, None, None,
          "at most one 'evaluator' task"),
-        (CLUSTER, "chief", 1, r"task_id 1 is not a task of job 'chief'"),
+        (CLUSTER, "chief", 1, r"The `task_id` 1 exceeds the maximum id of chief\."),
         (CLUSTER, "chief", -1, "task_id must be an integer >= 0"),
         ({"worker": ["w:1"], "chief": ["c:1"]}, None, None, "at least one 'ps' task"),
         ({"worker": ["w:1"], "ps": []}, None, None, "at least one 'ps' task"),
@@ -159,6 +160,36 @@ def test_validate_accepts(cluster, task_type, task_id):
 def test_validate_rejects(cluster, task_type, task_id, message):
     with pytest.raises(InvalidArgumentError, match=message):
         validate_cluster_for_ps(cluster, task_type, task_id)
+
+
+@pytest.mark.parametrize(
+    "cluster, task_type, task_id, message",
+    [
+        (CLUSTER, "worker", 3, r"^The `task_id` 3 exceeds the maximum id of worker\.$"),
+        (CLUSTER, "ps", 7, r"^The `task_id` 7 exceeds the maximum id of ps\.$"),
+        ({"worker": {1: "w:1", 3: "w:3"}}, "worker", 2, r"task indices are \[1, 3\]"),
+        ({"worker": {1: "w:1", 3: "w:3"}}, "worker", 4, "exceeds the maximum id of worker"),
+        (CLUSTER, "evaluator", 0, "`task_type` 'evaluator' not found in cluster_spec"),
+        (CLUSTER, "worker", True, "task_id must be an integer"),
+    ],
+)
+def test_validate_task_rejects(cluster, task_type, task_id, message):
+    # TensorFlow's task-id check: tensorflow/python/distribute/multi_worker_util.py,
+    # _validate_cluster_spec; here for a server's own task too
+    with pytest.raises(ValueError, match=message):
+        validate_task(cluster, task_type, task_id)
+
+
+def test_validate_task_accepts_every_task():
+    for job, index, _ in ClusterSpec(CLUSTER).tasks():
+        validate_task(CLUSTER, job, index)
+    validate_task({"worker": {1: "w:1", 3: "w:3"}}, "worker", 3)
+
+
+def test_strategy_refuses_a_task_id_beyond_the_cluster():
+    resolver = SimpleClusterResolver(CLUSTER, task_type="chief", task_id=1)
+    with pytest.raises(ValueError, match=r"The `task_id` 1 exceeds the maximum id of chief\."):
+        cv.distribute.ParameterServerStrategy(resolver)
 
 
 def test_validate_accepts_a_resolver_spec():

@@ -272,3 +272,31 @@ def test_bad_arguments_are_refused_at_once(cluster, make):
     assert ready.fetch() == 1
     with pytest.raises(cv.errors.FailedPreconditionError, match="on a worker"):
         cv.distribute.coordinator.experimental_get_current_worker_index()
+
+
+# ===== RemoteValue.done() ======================================================================
+
+def wait_for_file(path):
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "released"
+
+
+@pytest.mark.timeout(120)
+def test_remote_value_done_once_the_function_finished(cluster, make, tmp_path):
+    # as concurrent.futures.Future.done(): True once there is a value or an error
+    _, coordinator = make(cluster)
+    gate = tmp_path / "gate"
+    waiting = coordinator.schedule(wait_for_file, args=(gate,))
+    time.sleep(0.3)
+    assert not waiting.done()
+    gate.touch()
+    wait_until(waiting.done, what="the released function to be done")
+    assert waiting.fetch() == "released"
+    failing = coordinator.schedule(fail_soon)
+    with pytest.raises(ValueError, match="boom"):
+        coordinator.join()
+    assert failing.done()
+    with pytest.raises(ValueError, match="boom"):
+        failing.fetch()

@@ -22,6 +22,11 @@ class RemoteValue:
         self._outcome = outcome
         self._done.set()
 
+    def done(self) -> bool:
+        """Whether the function has finished (with a value or an error, or was cancelled),
+        so ``fetch()`` returns or raises at once; as ``concurrent.futures.Future.done()``."""
+        return self._done.is_set()
+
     def fetch(self) -> Any:
         """Wait for the function and return its result; raise its error if it failed (or a
         CancelledError if an earlier failure cancelled it)."""

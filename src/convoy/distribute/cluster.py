@@ -15,7 +15,7 @@ from typing import Any
 
 from convoy.errors import InvalidArgumentError, NotFoundError
 
-__all__ = ["ClusterSpec", "PS_TASK_TYPES", "validate_cluster_for_ps"]
+__all__ = ["ClusterSpec", "PS_TASK_TYPES", "validate_cluster_for_ps", "validate_task"]
 
 #: The job names parameter-server training knows about.
 PS_TASK_TYPES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
@@ -234,13 +234,7 @@ def validate_cluster_for_ps(cluster_spec: ClusterSpec | Mapping[str, Any],
                 f"{_count(spec, job)}: {spec!r}"
             )
     if task_type is not None and task_id is not None and task_type in spec:
-        if isinstance(task_id, bool) or not isinstance(task_id, int) or task_id < 0:
-            raise InvalidArgumentError(f"task_id must be an integer >= 0, got {task_id!r}")
-        if task_id not in spec.task_indices(task_type):
-            raise InvalidArgumentError(
-                f"task_id {task_id} is not a task of job {task_type!r}, whose task indices are "
-                f"{spec.task_indices(task_type)}"
-            )
+        validate_task(spec, task_type, task_id)
     for job in ("ps", "worker"):
         if _count(spec, job) < 1:
             raise InvalidArgumentError(
@@ -248,3 +242,24 @@ def validate_cluster_for_ps(cluster_spec: ClusterSpec | Mapping[str, Any],
                 f"has none: {spec!r}"
             )
     return spec
+
+
+def validate_task(cluster_spec: ClusterSpec | Mapping[str, Any], task_type: str,
+                  task_id: int) -> None:
+    """Check that ``task_id`` is a task of job ``task_type`` in ``cluster_spec``, with
+    TensorFlow's messages (``multi_worker_util``): for a strategy's own task, and for a
+    server's task at start-up. Raises InvalidArgumentError (a ValueError)."""
+    spec = cluster_spec if isinstance(cluster_spec, ClusterSpec) else ClusterSpec(cluster_spec)
+    if task_type not in spec:
+        raise InvalidArgumentError(f"`task_type` {task_type!r} not found in cluster_spec.")
+    if isinstance(task_id, bool) or not isinstance(task_id, int) or task_id < 0:
+        raise InvalidArgumentError(f"task_id must be an integer >= 0, got {task_id!r}")
+    indices = spec.task_indices(task_type)
+    if task_id > max(indices, default=-1):
+        raise InvalidArgumentError(
+            f"The `task_id` {task_id} exceeds the maximum id of {task_type}.")
+    if task_id not in indices:  # a gap of a sparse job
+        raise InvalidArgumentError(
+            f"task_id {task_id} is not a task of job {task_type!r}, whose task indices are "
+            f"{indices}"
+        )

@@ -13,7 +13,7 @@ import inspect
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,8 @@ class ParameterServerStrategy:
 
     def __init__(self, cluster_resolver: Any, variable_partitioner: Any = None) -> None:
         spec = cluster_resolver.cluster_spec()
-        validate_cluster_for_ps(spec, getattr(cluster_resolver, "task_type", None))
+        validate_cluster_for_ps(spec, getattr(cluster_resolver, "task_type", None),
+                                getattr(cluster_resolver, "task_id", None))
         self.cluster_resolver = cluster_resolver
         self.cluster_spec = ClusterSpec(spec)
         if variable_partitioner is not None and not callable(variable_partitioner):
@@ -179,6 +180,23 @@ class ParameterServerStrategy:
             key = f"{name}/part_{i}"
             shards.append(self._place(key, value, trainable, key))
         return ShardedVariable(shards, name=name)
+
+    def _create_together(self, initial_values: Sequence[tuple[str, np.ndarray]],
+                         trainable: bool = False) -> list[Variable]:
+        """Variables ``(name, initial value)`` placed together on one parameter server and
+        never partitioned, so one call updates or reads them all atomically (a metric's
+        state)."""
+        variables: list[Variable] = []
+        for name, value in initial_values:
+            name, value = self._unique(name), np.asarray(value)
+            if not variables:
+                variables.append(self._place(name, value, trainable, name))
+                continue
+            store, key = variables[0]._store, f"{name}@{self._token}"
+            store.execute([("create", key, value)])
+            variables.append(Variable._in_store(store, key, name, value.shape, value.dtype,
+                                                trainable))
+        return variables
 
     # ----- running functions ---------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:

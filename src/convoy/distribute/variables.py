@@ -360,3 +360,26 @@ def embedding_lookup(params: Variable | ShardedVariable | Sequence[Variable],
     return params.sparse_read(ids)
 
 
+
+
+def read_together(variables: Sequence[Variable]) -> list[np.ndarray]:
+    """The values of ``variables``; those in one store are read in one atomic call, so
+    variables placed together (a metric's state) are read as one consistent snapshot."""
+    calls: dict[int, tuple[Any, list[tuple[Any, ...]]]] = {}
+    for variable in variables:
+        calls.setdefault(id(variable._store), (variable._store, []))[1].append(
+            ("read", variable._key))
+    results = dict(zip(calls, execute_all(list(calls.values()))))
+    taken = {key: iter(values) for key, values in results.items()}
+    return [next(taken[id(variable._store)]) for variable in variables]
+
+
+def update_together(updates: Sequence[tuple[Variable, str, Any]]) -> None:
+    """Apply ``(variable, kind, value)`` updates (``assign``, ``assign_add``...); those in
+    one store go in one call, applied there atomically. In a scheduled function they do
+    not wait, as every variable update."""
+    calls: dict[int, tuple[Any, list[tuple[Any, ...]]]] = {}
+    for variable, kind, value in updates:
+        calls.setdefault(id(variable._store), (variable._store, []))[1].append(
+            (kind, variable._key, np.array(value, dtype=variable.dtype)))
+    send_updates(list(calls.values()))

@@ -4,7 +4,15 @@
 (attributes, dicts, lists) and names it by its path (``model/embedding``). A sharded variable
 is saved as one logical tensor, so it restores into any number of shards, or into an
 unsharded variable. Optimizer slots are saved beside their variable as
-``<path>/.slots/<slot>``.
+``<path>/.slots/<slot>``. Any other object with ``state_dict()``/``load_state_dict()`` (a
+``torch.nn.Module``, a torch optimizer, a dataset iterator, a metric) is saved through them:
+the arrays and tensors of its state as tensors under its path, the rest of its state (numbers,
+strings, the structure) in the file's metadata.
+
+``restore(path)`` returns a :class:`CheckpointLoadStatus` with TensorFlow's checks on how well
+the checkpoint and the objects matched (``assert_consumed()``, ...). Values are restored into
+the objects that exist when ``restore`` is called; unlike TensorFlow, nothing is kept to
+restore objects created later, except optimizer slots, which are restored at once.
 
 As in TensorFlow, ``save(prefix)`` numbers its files (``prefix-1``, ``prefix-2``, ...) with a
 counter that is saved in the checkpoint, ``write(prefix)`` does not number, and a directory's
@@ -14,18 +22,21 @@ tells :func:`latest_checkpoint` which is the newest.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import operator
 import os
 import re
-from collections.abc import Callable, Iterator
+import sys
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from convoy.distribute.variables import ShardedVariable, Variable
@@ -36,24 +47,70 @@ log = logging.getLogger(__name__)
 _SLOTS = "/.slots/"
 _SUFFIX = ".safetensors"
 _STATE = "checkpoint.json"
+_FORMAT = "convoy-checkpoint-1"
 
 
-def _variables(value: Any, path: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
-    if id(value) in seen:
-        return
-    seen.add(id(value))
-    if isinstance(value, (Variable, ShardedVariable)):
-        yield path, value
-    elif isinstance(value, dict):
-        for key in sorted(value, key=str):
-            yield from _variables(value[key], f"{path}/{key}", seen)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            yield from _variables(item, f"{path}/{i}", seen)
-    elif hasattr(value, "__dict__") and not isinstance(value, type):
-        for key, item in vars(value).items():
-            if not key.startswith("_"):
-                yield from _variables(item, f"{path}/{key}", seen)
+def _has_state(value: Any) -> bool:
+    return not isinstance(value, type) and callable(getattr(value, "state_dict", None)) and \
+        callable(getattr(value, "load_state_dict", None))
+
+
+class _Graph:
+    """What a checkpoint holds, found from its objects: the variables and the objects with a
+    ``state_dict`` by path; an object reached by several paths is held once, under the first,
+    and remembers the others (its aliases)."""
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.variables: dict[str, Any] = {}
+        self.states: dict[str, Any] = {}
+        self._first: dict[int, str] = {}
+        self._by_path: dict[str, int] = {}
+        self._aliases: dict[int, list[str]] = {}
+        for name in sorted(objects):
+            self._walk(objects[name], name)
+
+    def _walk(self, value: Any, path: str) -> None:
+        if value is None or isinstance(value, (str, bytes, int, float, complex, np.ndarray)):
+            return
+        key = id(value)
+        if key in self._first:
+            self._aliases.setdefault(key, []).append(path)
+            return
+        self._first[key] = path
+        self._by_path[path] = key
+        if isinstance(value, (Variable, ShardedVariable)):
+            self.variables[path] = value
+        elif _has_state(value):
+            self.states[path] = value
+        elif isinstance(value, (dict, Checkpoint)):
+            children = value._objects if isinstance(value, Checkpoint) else value
+            for item in sorted(children, key=str):
+                self._walk(children[item], f"{path}/{item}")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                self._walk(item, f"{path}/{i}")
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            for item, child in vars(value).items():
+                if not item.startswith("_"):
+                    self._walk(child, f"{path}/{item}")
+
+    def names(self, path: str) -> list[str]:
+        """``path`` and the other paths to the same value through aliased objects."""
+        names, pending = [path], [path]
+        while pending and len(names) < _MAX_NAMES:
+            current = pending.pop()
+            ends = [i for i, c in enumerate(current) if c == "/"] + [len(current)]
+            for end in ends:
+                for alias in self._aliases.get(self._by_path.get(current[:end], -1), ()):
+                    other = alias + current[end:]
+                    if other not in names:
+                        names.append(other)
+                        pending.append(other)
+        return names
+
+
+#: The most other names of one value tried (aliases of aliases...).
+_MAX_NAMES = 64
 
 
 def _slots(variable: Variable | ShardedVariable) -> dict[str, np.ndarray]:
@@ -77,6 +134,161 @@ def _restore_slot(variable: Variable | ShardedVariable, slot: str, value: np.nda
             shard._store.execute([("set_slot", shard._key, slot, part)])
     else:
         variable._store.execute([("set_slot", variable._key, slot, value)])
+
+
+class _StateEncoder:
+    """An object's ``state_dict()`` as JSON (its structure and plain values, with the types
+    JSON lacks tagged: tuples, bytes, dicts with keys of any type) plus tensors (its arrays
+    and torch tensors, named under ``path``)."""
+
+    def __init__(self, path: str, tensors: dict[str, np.ndarray]) -> None:
+        self._path, self._tensors = path, tensors
+
+    def encode(self, value: Any, at: str = "") -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (list, tuple)):
+            items = [self.encode(v, f"{at}/{i}") for i, v in enumerate(value)]
+            return items if isinstance(value, list) else {"tuple": items}
+        if isinstance(value, dict):
+            return {"dict": [[self.encode(k, f"{at}/key"), self.encode(v, f"{at}/{k}")]
+                             for k, v in value.items()]}
+        if isinstance(value, bytes):
+            return {"bytes": base64.b64encode(value).decode()}
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu()
+            dtype = str(tensor.dtype).removeprefix("torch.")
+            if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits as int16
+                tensor = tensor.view(torch.int16)
+            return {"tensor": self._name(at, tensor.contiguous().numpy()), "torch": dtype}
+        if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biufc":
+            return {"tensor": self._name(at, np.asarray(value))}
+        raise InvalidArgumentError(
+            f"the state_dict() of {self._path!r} holds a {type(value).__name__} at "
+            f"{at or '/'}; a checkpoint saves None, bool, int, float, str, bytes, lists, "
+            f"tuples, dicts, numeric numpy arrays and torch tensors")
+
+    def _name(self, at: str, array: np.ndarray) -> str:
+        name = f"{self._path}{at}"
+        while name in self._tensors:  # keys that contain "/" may collide
+            name += "'"
+        self._tensors[name] = _contiguous(array)
+        return name
+
+
+def _decode_state(value: Any, tensors: dict[str, np.ndarray], used: set[str]) -> Any:
+    """The inverse of :class:`_StateEncoder`; adds the tensor names it takes to ``used``."""
+    if isinstance(value, list):
+        return [_decode_state(v, tensors, used) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "tuple" in value:
+        return tuple(_decode_state(v, tensors, used) for v in value["tuple"])
+    if "dict" in value:
+        return {_decode_state(k, tensors, used): _decode_state(v, tensors, used)
+                for k, v in value["dict"]}
+    if "bytes" in value:
+        return base64.b64decode(value["bytes"])
+    name = value["tensor"]
+    if name not in tensors:
+        raise DataLossError(f"the checkpoint has no tensor {name!r}, which its metadata names")
+    used.add(name)
+    array = tensors[name]
+    if "torch" not in value:
+        return array
+    import torch
+
+    tensor = torch.from_numpy(array)
+    if value["torch"] == "bfloat16":
+        tensor = tensor.view(torch.bfloat16)
+    return tensor
+
+
+class CheckpointLoadStatus:
+    """How a checkpoint and the objects restored from it matched (TensorFlow's checks).
+
+    Deleted without :meth:`expect_partial` while some checkpoint values found no object, or
+    some object no value, it logs a warning naming them.
+    """
+
+    def __init__(self, path: str, unmatched: list[str], unused: list[str],
+                 matched: int) -> None:
+        self.path = path
+        self._unmatched, self._unused, self._matched = unmatched, unused, matched
+        self._partial = [False]
+        if unmatched or unused:
+            weakref.finalize(self, _warn_partial, path, unmatched, unused, self._partial)
+
+    def assert_consumed(self) -> CheckpointLoadStatus:
+        """Raise AssertionError unless every object was restored and every value in the
+        checkpoint was used; returns the status."""
+        self.assert_existing_objects_matched()
+        if self._unused:
+            raise AssertionError(
+                f"Unused values in checkpoint {self.path} (they exist in the checkpoint but "
+                f"were not restored): {self._unused}")
+        return self
+
+    def assert_existing_objects_matched(self) -> CheckpointLoadStatus:
+        """Raise AssertionError if a variable or object of the checkpoint has no value in the
+        checkpoint file (values without an object are allowed); returns the status."""
+        if self._unmatched:
+            shown = self._unmatched[:10]
+            raise AssertionError(
+                f"Found {len(self._unmatched)} Python objects that were not bound to "
+                f"checkpointed values in {self.path}, likely due to changes in the Python "
+                f"program. Showing {len(shown)} of {len(self._unmatched)} unmatched objects: "
+                f"{shown}")
+        return self
+
+    def assert_nontrivial_match(self) -> CheckpointLoadStatus:
+        """Raise AssertionError if nothing (not even the save counter) matched."""
+        if self._matched:
+            return self
+        if self._unmatched:
+            raise AssertionError(
+                f"Nothing except the root object matched a checkpointed value in {self.path}. "
+                f"Typically this means that the checkpoint does not match the Python program. "
+                f"The following objects have no matching checkpointed value: "
+                f"{self._unmatched}")
+        raise AssertionError(f"Nothing to load from {self.path}: the Checkpoint holds no "
+                             f"variables or objects with state yet.")
+
+    def expect_partial(self) -> CheckpointLoadStatus:
+        """Silence the warning about an incomplete restore; returns the status."""
+        self._partial[0] = True
+        return self
+
+
+def _warn_partial(path: str, unmatched: list[str], unused: list[str],
+                  partial: list[bool]) -> None:
+    if partial[0]:
+        return
+    log.warning("a checkpoint restore from %s was partial; to silence this warning, call "
+                "expect_partial() on the status restore() returned", path)
+    for name in unused:
+        log.warning("Value in checkpoint could not be found in the restored object: %s", name)
+    for name in unmatched:
+        log.warning("An object being restored could not be found in the checkpoint: %s", name)
+
+
+class InitializationOnlyStatus:
+    """The status of ``restore(None)``: nothing was restored, so every check fails."""
+
+    _MESSAGE = "No checkpoint specified (save_path=None); nothing is being restored."
+
+    def assert_consumed(self) -> InitializationOnlyStatus:
+        raise AssertionError(self._MESSAGE)
+
+    def assert_existing_objects_matched(self) -> InitializationOnlyStatus:
+        raise AssertionError(self._MESSAGE)
+
+    def assert_nontrivial_match(self) -> InitializationOnlyStatus:
+        raise AssertionError(self._MESSAGE)
+
+    def expect_partial(self) -> InitializationOnlyStatus:
+        return self
 
 
 def _file(path: str | os.PathLike[str]) -> str:
@@ -141,38 +353,67 @@ def _numbers(prefix: str) -> list[int]:
     return [int(m[1]) for name in names if (m := pattern.match(name))]
 
 
+def _restore_variable(name: str, variable: Variable | ShardedVariable,
+                      tensors: dict[str, np.ndarray], used: set[str]) -> None:
+    """Assign the checkpoint tensor ``name`` to ``variable``, and its slots."""
+    value = tensors[name]
+    if tuple(value.shape) != tuple(variable.shape):
+        raise InvalidArgumentError(
+            f"checkpoint tensor {name!r} has shape {list(value.shape)}, the variable "
+            f"{list(variable.shape)}"
+        )
+    variable.assign(value)
+    used.add(name)
+    prefix = name + _SLOTS
+    for key, slot_value in tensors.items():
+        if key.startswith(prefix):
+            _restore_slot(variable, key[len(prefix):], slot_value)
+            used.add(key)
+
+
 class Checkpoint:
-    """Saves and restores the variables reachable from ``objects``."""
+    """Saves and restores the variables and objects with state reachable from ``objects``
+    (also settable later as attributes: ``checkpoint.model = model``)."""
 
     def __init__(self, **objects: Any) -> None:
         self._objects = objects
         self._save_counter = 0
+
+    def __getattr__(self, name: str) -> Any:
+        objects = self.__dict__.get("_objects", {})
+        if name in objects:
+            return objects[name]
+        raise AttributeError(f"'Checkpoint' object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            super().__setattr__(name, value)
+        else:
+            self._objects[name] = value
 
     @property
     def save_counter(self) -> int:
         """How many times ``save`` has numbered a checkpoint (restored with a checkpoint)."""
         return self._save_counter
 
-    def _named(self) -> dict[str, Any]:
-        seen: set[int] = set()
-        named: dict[str, Any] = {}
-        for name in sorted(self._objects):
-            named.update(_variables(self._objects[name], name, seen))
-        return named
-
     def write(self, file_prefix: str | os.PathLike[str]) -> str:
         """Write a checkpoint to ``<file_prefix>.safetensors`` (replacing one that is there);
         returns that path."""
+        graph = _Graph(self._objects)
         tensors: dict[str, np.ndarray] = {}
-        for path, variable in self._named().items():
+        for path, variable in graph.variables.items():
             tensors[path] = _contiguous(variable.read_value())
             for slot, value in _slots(variable).items():
                 tensors[f"{path}{_SLOTS}{slot}"] = _contiguous(value)
+        states = {path: _StateEncoder(path, tensors).encode(value.state_dict())
+                  for path, value in graph.states.items()}
+        metadata = {"format": _FORMAT, "objects": json.dumps(states)}
+        if self._save_counter:  # as TensorFlow's, the counter exists once save() numbered
+            metadata["save_counter"] = str(self._save_counter)
         target = _file(file_prefix)
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         temporary = target + ".tmp"
-        save_file(tensors, temporary, metadata={"format": "convoy-checkpoint-1",
-                                                "save_counter": str(self._save_counter)})
+        save_file(tensors, temporary, metadata=metadata)
         os.replace(temporary, target)
         return target
 
@@ -199,37 +440,54 @@ class Checkpoint:
         _write_state(os.path.dirname(path) or ".", path, [])
         return path
 
-    def read(self, save_path: str | os.PathLike[str] | None) -> Checkpoint:
-        """Restore every variable (and slot, and the save counter) from a checkpoint written
-        by :meth:`write` or :meth:`save`; ``None`` (no checkpoint yet) restores nothing."""
+    def read(self, save_path: str | os.PathLike[str] | None,
+             ) -> CheckpointLoadStatus | InitializationOnlyStatus:
+        """Restore every variable (and slot), object with state, and the save counter that
+        the checkpoint at ``save_path`` (a path :meth:`write` or :meth:`save` returned, or
+        its prefix) holds; returns the status of the restore. ``None`` (no checkpoint yet)
+        restores nothing."""
         if save_path is None:
-            return self
+            return InitializationOnlyStatus()
         path = _file(save_path)
         if not os.path.exists(path):
-            raise NotFoundError(f"no checkpoint at {path}")
-        tensors = load_file(path)
-        for name, variable in self._named().items():
-            if name not in tensors:
-                raise NotFoundError(f"checkpoint {path} has no tensor {name!r}; it has "
-                                    f"{sorted(k for k in tensors if _SLOTS not in k)}")
-            value = tensors[name]
-            if tuple(value.shape) != tuple(variable.shape):
-                raise InvalidArgumentError(
-                    f"checkpoint tensor {name!r} has shape {list(value.shape)}, the variable "
-                    f"{list(variable.shape)}"
-                )
-            variable.assign(value)
-            prefix = name + _SLOTS
-            for key, slot_value in tensors.items():
-                if key.startswith(prefix):
-                    _restore_slot(variable, key[len(prefix):], slot_value)
-        with safe_open(path, "np") as file:
-            counter = (file.metadata() or {}).get("save_counter")
+            raise NotFoundError(f"no checkpoint at {path} (restore takes the path save() or "
+                                f"write() returned, or that path without {_SUFFIX})")
+        try:
+            tensors = load_file(path)
+            with safe_open(path, "np") as file:
+                metadata = file.metadata() or {}
+            states = json.loads(metadata.get("objects", "{}"))
+        except (SafetensorError, OSError, ValueError) as error:
+            raise DataLossError(f"checkpoint {path} cannot be read: {error}") from None
+        graph = _Graph(self._objects)
+        used: set[str] = set()
+        unmatched: list[str] = []
+        for path_, variable in graph.variables.items():
+            name = next((n for n in graph.names(path_) if n in tensors and n not in states),
+                        None)
+            if name is None:
+                unmatched.append(path_)
+                continue
+            _restore_variable(name, variable, tensors, used)
+        for path_, value in graph.states.items():
+            name = next((n for n in graph.names(path_) if n in states), None)
+            if name is None:
+                unmatched.append(path_)
+                continue
+            value.load_state_dict(_decode_state(states[name], tensors, used))
+            used.add(name)
+        counter = metadata.get("save_counter")
         if counter is not None:
             self._save_counter = int(counter)
-        return self
+        unused = sorted(set(tensors) - used) + sorted(set(states) - used)
+        matched = len(graph.variables) + len(graph.states) - len(unmatched) + \
+            (counter is not None)
+        return CheckpointLoadStatus(path, unmatched, unused, matched)
 
-    restore = read
+    def restore(self, save_path: str | os.PathLike[str] | None,
+                ) -> CheckpointLoadStatus | InitializationOnlyStatus:
+        """Restore the checkpoint at ``save_path`` (see :meth:`read`); returns its status."""
+        return self.read(save_path)
 
 
 class CheckpointManager:
