@@ -9,8 +9,8 @@ import pytest
 import convoy
 
 PUBLIC = {
-    convoy: {"IndexedSlices", "Variable", "__version__", "data", "distribute", "errors", "nest",
-             "nn", "optimizers", "train"},
+    convoy: {"IndexedSlices", "Variable", "__version__", "data", "distribute", "errors",
+             "monitoring", "nest", "nn", "optimizers", "train"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "Options", "TFRecordDataset", "TFRecordWriter",
                   "TensorSpec", "TextLineDataset", "service"},
@@ -21,6 +21,13 @@ PUBLIC = {
                         "ParameterServerStrategy", "ReduceOp", "RemoteValue", "Server",
                         "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
                         "experimental", "partitioners"},
+    convoy.monitoring: {"BUFFERED_BYTES", "BYTES_PRODUCED", "BYTES_SERVED",
+                        "CONSUMER_WAIT_SECONDS", "COORDINATOR_FUNCTIONS_DONE",
+                        "COORDINATOR_FUNCTIONS_FAILED", "COORDINATOR_FUNCTIONS_QUEUED",
+                        "COORDINATOR_FUNCTIONS_RUNNING", "ELEMENTS_PRODUCED", "ELEMENTS_SERVED",
+                        "HEARTBEATS", "PS_BYTES", "PS_OPERATIONS", "REGISTRY", "RPC_SECONDS",
+                        "SPLITS", "MetricsServer", "add_readiness_check", "readiness",
+                        "remove_readiness_check", "serve"},
     convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
 }
 

@@ -1,13 +1,14 @@
 """convoy: TensorFlow's distributed input and parameter-server training stack, in plain Python.
 
 ``convoy.data`` (pipelines and the data service), ``convoy.distribute`` (parameter-server
-training), ``convoy.train`` (optimizers and checkpoints); ``convoy.torch`` (PyTorch glue) is
+training), ``convoy.train`` (optimizers and checkpoints), ``convoy.monitoring`` (metrics and
+health probes); ``convoy.torch`` (PyTorch glue) is
 imported on first use.
 """
 
 from typing import Any
 
-from convoy import data, distribute, errors, nest, nn, train
+from convoy import data, distribute, errors, monitoring, nest, nn, train
 from convoy._slices import IndexedSlices
 from convoy.distribute.variables import Variable
 from convoy.train import optimizers
@@ -21,6 +22,7 @@ __all__ = [
     "data",
     "distribute",
     "errors",
+    "monitoring",
     "nest",
     "nn",
     "optimizers",

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from convoy import _security, errors
+from convoy import _security, errors, monitoring
 from convoy._security import Security, join_host_port
 from convoy._stream import Stream
 
@@ -115,8 +115,12 @@ def _status_of(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode[errors.grpc_code_name(error)]
 
 
-def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+def _handler(service: str, method: Method,
+             function: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+    seconds = monitoring.RPC_SECONDS.labels(service, method.name)
+
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        start = time.perf_counter()
         try:
             return function(request)
         except errors.ConvoyError as error:
@@ -124,6 +128,8 @@ def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHa
         except Exception as error:
             log.exception("%s failed", method.name)
             context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
+        finally:
+            seconds.observe(time.perf_counter() - start)
 
     def handle_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         for request in requests:  # a failure ends the stream with its status
@@ -147,11 +153,17 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
                                                     thread_name_prefix=f"convoy-{service}"),
                          options=security.server_options(OPTIONS),
                          interceptors=security.server_interceptors())
-    handlers = {m.name: _handler(m, fn) for m, fn in methods.items()}
+    handlers = {m.name: _handler(service, m, fn) for m, fn in methods.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
-    bound = security.add_port(server, address)
+    try:
+        bound = security.add_port(server, address)
+    except RuntimeError:  # grpc's "Failed to bind", without saying why
+        bound = 0
     if bound == 0:
-        raise errors.UnavailableError(f"could not bind {service} server to {address}")
+        raise errors.UnavailableError(
+            f"could not bind {service} server to {address}: the port is in use, or the host "
+            "is not an address of this machine; choose another port or host, or stop what "
+            "holds the port")
     server.start()
     log.info("%s listening on %s", service, join_host_port(address.rpartition(":")[0], bound))
     return server, bound
