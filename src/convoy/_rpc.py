@@ -16,9 +16,11 @@ checked before anything of it is decoded, on either side; with certificates, cha
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
@@ -149,6 +151,7 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
     it and the port it is bound to. ``security`` defaults to :meth:`Security.load`."""
     security = Security.load() if security is None else security
     address = security.bind_address(service, host, port)
+    _check_bindable(service, address)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix=f"convoy-{service}"),
                          options=security.server_options(OPTIONS),
@@ -160,13 +163,38 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
     except RuntimeError:  # grpc's "Failed to bind", without saying why
         bound = 0
     if bound == 0:
-        raise errors.UnavailableError(
-            f"could not bind {service} server to {address}: the port is in use, or the host "
-            "is not an address of this machine; choose another port or host, or stop what "
-            "holds the port")
+        raise _unbindable(service, address, "the port is in use, or the host is not an "
+                                            "address of this machine")
     server.start()
     log.info("%s listening on %s", service, join_host_port(address.rpartition(":")[0], bound))
     return server, bound
+
+
+def _check_bindable(service: str, address: str) -> None:
+    """Raise UnavailableError saying why ``address`` cannot be bound, if a trial bind finds
+    out (gRPC only writes why to stderr)."""
+    host, _, port = address.rpartition(":")
+    if port == "0":
+        return
+    try:
+        family, _, _, _, where = socket.getaddrinfo(host.strip("[]"), int(port),
+                                                    type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as error:
+        raise _unbindable(service, address, f"the host does not resolve ({error})") from None
+    with socket.socket(family, socket.SOCK_STREAM) as trial:
+        trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+        try:
+            trial.bind(where)
+        except OSError as error:
+            why = ("the port is in use" if error.errno == errno.EADDRINUSE
+                   else error.strerror or str(error))
+            raise _unbindable(service, address, why) from None
+
+
+def _unbindable(service: str, address: str, why: str) -> errors.UnavailableError:
+    return errors.UnavailableError(
+        f"could not bind {service} server to {address}: {why}; choose another port or host, "
+        "or stop what holds the port")
 
 
 class ServerBase:
