@@ -171,24 +171,27 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
 
 
 def _check_bindable(service: str, address: str) -> None:
-    """Raise UnavailableError saying why ``address`` cannot be bound, if a trial bind finds
-    out (gRPC only writes why to stderr)."""
+    """Raise UnavailableError saying why ``address`` cannot be bound, if trial binds find out
+    (gRPC only writes why to stderr). Like gRPC, one bindable address of the host will do."""
     host, _, port = address.rpartition(":")
     if port == "0":
         return
     try:
-        family, _, _, _, where = socket.getaddrinfo(host.strip("[]"), int(port),
-                                                    type=socket.SOCK_STREAM)[0]
+        resolved = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
     except socket.gaierror as error:
         raise _unbindable(service, address, f"the host does not resolve ({error})") from None
-    with socket.socket(family, socket.SOCK_STREAM) as trial:
-        trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-        try:
-            trial.bind(where)
-        except OSError as error:
-            why = ("the port is in use" if error.errno == errno.EADDRINUSE
-                   else error.strerror or str(error))
-            raise _unbindable(service, address, why) from None
+    failures: list[OSError] = []
+    for family, _, _, _, where in resolved:
+        with socket.socket(family, socket.SOCK_STREAM) as trial:
+            trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                trial.bind(where)
+                return
+            except OSError as error:
+                failures.append(error)
+    in_use = any(error.errno == errno.EADDRINUSE for error in failures)
+    raise _unbindable(service, address, "the port is in use" if in_use else
+                      failures[0].strerror or str(failures[0]))
 
 
 def _unbindable(service: str, address: str, why: str) -> errors.UnavailableError:
