@@ -71,19 +71,20 @@ ELEMENTS_PRODUCED = Counter(
     "elements_produced", "Elements a data worker's tasks produced",
     namespace=_NS, subsystem="data", registry=REGISTRY)
 BYTES_PRODUCED = Counter(
-    "bytes_produced", "Bytes of the elements a data worker's tasks produced (encoded)",
+    "bytes_produced", "Bytes (of arrays) of the elements a data worker's tasks produced",
     namespace=_NS, subsystem="data", registry=REGISTRY)
 ELEMENTS_SERVED = Counter(
     "elements_served", "Elements a data worker sent to consumers",
     namespace=_NS, subsystem="data", registry=REGISTRY)
 BYTES_SERVED = Counter(
-    "bytes_served", "Bytes of the elements a data worker sent to consumers",
+    "bytes_served", "Bytes of the answers carrying elements a data worker sent to consumers",
     namespace=_NS, subsystem="data", registry=REGISTRY)
 BUFFERED_BYTES = Gauge(
     "buffered_bytes", "Bytes of elements a data worker holds for its consumers, all tasks",
     namespace=_NS, subsystem="data", registry=REGISTRY)
 CONSUMER_WAIT_SECONDS = Histogram(
-    "consumer_wait_seconds", "How long a consumer of the data service waited for each element",
+    "consumer_wait_seconds", "How long a consumer of the data service waited for its next "
+    "elements (one wait per batch received)",
     namespace=_NS, subsystem="data", buckets=_SECONDS_BUCKETS, registry=REGISTRY)
 SPLITS = Counter(
     "splits", "Splits of DYNAMIC sharding, by event: handed_out to a worker's task, "
