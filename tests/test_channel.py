@@ -50,6 +50,18 @@ def test_size_bound_admits_one_oversized_item_into_an_empty_channel() -> None:
     assert channel.get_many(5, max_size=1, timeout=0) == [b"x" * 100]
 
 
+def test_size_counts_the_items_waiting() -> None:
+    channel: Channel[bytes] = Channel("bytes", size_of=len)
+    assert channel.size == 0
+    channel.put(b"abc")
+    channel.put(b"de")
+    assert channel.size == 5
+    assert channel.get() == b"abc"
+    assert channel.size == 2
+    channel.cancel()  # drops what waits
+    assert channel.size == 0
+
+
 def test_get_many_respects_counts_and_sizes() -> None:
     channel: Channel[bytes] = Channel("buffers", size_of=len, items=[b"ab", b"cd", b"ef"])
     assert channel.get_many(10, max_size=3, timeout=0) == [b"ab", b"cd"]

@@ -10,7 +10,8 @@ import convoy
 
 PUBLIC = {
     convoy: {"IndexedSlices", "RaggedTensor", "SparseTensor", "Variable", "__version__", "data",
-             "distribute", "errors", "io", "metrics", "nest", "nn", "optimizers", "train"},
+             "distribute", "errors", "io", "metrics", "monitoring", "nest", "nn", "optimizers",
+             "train"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "DatasetSpec", "Options", "TFRecordDataset",
                   "TFRecordWriter", "TensorSpec", "TextLineDataset", "experimental", "service"},
@@ -28,6 +29,13 @@ PUBLIC = {
                         "experimental", "partitioners"},
     convoy.io: {"parse_tensor", "serialize_tensor"},
     convoy.metrics: {"AUC", "Accuracy", "BinaryAccuracy", "Mean", "Metric", "Sum"},
+    convoy.monitoring: {"BUFFERED_BYTES", "BYTES_PRODUCED", "BYTES_SERVED",
+                        "CONSUMER_WAIT_SECONDS", "COORDINATOR_FUNCTIONS_DONE",
+                        "COORDINATOR_FUNCTIONS_FAILED", "COORDINATOR_FUNCTIONS_QUEUED",
+                        "COORDINATOR_FUNCTIONS_RUNNING", "ELEMENTS_PRODUCED", "ELEMENTS_SERVED",
+                        "HEARTBEATS", "PS_BYTES", "PS_OPERATIONS", "REGISTRY", "RPC_SECONDS",
+                        "SPLITS", "MetricsServer", "add_readiness_check", "readiness",
+                        "remove_readiness_check", "serve"},
     convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
 }
 

@@ -3,12 +3,13 @@
 ``convoy.data`` (pipelines and the data service), ``convoy.distribute`` (parameter-server
 training), ``convoy.train`` (optimizers and checkpoints), ``convoy.io`` (TensorFlow's
 serialized forms), ``convoy.metrics`` (Keras's metrics, aggregated on the parameter
-servers); ``convoy.torch`` (PyTorch glue) is imported on first use.
+servers), ``convoy.monitoring`` (Prometheus metrics and health probes); ``convoy.torch``
+(PyTorch glue) is imported on first use.
 """
 
 from typing import Any
 
-from convoy import data, distribute, errors, io, metrics, nest, nn, train
+from convoy import data, distribute, errors, io, metrics, monitoring, nest, nn, train
 from convoy._slices import IndexedSlices
 from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.distribute.variables import Variable
@@ -27,6 +28,7 @@ __all__ = [
     "errors",
     "io",
     "metrics",
+    "monitoring",
     "nest",
     "nn",
     "optimizers",

@@ -159,6 +159,12 @@ class Channel(Generic[T]):
         with self._cond:
             return len(self._items)
 
+    @property
+    def size(self) -> int:
+        """The total ``size_of`` the items waiting (0 without ``size_of``), e.g. for a gauge
+        of buffered bytes."""
+        return self._size  # one int read: no lock needed
+
     def snapshot(self) -> list[T]:
         """The items waiting to be taken, oldest first (a copy)."""
         with self._cond:

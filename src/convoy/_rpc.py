@@ -16,9 +16,11 @@ checked before anything of it is decoded, on either side; with certificates, cha
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from convoy import _security, errors
+from convoy import _security, errors, monitoring
 from convoy._security import Security, join_host_port
 from convoy._stream import Stream
 
@@ -115,8 +117,12 @@ def _status_of(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode[errors.grpc_code_name(error)]
 
 
-def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+def _handler(service: str, method: Method,
+             function: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+    seconds = monitoring.RPC_SECONDS.labels(service, method.name)
+
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        start = time.perf_counter()
         try:
             return function(request)
         except errors.ConvoyError as error:
@@ -124,6 +130,8 @@ def _handler(method: Method, function: Callable[[Any], Any]) -> grpc.RpcMethodHa
         except Exception as error:
             log.exception("%s failed", method.name)
             context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
+        finally:
+            seconds.observe(time.perf_counter() - start)
 
     def handle_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         for request in requests:  # a failure ends the stream with its status
@@ -143,18 +151,53 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
     it and the port it is bound to. ``security`` defaults to :meth:`Security.load`."""
     security = Security.load() if security is None else security
     address = security.bind_address(service, host, port)
+    _check_bindable(service, address)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix=f"convoy-{service}"),
                          options=security.server_options(OPTIONS),
                          interceptors=security.server_interceptors())
-    handlers = {m.name: _handler(m, fn) for m, fn in methods.items()}
+    handlers = {m.name: _handler(service, m, fn) for m, fn in methods.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
-    bound = security.add_port(server, address)
+    try:
+        bound = security.add_port(server, address)
+    except RuntimeError:  # grpc's "Failed to bind", without saying why
+        bound = 0
     if bound == 0:
-        raise errors.UnavailableError(f"could not bind {service} server to {address}")
+        raise _unbindable(service, address, "the port is in use, or the host is not an "
+                                            "address of this machine")
     server.start()
     log.info("%s listening on %s", service, join_host_port(address.rpartition(":")[0], bound))
     return server, bound
+
+
+def _check_bindable(service: str, address: str) -> None:
+    """Raise UnavailableError saying why ``address`` cannot be bound, if trial binds find out
+    (gRPC only writes why to stderr). Like gRPC, one bindable address of the host will do."""
+    host, _, port = address.rpartition(":")
+    if port == "0":
+        return
+    try:
+        resolved = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise _unbindable(service, address, f"the host does not resolve ({error})") from None
+    failures: list[OSError] = []
+    for family, _, _, _, where in resolved:
+        with socket.socket(family, socket.SOCK_STREAM) as trial:
+            trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                trial.bind(where)
+                return
+            except OSError as error:
+                failures.append(error)
+    in_use = any(error.errno == errno.EADDRINUSE for error in failures)
+    raise _unbindable(service, address, "the port is in use" if in_use else
+                      failures[0].strerror or str(failures[0]))
+
+
+def _unbindable(service: str, address: str, why: str) -> errors.UnavailableError:
+    return errors.UnavailableError(
+        f"could not bind {service} server to {address}: {why}; choose another port or host, "
+        "or stop what holds the port")
 
 
 class ServerBase:

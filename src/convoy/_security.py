@@ -16,7 +16,9 @@ import collections
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +28,8 @@ from typing import Any
 import grpc
 
 from convoy import errors
+
+log = logging.getLogger(__name__)
 
 #: The environment variable the secret is read from when no config or file gives one.
 TOKEN_ENV = "CONVOY_AUTH_TOKEN"
@@ -222,12 +226,26 @@ def _read_token_file(path: str | os.PathLike[str]) -> str:
     try:
         with open(path, encoding="utf-8") as file:
             token = file.read().strip()
+            mode = os.fstat(file.fileno()).st_mode
     except (OSError, UnicodeDecodeError) as error:
         raise errors.InvalidArgumentError(
             f"could not read the auth token file {os.fspath(path)!r}: "
             f"{type(error).__name__}") from None
     _check_token(token, f"the file {os.fspath(path)!r}")
+    _warn_if_readable_by_others(os.fspath(path), mode)
     return token
+
+
+_warned_files: set[str] = set()
+
+
+def _warn_if_readable_by_others(path: str, mode: int) -> None:
+    """Warn (once per file) if every user of the machine may read the secret in ``path``."""
+    if mode & stat.S_IROTH and path not in _warned_files:
+        _warned_files.add(path)
+        log.warning("the auth token file %r is readable by every user of this machine (mode "
+                    "%s): anyone who reads it can run code on the cluster; make it private "
+                    "with chmod o-r (or chmod 600)", path, oct(stat.S_IMODE(mode)))
 
 
 def _read(path: str) -> bytes:

@@ -3,17 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import convoy
-from convoy._security import MAX_REQUEST_BYTES
+from convoy import _rpc, errors, monitoring
+from convoy._security import LOOPBACK, MAX_REQUEST_BYTES
 from convoy.data.service._config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
+
+log = logging.getLogger("convoy.cli")
+
+#: Exit statuses: a command line that cannot work as given, and a failure while running.
+USAGE, FAILURE = 2, 1
+
+
+class CommandError(Exception):
+    """What went wrong, in one line that says what to do, and the exit ``status``."""
+
+    def __init__(self, message: str, status: int = FAILURE) -> None:
+        super().__init__(message)
+        self.status = status
 
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                            Callable[[argparse.Namespace], int]]] = {}
@@ -58,24 +77,74 @@ def _serve_until_signalled(server: Any, role: str, address: str, advertised: str
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     also = f" (advertised as {advertised})" if advertised and advertised != address else ""
+    monitoring.add_readiness_check(_SERVING, lambda: _problem(server))
     print(f"convoy {role} listening on {address}{also}", flush=True)
     parent = os.environ.get("CONVOY_PARENT_PID")
     while not stop.wait(0.5):
         if parent and os.getppid() != int(parent):
             break  # started by a test or demo harness that is gone
         if getattr(server, "error", None) is not None:
-            print(f"convoy {role} stopped: {server.error}", file=sys.stderr, flush=True)
+            log.error("convoy %s stopped: %s", role, server.error)
+            monitoring.add_readiness_check(_SERVING, lambda: "stopped")
             server.stop()
-            return 1
+            return FAILURE
+    log.info("convoy %s stopping", role)
+    monitoring.add_readiness_check(_SERVING, lambda: "stopping")
     server.stop()
     return 0
 
 
+#: The readiness check of the command's server.
+_SERVING = "server"
+
+
+def _problem(server: Any) -> str | None:
+    """Why ``server`` is not ready (None: it is)."""
+    error = getattr(server, "error", None)
+    if error is not None:
+        return f"stopped: {error}"
+    return None if server.started else "not serving"
+
+
+@contextmanager
+def _metrics(args: argparse.Namespace) -> Iterator[None]:
+    """Serve /metrics, /healthz and /readyz on ``--metrics-port`` (if given) while the body
+    runs; not ready until the server is up (readiness as :func:`_serve_until_signalled` sets
+    it)."""
+    if args.metrics_port is None:
+        yield
+        return
+    monitoring.add_readiness_check(_SERVING, lambda: "starting")
+    server = monitoring.serve(args.metrics_port, args.host or LOOPBACK)
+    try:
+        yield
+    finally:
+        server.close()
+        monitoring.remove_readiness_check(_SERVING)
+
+
+def metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port``, for the commands that run a server."""
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics at /metrics, and the probes /healthz "
+                             "(alive) and /readyz (serving), on this port of --host "
+                             "(default: none; 0: any free port)")
+
+
 def _dispatcher_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="port to bind (0: any free port)")
-    parser.add_argument("--work-dir", default=None, help="directory for the dispatcher's state")
+    parser.add_argument("--work-dir", default=None, metavar="DIR",
+                        help="directory of the dispatcher's journal (with --fault-tolerant)")
     parser.add_argument("--fault-tolerant", action="store_true",
                         help="journal state changes in --work-dir and replay them on restart")
+    parser.add_argument("--worker-timeout-ms", type=int, default=None, metavar="MS",
+                        help="a worker silent this long is declared lost and its DYNAMIC "
+                             "tasks are run by others (default 60000)")
+    parser.add_argument("--client-timeout-ms", type=int, default=None, metavar="MS",
+                        help="a consumer silent this long is forgotten (default 300000)")
+    parser.add_argument("--job-gc-timeout-ms", type=int, default=None, metavar="MS",
+                        help="an iteration without consumers this long is collected; -1: "
+                             "never (default 300000)")
     parser.add_argument("--worker-addresses", default=None,
                         help="comma-separated HOST:PORT of a fixed list of workers (needed by "
                              "the FILE, DATA, FILE_OR_DATA and HINT sharding policies)")
@@ -85,6 +154,7 @@ def _dispatcher_arguments(parser: argparse.ArgumentParser) -> None:
                         help="jobs it keeps at most (default %(default)s)")
     parser.add_argument("--max-dataset-bytes", type=int, default=MAX_DATASET_BYTES,
                         metavar="N", help="largest pickled dataset (default %(default)s)")
+    metrics_arguments(parser)
     security_arguments(parser)
 
 
@@ -93,11 +163,36 @@ def _dispatcher(args: argparse.Namespace) -> int:
     from convoy.data.service import DispatcherConfig, DispatchServer
 
     workers = args.worker_addresses.split(",") if args.worker_addresses else None
-    server = DispatchServer(DispatcherConfig(
+    config = DispatcherConfig(
         port=args.port, work_dir=args.work_dir, fault_tolerant_mode=args.fault_tolerant,
-        worker_addresses=workers, max_datasets=args.max_datasets, max_jobs=args.max_jobs,
-        max_dataset_bytes=args.max_dataset_bytes, **security_settings(args)))
-    return _serve_until_signalled(server, "dispatcher", server._address)
+        worker_addresses=workers, worker_timeout_ms=args.worker_timeout_ms,
+        client_timeout_ms=args.client_timeout_ms, job_gc_timeout_ms=args.job_gc_timeout_ms,
+        max_datasets=args.max_datasets, max_jobs=args.max_jobs,
+        max_dataset_bytes=args.max_dataset_bytes, **security_settings(args))
+    if args.work_dir and not args.fault_tolerant:
+        log.warning("--work-dir %s is not used without --fault-tolerant: nothing is "
+                    "persisted, and a restarted dispatcher starts empty; add --fault-tolerant "
+                    "to journal its state there", args.work_dir)
+    elif args.work_dir:
+        _check_writable(args.work_dir)
+    with _metrics(args):
+        server = DispatchServer(config)
+        return _serve_until_signalled(server, "dispatcher", server._address)
+
+
+def _check_writable(directory: str) -> None:
+    """Refuse a ``--work-dir`` that cannot hold the journal, saying why."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise CommandError(f"--work-dir {directory!r} is not a directory: give a directory "
+                           "(it is made if missing)")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        raise CommandError(
+            f"cannot use --work-dir {directory!r}: {error.strerror or error}; give a "
+            "directory this user can create and write") from None
 
 
 def _worker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,11 +202,15 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what consumers use to reach this worker, say a DNS name behind "
                              "a gateway; only advertised, never bound (default: --host and "
                              "the bound port; %%port%% in it becomes the bound port)")
-    parser.add_argument("--heartbeat-ms", type=int, default=None)
-    parser.add_argument("--dispatcher-timeout-ms", type=int, default=None)
+    parser.add_argument("--heartbeat-ms", type=int, default=None, metavar="MS",
+                        help="how often it tells the dispatcher it is alive (default 1000)")
+    parser.add_argument("--dispatcher-timeout-ms", type=int, default=None, metavar="MS",
+                        help="how long it keeps trying to reach the dispatcher before it "
+                             "gives up (default 3600000, an hour)")
     parser.add_argument("--cross-trainer-cache-size-bytes", type=int, default=None,
                         metavar="N", help="bound of each task's cross-trainer cache "
                                           "(default 10 GiB)")
+    metrics_arguments(parser)
     security_arguments(parser)
 
 
@@ -119,14 +218,22 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
 def _worker(args: argparse.Namespace) -> int:
     from convoy.data.service import WorkerConfig, WorkerServer
 
-    server = WorkerServer(WorkerConfig(dispatcher_address=args.dispatcher, port=args.port,
-                                       worker_address=args.address,
-                                       heartbeat_interval_ms=args.heartbeat_ms,
-                                       dispatcher_timeout_ms=args.dispatcher_timeout_ms,
-                                       cross_trainer_cache_size_bytes=(
-                                           args.cross_trainer_cache_size_bytes),
-                                       **security_settings(args)))
-    return _serve_until_signalled(server, "worker", server.bound_address, server._address)
+    config = WorkerConfig(dispatcher_address=args.dispatcher, port=args.port,
+                          worker_address=args.address, heartbeat_interval_ms=args.heartbeat_ms,
+                          dispatcher_timeout_ms=args.dispatcher_timeout_ms,
+                          cross_trainer_cache_size_bytes=args.cross_trainer_cache_size_bytes,
+                          **security_settings(args))
+    with _metrics(args):
+        try:
+            server = WorkerServer(config)
+        except (errors.UnavailableError, errors.DeadlineExceededError) as error:
+            if config.dispatcher_address not in str(error):
+                raise  # not about the dispatcher: e.g. its own port taken
+            raise CommandError(
+                f"{error}; check that a dispatcher runs at {config.dispatcher_address} and "
+                "that this machine reaches it (a worker waits --dispatcher-timeout-ms for "
+                "it)") from error
+        return _serve_until_signalled(server, "worker", server.bound_address, server._address)
 
 
 def _server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,28 +246,56 @@ def _server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-function-bytes", type=int, default=MAX_FUNCTION_BYTES,
                         metavar="N",
                         help="largest pickled function a worker runs (default %(default)s)")
+    metrics_arguments(parser)
     security_arguments(parser, host_help="host to bind (default: the host of the task's "
                                          "address in the cluster, which others still use)")
 
 
 @command("server", "run one ps or worker task of a training cluster", _server_arguments)
 def _server(args: argparse.Namespace) -> int:
-    import json
-
     from convoy.distribute import Server
     from convoy.distribute.cluster_resolver import TFConfigClusterResolver
 
-    resolver = TFConfigClusterResolver()
-    cluster = json.loads(args.cluster) if args.cluster else resolver.cluster_spec()
+    try:
+        resolver = TFConfigClusterResolver()
+    except errors.ConvoyError as error:
+        raise CommandError(f"TF_CONFIG: {error}", USAGE) from None
+    cluster = _cluster(args.cluster) if args.cluster else resolver.cluster_spec()
     job = args.job or resolver.task_type
     index = args.index if args.index is not None else resolver.task_id
     if job is None or index is None:
-        print("convoy server: give --job and --index, or set TF_CONFIG's task",
-              file=sys.stderr)
-        return 2
-    server = Server(cluster, job, index, max_function_bytes=args.max_function_bytes,
-                    **security_settings(args))
-    return _serve_until_signalled(server, f"{job} task {index}", server.bound_address)
+        raise CommandError("give --job and --index, or set TF_CONFIG's task", USAGE)
+    with _metrics(args):
+        server = Server(cluster, job, index, max_function_bytes=args.max_function_bytes,
+                        **security_settings(args))
+        return _serve_until_signalled(server, f"{job} task {index}", server.bound_address)
+
+
+_CLUSTER_EXAMPLE = """'{"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}'"""
+
+
+def _cluster(text: str) -> dict[str, Any]:
+    """The cluster of ``--cluster``: JSON mapping each job to its tasks' HOST:PORT."""
+    try:
+        cluster = json.loads(text)
+    except ValueError as error:
+        raise CommandError(f"--cluster is not JSON ({error}); give it like "
+                           f"{_CLUSTER_EXAMPLE}", USAGE) from None
+    shape = CommandError(f"--cluster must map each job to its tasks' HOST:PORT, like "
+                         f"{_CLUSTER_EXAMPLE}; got {text!r:.200}", USAGE)
+    if not isinstance(cluster, dict) or not cluster:
+        raise shape
+    for tasks in cluster.values():
+        if not isinstance(tasks, (list, dict)):
+            raise shape
+        for address in tasks.values() if isinstance(tasks, dict) else tasks:
+            if not isinstance(address, str):
+                raise shape
+            try:
+                _rpc.check_address(address, "--cluster")
+            except errors.InvalidArgumentError as error:
+                raise CommandError(f"{error}, e.g. {_CLUSTER_EXAMPLE}", USAGE) from None
+    return cluster
 
 
 class _RefuseSecret(argparse.Action):
@@ -204,25 +339,84 @@ def security_settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_request_bytes")}
 
 
+def _common_arguments() -> argparse.ArgumentParser:
+    """The options of every command: logging, tracebacks, the version."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("output")
+    group.add_argument("--log-level", default="INFO", type=str.upper, metavar="LEVEL",
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                       help="least severe log lines shown: DEBUG, INFO (default), WARNING, "
+                            "ERROR or CRITICAL")
+    group.add_argument("--debug", action="store_true",
+                       help="on a failure, show the traceback too (and gRPC's own logs)")
+    group.add_argument("--version", action="version", version=f"convoy {convoy.__version__}")
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convoy", description="Distributed input pipelines and parameter-server training."
     )
+    parser.add_argument("--version", action="version", version=f"convoy {convoy.__version__}")
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _common_arguments()
     for name, (help, arguments, _) in _COMMANDS.items():
         # No abbreviations: --auth-token must not pass for --auth-token-file.
-        arguments(subcommands.add_parser(name, help=help, description=help, allow_abbrev=False))
+        arguments(subcommands.add_parser(name, help=help, description=help, allow_abbrev=False,
+                                         parents=[common]))
     return parser
+
+
+def configure_logging(level: str, command: str) -> None:
+    """Log to stderr, each line with its UTC time, level, command and process id."""
+    handler = logging.StreamHandler()
+    formatter = logging.Formatter(
+        f"%(asctime)s.%(msecs)03dZ %(levelname)s convoy-{command}[%(process)d] "
+        "%(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def explain(error: BaseException) -> tuple[str, int]:
+    """One line saying what went wrong (and what to do), and the exit status."""
+    if isinstance(error, CommandError):
+        return str(error), error.status
+    if isinstance(error, (errors.InvalidArgumentError, errors.FailedPreconditionError)):
+        return str(error), USAGE  # a setting refused as given
+    if isinstance(error, errors.DataLossError):
+        return (f"{error}; restore the journal from a backup, or move it away to start the "
+                "dispatcher with no state"), FAILURE
+    if isinstance(error, errors.ConvoyError):
+        return str(error), FAILURE
+    if isinstance(error, OSError):
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror or error}{where}", FAILURE
+    return (f"unexpected {type(error).__name__}: {error} (--debug shows where it came from)",
+            FAILURE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``convoy`` command line; returns the exit code."""
     args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.command)
+    if not args.debug:  # gRPC's own lines repeat the errors this command explains
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         return _COMMANDS[args.command][2](args)
-    except convoy.errors.ConvoyError as error:  # e.g. a setting refused at start: no trace
-        print(f"convoy {args.command}: {error}", file=sys.stderr, flush=True)
-        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        if args.debug:
+            log.error("convoy %s failed", args.command, exc_info=error)
+        message, status = explain(error)
+        print(f"convoy {args.command}: {' '.join(message.split())}", file=sys.stderr,
+              flush=True)
+        return status
 
 
 if __name__ == "__main__":

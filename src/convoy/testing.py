@@ -25,7 +25,7 @@ from typing import Any
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
 from convoy.errors import UnavailableError
 
-_LISTENING = re.compile(r"listening on (\S+)")
+_LISTENING = re.compile(r"^convoy .* listening on (\S+)")
 
 
 class LocalCluster:

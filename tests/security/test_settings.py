@@ -122,3 +122,20 @@ def test_a_training_workers_settings_are_its_process_clients(monkeypatch):
         assert _security.for_clients() is worker._security
         assert _security.for_clients().token == CONFIG
     assert _security.for_clients().token is None
+
+
+@pytest.mark.parametrize("mode, warned", [(0o644, True), (0o604, True), (0o640, False),
+                                          (0o600, False), (0o400, False)])
+def test_a_token_file_readable_by_every_user_is_warned_about_once(tmp_path, caplog, mode,
+                                                                  warned):
+    token_file = tmp_path / "token"
+    token_file.write_text(FILE + "\n")
+    token_file.chmod(mode)
+    with caplog.at_level("WARNING", logger="convoy._security"):
+        for _ in range(2):
+            assert Security.load(token_file=token_file).token == FILE
+    warnings = [r.getMessage() for r in caplog.records if r.name == "convoy._security"]
+    assert len(warnings) == int(warned), warnings
+    if warned:
+        assert str(token_file) in warnings[0] and "chmod" in warnings[0]
+        assert FILE not in warnings[0]

@@ -1,0 +1,236 @@
+"""deploy/: every Kubernetes manifest validates offline against one pinned Kubernetes version,
+every convoy flag they use is one the command takes, each pod's shell entry builds a valid
+TF_CONFIG from its ordinal, and the Dockerfile (no image can be built here) is checked by
+parsing."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from convoy.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+#: The Kubernetes version the manifests are checked against (schemas bundled with
+#: kubernetes-validate, pinned in the dev extra).
+KUBERNETES_VERSION = "1.33.0"
+SERVER_COMMANDS = ("dispatcher", "worker", "server")
+
+MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
+DOCUMENTS = [(path.name, index, document) for path in MANIFESTS
+             for index, document in enumerate(yaml.safe_load_all(path.read_text()))
+             if document is not None]
+
+
+def workloads(kind: str | None = None) -> list[dict[str, Any]]:
+    return [d for _, _, d in DOCUMENTS
+            if d["kind"] in ("Deployment", "StatefulSet", "Job") and kind in (None, d["kind"])]
+
+
+def named(kind: str, name: str) -> dict[str, Any]:
+    return next(d for _, _, d in DOCUMENTS
+                if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(workload, container) of every container of every workload."""
+    return [(w, c) for w in workloads() for c in w["spec"]["template"]["spec"]["containers"]]
+
+
+def convoy_command(container: dict[str, Any]) -> list[str] | None:
+    """The convoy command line a container runs (the image's entrypoint is ``convoy``), or
+    None if it runs something else."""
+    if "command" not in container:
+        return list(container["args"])
+    script = " ".join(container["args"])
+    match = re.search(r"\bexec convoy (.*)$", script)
+    return shlex.split(match[1]) if match else None
+
+
+def server_containers() -> list[tuple[dict[str, Any], dict[str, Any], list[str]]]:
+    found = []
+    for workload, container in containers():
+        command = convoy_command(container)
+        if command is not None:
+            found.append((workload, container, command))
+    return found
+
+
+def option(command: list[str], flag: str) -> str | None:
+    for argument in command:
+        if argument.startswith(flag + "="):
+            return argument.split("=", 1)[1]
+    return None
+
+
+def test_there_are_manifests_for_each_role():
+    kinds = {(d["kind"], d["metadata"]["name"]) for _, _, d in DOCUMENTS}
+    assert {("StatefulSet", "convoy-dispatcher"), ("Service", "convoy-dispatcher"),
+            ("Deployment", "convoy-worker"), ("StatefulSet", "convoy-ps"),
+            ("Service", "convoy-ps"), ("StatefulSet", "convoy-train-worker")} <= kinds
+    assert {command[0] for _, _, command in server_containers()} == set(SERVER_COMMANDS)
+
+
+@pytest.mark.parametrize("name, index, document", DOCUMENTS,
+                         ids=[f"{name}#{index}-{d['kind']}" for name, index, d in DOCUMENTS])
+def test_every_manifest_validates_against_the_pinned_kubernetes(name, index, document):
+    kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+@functools.cache
+def help_text(command: str) -> str:
+    return subprocess.run([sys.executable, "-m", "convoy", command, "--help"], check=True,
+                          capture_output=True, text=True, timeout=60).stdout
+
+
+def test_every_convoy_flag_in_the_manifests_is_one_the_command_takes():
+    for workload, _, command in server_containers():
+        subcommand, *arguments = command
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", " ".join(arguments)):
+            assert re.search(rf"(?<![\w-]){flag}\b", help_text(subcommand)), (
+                workload["metadata"]["name"], flag)
+        # and the whole command line parses, with the downward API's value put in
+        build_parser().parse_args([a.replace("$(POD_IP)", "10.1.2.3") for a in command])
+
+
+def test_every_server_has_its_probes_on_its_metrics_port():
+    for _, container, command in server_containers():
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert str(ports["metrics"]) == option(command, "--metrics-port"), container["name"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert option(command, "--host") == "0.0.0.0"  # the probes come from the node
+
+
+def test_every_server_reads_the_secret_from_a_kubernetes_secret_others_cannot_read():
+    for workload, container, command in server_containers():
+        token_file = option(command, "--auth-token-file")
+        assert token_file is not None, container["name"]
+        mount = next(m for m in container["volumeMounts"]
+                     if m["mountPath"] == os.path.dirname(token_file))
+        volume = next(v for v in workload["spec"]["template"]["spec"]["volumes"]
+                      if v["name"] == mount["name"])
+        assert volume["secret"]["secretName"] == "convoy-auth"
+        assert not volume["secret"]["defaultMode"] & stat.S_IROTH
+        assert os.path.basename(token_file) == "token"  # the Secret's key
+
+
+def test_the_dispatcher_keeps_its_journal_on_a_persistent_volume():
+    dispatcher = named("StatefulSet", "convoy-dispatcher")
+    (container,) = dispatcher["spec"]["template"]["spec"]["containers"]
+    command = convoy_command(container)
+    assert command is not None and "--fault-tolerant" in command
+    claims = {c["metadata"]["name"] for c in dispatcher["spec"]["volumeClaimTemplates"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[option(command, "--work-dir")] in claims
+    service = named("Service", "convoy-dispatcher")
+    assert {p["port"] for p in service["spec"]["ports"]} >= {int(option(command, "--port"))}
+
+
+def test_data_workers_scale_and_advertise_their_pod_address():
+    workers = named("Deployment", "convoy-worker")
+    (container,) = workers["spec"]["template"]["spec"]["containers"]
+    command = convoy_command(container)
+    assert option(command, "--address") == f"$(POD_IP):{option(command, '--port')}"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert option(command, "--dispatcher") == "convoy-dispatcher:5050"
+
+
+def run_entry(container: dict[str, Any], hostname: str, tmp_path: Path) -> dict[str, Any]:
+    """Run a container's shell entry with stand-ins for ``convoy`` and ``python`` that print
+    what they were given; the TF_CONFIG they saw."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for program in ("convoy", "python"):
+        stand_in = bin_dir / program
+        stand_in.write_text('#!/bin/sh\nprintf "%s" "$TF_CONFIG"\n')
+        stand_in.chmod(0o755)
+    cluster = named("ConfigMap", "convoy-training")["data"]["cluster"]
+    assert container["command"] == ["/bin/sh", "-c"]
+    done = subprocess.run(["/bin/sh", "-c", *container["args"]], capture_output=True,
+                          text=True, timeout=30, check=True,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOSTNAME": hostname,
+                               "CLUSTER": cluster})
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("statefulset, job", [("convoy-ps", "ps"),
+                                              ("convoy-train-worker", "worker")])
+def test_a_training_pod_builds_its_tf_config_from_its_ordinal(statefulset, job, tmp_path):
+    workload = named("StatefulSet", statefulset)
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    cluster = json.loads(named("ConfigMap", "convoy-training")["data"]["cluster"])
+    replicas = workload["spec"]["replicas"]
+    port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+    service = workload["spec"]["serviceName"]
+    assert named("Service", service)["spec"]["clusterIP"] == "None"  # headless
+    assert cluster[job] == [f"{statefulset}-{i}.{service}:{port}" for i in range(replicas)]
+    for ordinal in range(replicas):
+        tf_config = run_entry(container, f"{statefulset}-{ordinal}", tmp_path)
+        assert tf_config == {"cluster": cluster, "task": {"type": job, "index": ordinal}}
+
+
+def test_the_trainer_is_the_chief_and_points_at_the_service(tmp_path):
+    (container,) = named("Job", "convoy-trainer")["spec"]["template"]["spec"]["containers"]
+    tf_config = run_entry(container, "convoy-trainer-abcde", tmp_path)
+    assert tf_config["task"] == {"type": "chief", "index": 0}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["CONVOY_SERVICE"]["value"] == "grpc://convoy-dispatcher:5050"
+    assert env["CONVOY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "convoy-auth",
+                                                                    "key": "token"}
+
+
+# -- the Dockerfile ---------------------------------------------------------------------------
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    logical, pending = [], ""
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        keyword, _, rest = pending.strip().partition(" ")
+        logical.append((keyword.upper(), " ".join(rest.split())))
+        pending = ""
+    assert not pending, "a continuation line ends the file"
+    return logical
+
+
+def test_the_dockerfile_builds_a_cpu_image_that_runs_convoy_as_another_user():
+    steps = instructions(DEPLOY / "Dockerfile")
+    assert steps[0] == ("FROM", "python:3.11-slim")
+    assert sum(keyword == "FROM" for keyword, _ in steps) == 1
+    assert steps[-2:] == [("ENTRYPOINT", '["convoy"]'), ("CMD", '["--help"]')]
+    user = [rest for keyword, rest in steps if keyword == "USER"]
+    assert user and user[-1] not in ("root", "0")
+    makefile_torch = re.search(r"^TORCH_VERSION \?= (\S+)$", (ROOT / "Makefile").read_text(),
+                               re.MULTILINE)
+    assert makefile_torch is not None
+    assert ("ARG", f"TORCH_VERSION={makefile_torch[1]}") in steps
+    runs = [rest for keyword, rest in steps if keyword == "RUN"]
+    torch = next(run for run in runs if "torch==" in run)
+    assert '"torch==${TORCH_VERSION}"' in torch
+    assert "--index-url https://download.pytorch.org/whl/cpu" in torch
+    assert runs.index(torch) < next(i for i, run in enumerate(runs) if "pip install \".[" in run)
+    for keyword, rest in steps:
+        if keyword == "COPY":  # every source it copies exists and is not ignored
+            for source in rest.split()[:-1]:
+                assert (ROOT / source).exists(), source
+                ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
+                assert f"!{source.rstrip('/')}/" in ignored or f"!{source}" in ignored, source

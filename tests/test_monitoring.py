@@ -1,0 +1,166 @@
+"""convoy.monitoring: the metrics and probes a process serves over HTTP, scraped for real."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import convoy
+from convoy import _rpc, monitoring
+from convoy.errors import InvalidArgumentError, NotFoundError, UnavailableError
+
+#: The names the issue asks for, as a scrape shows them (counters with their _total).
+EXPECTED = {
+    "convoy_data_elements_produced_total", "convoy_data_bytes_produced_total",
+    "convoy_data_elements_served_total", "convoy_data_bytes_served_total",
+    "convoy_data_buffered_bytes", "convoy_data_consumer_wait_seconds_bucket",
+    "convoy_data_splits_total", "convoy_data_heartbeats_total",
+    "convoy_ps_bytes_total",
+    "convoy_coordinator_functions_queued", "convoy_coordinator_functions_running",
+    "convoy_coordinator_functions_done_total", "convoy_coordinator_functions_failed_total",
+    "convoy_process_cpu_seconds_total", "convoy_build_info",
+}
+
+
+def get(server: monitoring.MetricsServer, path: str) -> tuple[int, str, str]:
+    """(status, content type, body) of GET ``path``, whatever the status."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def samples(text: str) -> dict[str, float]:
+    """Each sample of a scrape, by name and labels as the text shows them."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            found[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return found
+
+
+@pytest.fixture
+def server():
+    server = monitoring.serve(0)
+    yield server
+    server.close()
+
+
+def test_metrics_carry_every_name_prefixed_convoy(server):
+    status, content_type, text = get(server, "/metrics")
+    assert status == 200 and content_type.startswith("text/plain")
+    names = {name.split("{")[0] for name in samples(text)}
+    assert not EXPECTED - names
+    assert "# TYPE convoy_ps_operations_total counter" in text  # its series come with use
+    assert "# TYPE convoy_rpc_duration_seconds histogram" in text
+    assert all(name.startswith("convoy_") for name in names), sorted(names)
+    assert samples(text)[f'convoy_build_info{{version="{convoy.__version__}"}}'] == 1
+    for event in ("handed_out", "acknowledged", "returned"):  # shown from the start
+        assert samples(text)[f'convoy_data_splits_total{{event="{event}"}}'] == 0
+
+
+def test_a_metric_moved_shows_in_the_next_scrape(server):
+    before = samples(get(server, "/metrics")[2])
+    monitoring.ELEMENTS_PRODUCED.inc(3)
+    monitoring.SPLITS.labels("handed_out").inc()
+    monitoring.CONSUMER_WAIT_SECONDS.observe(0.2)
+    after = samples(get(server, "/metrics")[2])
+    name = "convoy_data_elements_produced_total"
+    assert after[name] == before[name] + 3
+    splits = 'convoy_data_splits_total{event="handed_out"}'
+    assert after[splits] == before[splits] + 1
+    wait = "convoy_data_consumer_wait_seconds_count"
+    assert after[wait] == before[wait] + 1
+
+
+def test_openmetrics_is_served_when_asked_for(server):
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}/metrics",
+                                     headers={"Accept": "application/openmetrics-text"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert answer.read().decode().rstrip().endswith("# EOF")
+
+
+def test_every_rpc_a_server_answers_is_timed_by_method(server):
+    methods = {_rpc.Method("Echo", None, None): lambda request: request,
+               _rpc.Method("Fail", None, None): _fail}
+    grpc_server, port = _rpc.serve("test.Timed", methods, 0)
+    client = _rpc.Client(f"127.0.0.1:{port}", "test.Timed", list(methods))
+    try:
+        assert client.call("Echo", b"x", timeout=10) == b"x"
+        with pytest.raises(NotFoundError):
+            client.call("Fail", b"", timeout=10)
+    finally:
+        client.close()
+        grpc_server.stop(None)
+    found = samples(get(server, "/metrics")[2])
+    for method in ("Echo", "Fail"):  # a failed call is timed too
+        key = f'convoy_rpc_duration_seconds_count{{method="{method}",service="test.Timed"}}'
+        assert found[key] == 1
+
+
+def _fail(request: bytes) -> bytes:
+    raise NotFoundError("nothing here")
+
+
+def test_healthz_answers_while_the_process_runs(server):
+    assert get(server, "/healthz")[::2] == (200, "ok\n")
+    assert get(server, "/nowhere")[0] == 404
+
+
+def test_readyz_follows_the_readiness_checks(server):
+    assert get(server, "/readyz")[::2] == (200, "ready\n")
+    state = {"reason": "journal disk full"}
+    monitoring.add_readiness_check("journal", lambda: state["reason"])
+    monitoring.add_readiness_check("broken", lambda: 1 / 0)
+    try:
+        status, content_type, body = get(server, "/readyz")
+        assert status == 503 and content_type.startswith("text/plain")
+        assert body.startswith("not ready: ")
+        assert "journal: journal disk full" in body and "broken: ZeroDivisionError" in body
+        monitoring.remove_readiness_check("broken")
+        state["reason"] = None
+        assert get(server, "/readyz")[::2] == (200, "ready\n")
+    finally:
+        monitoring.remove_readiness_check("journal")
+        monitoring.remove_readiness_check("broken")
+
+
+def test_close_releases_the_port():
+    server = monitoring.serve(0)
+    port = server.port
+    assert get(server, "/healthz")[0] == 200
+    server.close()
+    server.close()  # idempotent
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    again = monitoring.serve(port)  # the port is free again
+    again.close()
+
+
+def test_a_port_in_use_is_an_unavailable_error_naming_it():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UnavailableError, match=f"127.0.0.1:{port}: the port is in use"):
+            monitoring.serve(port)
+
+
+@pytest.mark.parametrize("port", [-1, 65536, "9090", True])
+def test_a_bad_port_is_refused_by_name(port):
+    with pytest.raises(InvalidArgumentError, match="`port`"):
+        monitoring.serve(port)
+
+
+def test_a_readiness_check_must_be_named_and_callable():
+    with pytest.raises(InvalidArgumentError, match="`name`"):
+        monitoring.add_readiness_check("", lambda: None)
+    with pytest.raises(InvalidArgumentError, match="`fn`"):
+        monitoring.add_readiness_check("x", "ready")  # type: ignore[arg-type]
