@@ -46,3 +46,4 @@ clean:
 
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/convoy/data/service/service.proto
+	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/convoy/io/example.proto

@@ -10,7 +10,12 @@ import convoy
 
 PUBLIC = {
     convoy: {"IndexedSlices", "RaggedTensor", "SparseTensor", "Variable", "__version__", "data",
-             "distribute", "errors", "nest", "nn", "optimizers", "train"},
+             "distribute", "errors", "io", "nest", "nn", "optimizers", "train"},
+    convoy.io: {"BytesList", "Example", "Feature", "FeatureList", "FeatureLists", "Features",
+                "FixedLenFeature", "FixedLenSequenceFeature", "FloatList", "Int64List",
+                "RaggedFeature", "SequenceExample", "SparseFeature", "VarLenFeature",
+                "decode_csv", "decode_raw", "parse_example", "parse_sequence_example",
+                "parse_single_example", "parse_single_sequence_example"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "Options", "TFRecordDataset", "TFRecordWriter",
                   "TensorSpec", "TextLineDataset", "service"},
@@ -21,7 +26,9 @@ PUBLIC = {
                         "ParameterServerStrategy", "ReduceOp", "RemoteValue", "Server",
                         "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
                         "experimental", "partitioners"},
-    convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
+    convoy.train: {"BytesList", "Checkpoint", "CheckpointManager", "Example", "Feature",
+                   "FeatureList", "FeatureLists", "Features", "FloatList", "Int64List",
+                   "SequenceExample", "latest_checkpoint", "optimizers"},
 }
 
 

@@ -1,13 +1,13 @@
 """convoy: TensorFlow's distributed input and parameter-server training stack, in plain Python.
 
 ``convoy.data`` (pipelines and the data service), ``convoy.distribute`` (parameter-server
-training), ``convoy.train`` (optimizers and checkpoints); ``convoy.torch`` (PyTorch glue) is
-imported on first use.
+training), ``convoy.train`` (optimizers, checkpoints, Example messages), ``convoy.io``
+(Example parsing); ``convoy.torch`` (PyTorch glue) is imported on first use.
 """
 
 from typing import Any
 
-from convoy import data, distribute, errors, nest, nn, train
+from convoy import data, distribute, errors, io, nest, nn, train
 from convoy._slices import IndexedSlices
 from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.distribute.variables import Variable
@@ -24,6 +24,7 @@ __all__ = [
     "data",
     "distribute",
     "errors",
+    "io",
     "nest",
     "nn",
     "optimizers",
