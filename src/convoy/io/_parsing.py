@@ -248,10 +248,18 @@ def _list_values(context: _Context, kind: int, starts: np.ndarray, ends: np.ndar
             return _strings(context, items, list_slot, slots)
         return _numbers(data, kind, items, list_slot, slots)
     found = _wire.scan(data, starts, ends)
+    items = found.select(1, 2) if kind == BYTES else \
+        found.select_any(1, (2, 5 if kind == FLOAT else wire_type))
+    slot = list_slot[items.owner]
+    if len(slot) > 1 and (slot[1:] < slot[:-1]).any():
+        # Values in slot order: the Features of different keys interleave in a record.
+        order = np.argsort(slot, kind="stable")
+        items = items.take(order)
+        list_slot = list_slot[items.owner]
+        items = items._replace(owner=np.arange(len(order), dtype=np.int64))
     if kind == BYTES:
-        return _strings(context, found.select(1, 2), list_slot, slots)
-    return _numbers(data, kind, found.select_any(1, (2, 5 if kind == FLOAT else wire_type)),
-                    list_slot, slots)
+        return _strings(context, items, list_slot, slots)
+    return _numbers(data, kind, items, list_slot, slots)
 
 
 def _strings(context: _Context, items: _wire.Fields, list_slot: np.ndarray,
