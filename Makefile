@@ -47,4 +47,5 @@ clean:
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/convoy/data/service/service.proto
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/convoy/io/tensor.proto \
-		src/convoy/io/struct.proto src/convoy/io/snapshot.proto
+		src/convoy/io/struct.proto src/convoy/io/snapshot.proto \
+		src/convoy/io/example.proto

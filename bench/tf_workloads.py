@@ -346,6 +346,31 @@ def cache_two_trainers(repeats: int) -> list[float]:
         return _repeat(run, repeats)
 
 
+# ----- tf.train.Example parsing ----------------------------------------------------------------
+def parse_example(repeats: int) -> list[float]:
+    """The file convoy's side wrote (workloads.parse_example_file), parsed by tf.io."""
+    import tempfile
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    path = Path(tempfile.gettempdir()) / "convoy-bench" / "parse_example.tfrecord"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: run convoy's side of parse_example first")
+    features = {f"int{j}": tf.io.FixedLenFeature([], tf.int64) for j in range(4)}
+    features.update({f"float{j}": tf.io.FixedLenFeature([4], tf.float32) for j in range(3)})
+    features["name"] = tf.io.FixedLenFeature([], tf.string)
+    features["tag"] = tf.io.FixedLenFeature([], tf.string)
+    features["ids"] = tf.io.VarLenFeature(tf.int64)
+
+    def run() -> float:
+        ds = tf.data.TFRecordDataset(str(path)).batch(256).map(
+            lambda records: tf.io.parse_example(records, features))
+        return _rate(ds, lambda batch: int(batch["int0"].shape[0]))
+
+    return _repeat(run, repeats)
+
+
 WORKLOADS: dict[str, Callable[[int], list[float]]] = {
     "local_batch256": local_batch256,
     "local_map_numpy_seq": local_map_numpy_seq,
@@ -361,6 +386,7 @@ WORKLOADS: dict[str, Callable[[int], list[float]]] = {
     "coordinated_1x2": coordinated_1x2,
     "ps_embedding": ps_embedding,
     "ps_embedding_tfstyle": ps_embedding_tfstyle,
+    "parse_example": parse_example,
 }
 
 

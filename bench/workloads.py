@@ -448,6 +448,60 @@ def ps_embedding_tfstyle(steps: int = 2000) -> float:
     return _embedding_rate(_embedding_step_tfstyle, with_optimizer=False, steps=steps)
 
 
+# ----- tf.train.Example parsing ----------------------------------------------------------------
+PARSE_RECORDS = 100_000
+
+
+def parse_example_file() -> str:
+    """A TFRecord file of 100,000 Examples of 10 features (4 int64 scalars, 3 float32[4],
+    2 bytes, 1 variable-length int64), written once with convoy's message classes; both
+    sides of the workload read it."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.gettempdir()) / "convoy-bench" / "parse_example.tfrecord"
+    if path.exists():
+        return str(path)
+    path.parent.mkdir(exist_ok=True)
+    rng = np.random.default_rng(0)
+    ints = rng.integers(-(10**9), 10**9, size=(PARSE_RECORDS, 4))
+    floats = rng.standard_normal((PARSE_RECORDS, 3, 4)).astype(np.float32)
+    lengths = rng.integers(0, 20, size=PARSE_RECORDS)
+    io = cv.io
+    partial = path.with_suffix(".partial")
+    with cv.data.TFRecordWriter(partial) as writer:
+        for i in range(PARSE_RECORDS):
+            feature = {f"int{j}": io.Feature(int64_list=io.Int64List(value=[ints[i, j]]))
+                       for j in range(4)}
+            feature.update({f"float{j}": io.Feature(float_list=io.FloatList(value=floats[i, j]))
+                            for j in range(3)})
+            feature["name"] = io.Feature(bytes_list=io.BytesList(value=[b"record-%d" % i]))
+            feature["tag"] = io.Feature(bytes_list=io.BytesList(value=[b"tag%d" % (i % 7)]))
+            feature["ids"] = io.Feature(int64_list=io.Int64List(
+                value=rng.integers(0, 100_000, size=lengths[i])))
+            writer.write(io.Example(features=io.Features(feature=feature)).SerializeToString())
+    partial.rename(path)
+    return str(path)
+
+
+def parse_example_features() -> dict[str, Any]:
+    io = cv.io
+    features: dict[str, Any] = {f"int{j}": io.FixedLenFeature([], np.int64) for j in range(4)}
+    features.update({f"float{j}": io.FixedLenFeature([4], np.float32) for j in range(3)})
+    features["name"] = io.FixedLenFeature([], bytes)
+    features["tag"] = io.FixedLenFeature([], bytes)
+    features["ids"] = io.VarLenFeature(np.int64)
+    return features
+
+
+def parse_example() -> float:
+    """Records/s of TFRecordDataset(f).batch(256).map(parse_example)."""
+    path, features = parse_example_file(), parse_example_features()
+    ds = cv.data.TFRecordDataset(path).batch(256).map(
+        lambda records: cv.io.parse_example(records, features))
+    return _rate(ds, lambda batch: len(batch["int0"]))
+
+
 ALL = [
     Workload("local_batch256", "batches/s", local_batch256),
     Workload("local_map_numpy_seq", "elements/s", local_sequential_map),
@@ -465,6 +519,7 @@ ALL = [
     Workload("coordinated_1x2", "rounds/s", coordinated_1x2),
     Workload("ps_embedding", "steps/s", ps_embedding),
     Workload("ps_embedding_tfstyle", "steps/s", ps_embedding_tfstyle),
+    Workload("parse_example", "records/s", parse_example),
     Workload("dispatcher_scale_gc", "CPU ms", dispatcher_scale_gc),
     Workload("dispatcher_scale_hb", "CPU us/beat", dispatcher_scale_heartbeat),
     Workload("dispatcher_grpc_hb", "heartbeats/s", dispatcher_grpc_heartbeats),

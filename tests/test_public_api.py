@@ -12,6 +12,12 @@ PUBLIC = {
     convoy: {"IndexedSlices", "RaggedTensor", "SparseTensor", "Variable", "__version__", "data",
              "distribute", "errors", "io", "metrics", "monitoring", "nest", "nn", "optimizers",
              "train"},
+    convoy.io: {"BytesList", "Example", "Feature", "FeatureList", "FeatureLists", "Features",
+                "FixedLenFeature", "FixedLenSequenceFeature", "FloatList", "Int64List",
+                "RaggedFeature", "SequenceExample", "SparseFeature", "VarLenFeature",
+                "decode_csv", "decode_raw", "parse_example", "parse_sequence_example",
+                "parse_single_example", "parse_single_sequence_example", "parse_tensor",
+                "serialize_tensor"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "DatasetSpec", "Options", "TFRecordDataset",
                   "TFRecordWriter", "TensorSpec", "TextLineDataset", "experimental", "service"},
@@ -27,7 +33,6 @@ PUBLIC = {
                         "ParameterServerStrategy", "ReduceOp", "RemoteValue", "Server",
                         "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
                         "experimental", "partitioners"},
-    convoy.io: {"parse_tensor", "serialize_tensor"},
     convoy.metrics: {"AUC", "Accuracy", "BinaryAccuracy", "Mean", "Metric", "Sum"},
     convoy.monitoring: {"BUFFERED_BYTES", "BYTES_PRODUCED", "BYTES_SERVED",
                         "CONSUMER_WAIT_SECONDS", "COORDINATOR_FUNCTIONS_DONE",
@@ -36,7 +41,9 @@ PUBLIC = {
                         "HEARTBEATS", "PS_BYTES", "PS_OPERATIONS", "REGISTRY", "RPC_SECONDS",
                         "SPLITS", "MetricsServer", "add_readiness_check", "readiness",
                         "remove_readiness_check", "serve"},
-    convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
+    convoy.train: {"BytesList", "Checkpoint", "CheckpointManager", "Example", "Feature",
+                   "FeatureList", "FeatureLists", "Features", "FloatList", "Int64List",
+                   "SequenceExample", "latest_checkpoint", "optimizers"},
 }
 
 

@@ -1,5 +1,64 @@
-"""tf.io without TensorFlow: tensors serialized as TensorFlow serializes them."""
+"""Reading and writing ``tf.train.Example`` records, and tensors, without TensorFlow, named as in ``tf.io``.
 
+``parse_example`` and ``parse_single_example`` turn serialized ``Example`` records into numpy
+arrays, :class:`~convoy.SparseTensor` and :class:`~convoy.RaggedTensor` values, as
+``FixedLenFeature``, ``VarLenFeature``, ``SparseFeature``, ``RaggedFeature`` and
+``FixedLenSequenceFeature`` ask; ``parse_sequence_example`` and
+``parse_single_sequence_example`` do the same for ``SequenceExample`` records. Byte strings
+come out as ``object`` arrays of ``bytes``. The message classes to write records
+(``Example``, ``Features``, ...) are protobuf messages with TensorFlow's wire format; they are
+also ``convoy.train``'s. ``serialize_tensor``/``parse_tensor`` write and read the bytes
+``tf.io.serialize_tensor`` does.
+"""
+
+from convoy.io._decode import decode_csv, decode_raw
+from convoy.io._features import (
+    FixedLenFeature,
+    FixedLenSequenceFeature,
+    RaggedFeature,
+    SparseFeature,
+    VarLenFeature,
+)
+from convoy.io._parsing import (
+    parse_example,
+    parse_sequence_example,
+    parse_single_example,
+    parse_single_sequence_example,
+)
+from convoy.io.example_pb2 import (
+    BytesList,
+    Example,
+    Feature,
+    FeatureList,
+    FeatureLists,
+    Features,
+    FloatList,
+    Int64List,
+    SequenceExample,
+)
 from convoy.io._tensor import parse_tensor, serialize_tensor
 
-__all__ = ["parse_tensor", "serialize_tensor"]
+__all__ = [
+    "BytesList",
+    "Example",
+    "Feature",
+    "FeatureList",
+    "FeatureLists",
+    "Features",
+    "FixedLenFeature",
+    "FixedLenSequenceFeature",
+    "FloatList",
+    "Int64List",
+    "RaggedFeature",
+    "SequenceExample",
+    "SparseFeature",
+    "VarLenFeature",
+    "decode_csv",
+    "decode_raw",
+    "parse_example",
+    "parse_sequence_example",
+    "parse_single_example",
+    "parse_single_sequence_example",
+    "parse_tensor",
+    "serialize_tensor",
+]
