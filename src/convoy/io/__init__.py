@@ -1,4 +1,4 @@
-"""Reading and writing ``tf.train.Example`` records, and tensors, without TensorFlow, named as in ``tf.io``.
+"""``tf.train.Example`` records and serialized tensors without TensorFlow, named as in ``tf.io``.
 
 ``parse_example`` and ``parse_single_example`` turn serialized ``Example`` records into numpy
 arrays, :class:`~convoy.SparseTensor` and :class:`~convoy.RaggedTensor` values, as
@@ -25,6 +25,7 @@ from convoy.io._parsing import (
     parse_single_example,
     parse_single_sequence_example,
 )
+from convoy.io._tensor import parse_tensor, serialize_tensor
 from convoy.io.example_pb2 import (
     BytesList,
     Example,
@@ -36,7 +37,6 @@ from convoy.io.example_pb2 import (
     Int64List,
     SequenceExample,
 )
-from convoy.io._tensor import parse_tensor, serialize_tensor
 
 __all__ = [
     "BytesList",
