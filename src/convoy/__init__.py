@@ -1,10 +1,10 @@
 """convoy: TensorFlow's distributed input and parameter-server training stack, in plain Python.
 
 ``convoy.data`` (pipelines and the data service), ``convoy.distribute`` (parameter-server
-training), ``convoy.train`` (optimizers, checkpoints, Example messages), ``convoy.io`` (Example
-parsing, TensorFlow's serialized forms), ``convoy.metrics`` (Keras's metrics, aggregated on the parameter
-servers), ``convoy.monitoring`` (Prometheus metrics and health probes); ``convoy.torch``
-(PyTorch glue) is imported on first use.
+training), ``convoy.train`` (optimizers, checkpoints, Example messages), ``convoy.io``
+(Example parsing, TensorFlow's serialized forms), ``convoy.metrics`` (Keras's metrics,
+aggregated on the parameter servers), ``convoy.monitoring`` (Prometheus metrics and health
+probes); ``convoy.torch`` (PyTorch glue) is imported on first use.
 """
 
 from typing import Any
