@@ -1,4 +1,7 @@
-"""PyTorch on the workers: pull variables into tensors, run autograd, push the gradients.
+"""PyTorch glue: convoy datasets as PyTorch datasets, and PyTorch on the workers.
+
+:class:`IterableDataset` feeds a ``DataLoader`` from any convoy dataset, local or on the data
+service. On the workers, pull variables into tensors, run autograd, push the gradients.
 
 A training step reads as ordinary PyTorch::
 
@@ -18,6 +21,7 @@ the push (``apply_gradients``) is one sparse update per server.
 import torch
 
 from convoy.distribute.server import worker_context
+from convoy.torch._data import IterableDataset
 from convoy.torch._pull import Pulled, pull
 
 if worker_context() is not None:
@@ -25,4 +29,4 @@ if worker_context() is not None:
     # PyTorch's intra-op threads would only contend (10x slower steps seen on 2 cores).
     torch.set_num_threads(1)
 
-__all__ = ["Pulled", "pull"]
+__all__ = ["IterableDataset", "Pulled", "pull"]
