@@ -23,6 +23,12 @@ PUBLIC = {
                         "experimental", "partitioners"},
     convoy.train: {"Checkpoint", "CheckpointManager", "latest_checkpoint", "optimizers"},
 }
+try:
+    import convoy.torch
+
+    PUBLIC[convoy.torch] = {"IterableDataset", "Pulled", "pull"}
+except ImportError:  # PyTorch is optional
+    pass
 
 
 @pytest.mark.parametrize("module", list(PUBLIC), ids=lambda m: m.__name__)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import pickle
 import random
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,8 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.utils.data
 
-from convoy import _pickling
 from convoy import _check as check
+from convoy import _pickling
 from convoy.data import Dataset, DatasetIterator
 from convoy.data._op import Op, derive_key, seeded
 from convoy.data._shuffle import ShuffleOp
@@ -119,8 +120,6 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        import pickle
-
         with seeded(state["_seed"]):
             state["dataset"] = pickle.loads(state["dataset"])
         self.__dict__.update(state)
@@ -146,7 +145,7 @@ def _equal_shares(value: Any) -> Literal["drop", "pad"] | None:
     if value is True:
         return "drop"
     if value in ("drop", "pad"):
-        return value  # type: ignore[no-any-return]
+        return value
     raise InvalidArgumentError(
         f"equal_shares must be False, True, 'drop' or 'pad', got {value!r}")
 
@@ -209,7 +208,7 @@ def _named_jobs(dataset: Dataset, world_size: int) -> Dataset:
     names = {id(op): f"{base}/{index}" for index, op in enumerate(anonymous)}
 
     def rename(op: Op) -> Op | None:
-        if id(op) not in names:
+        if not isinstance(op, DataServiceOp) or id(op) not in names:
             return None
         name = names[id(op)]
         if op.registration is None:  # from_dataset_id scopes job names to the dataset
