@@ -221,6 +221,27 @@ def test_service_without_job_name_is_read_once_not_per_loader_worker(cluster, pe
         assert sorted(elements) == list(range(300))
 
 
+def test_from_dataset_id_without_job_name_is_read_once(cluster):
+    dataset_id = service.register_dataset(cluster.target, cv.data.Dataset.range(200))
+    face = cv.torch.IterableDataset(service.from_dataset_id(DYNAMIC, cluster.target,
+                                                            dataset_id))
+    for elements in epochs(face, loader(face, 2, False), count=2):
+        assert sorted(elements) == list(range(200))
+
+
+@pytest.mark.timeout(180)
+def test_spawned_loader_workers(cluster):
+    """Spawned workers unpickle the face: its unseeded shuffle must still agree between them,
+    its job name be the one the face made, and set_epoch reach persistent ones."""
+    local = cv.torch.IterableDataset(cv.data.Dataset.range(40).shuffle(40).map(lambda x: x * 2))
+    remote = cv.torch.IterableDataset(distributed(cluster, 100).map(lambda x: x + 1))
+    for face, expected in ((local, list(range(0, 80, 2))), (remote, list(range(1, 101)))):
+        data = DataLoader(face, batch_size=None, num_workers=2, persistent_workers=True,
+                          multiprocessing_context="spawn")
+        for elements in epochs(face, data, count=2):
+            assert sorted(elements) == expected
+
+
 @pytest.mark.parametrize("protocol", [None, "grpc"], ids=["shared-memory", "grpc"])
 def test_service_tensors_are_writable_without_warning(cluster, protocol):
     """Small answers, large arrays (f32[64,1024]), and small elements or batches packed into
