@@ -61,7 +61,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
 
     ``equal_shares`` (``True`` meaning ``"drop"``, or ``"pad"``) gives every rank the same
     number of elements of a local pipeline of known length: ``"drop"`` leaves out the tail
-    that cannot be shared equally, ``"pad"`` repeats the earliest elements.
+    that cannot be shared equally, ``"pad"`` adds elements from the start of another pass.
+    Not available yet for a distributed dataset.
     """
 
     def __init__(self, dataset: Dataset, *, rank: int | None = None,
