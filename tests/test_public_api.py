@@ -45,6 +45,12 @@ PUBLIC = {
                    "FeatureList", "FeatureLists", "Features", "FloatList", "Int64List",
                    "SequenceExample", "latest_checkpoint", "optimizers"},
 }
+try:
+    import convoy.torch
+
+    PUBLIC[convoy.torch] = {"IterableDataset", "Pulled", "pull"}
+except ImportError:  # PyTorch is optional
+    pass
 
 
 @pytest.mark.parametrize("module", list(PUBLIC), ids=lambda m: m.__name__)

@@ -1,0 +1,263 @@
+"""A convoy dataset as a ``torch.utils.data.IterableDataset``: for ``DataLoader`` workers,
+``torch.distributed`` ranks and explicit epochs.
+
+How the elements are split, each element going to one reader:
+
+- A **local** pipeline is run whole by every reader, which keeps every ``n``-th element of
+  its output: loader worker ``i`` of ``n`` on rank ``r`` of ``W`` keeps
+  ``shard(n * W, i * W + r)``. Elements (batches too) stay intact, and a rank reads
+  ``shard(W, r)`` whatever its number of loader workers. Random ops must agree between the
+  readers: the ranks build their own pipelines, so their shuffles need a seed.
+- A **distributed** pipeline (one ending in ``distribute``, or read by ``from_dataset_id``)
+  is one job that all readers share, first come, first served. A job without a name gets
+  one when the face is made (rank 0's, sent to the others over ``torch.distributed``), so
+  loader workers, forked or spawned, and ranks read one job rather than each all of it.
+
+Epoch ``n`` (``set_epoch(n)``; without it, a reader's own count of its passes) reads the
+job's repetition ``n``, as TensorFlow names an iteration by job and repetition, and keys a
+local pipeline's randomness (the order of ``reshuffle_each_iteration`` shuffles).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+import torch.utils.data
+
+from convoy import _check as check
+from convoy import _pickling
+from convoy.data import Dataset, DatasetIterator
+from convoy.data._op import Op, derive_key, seeded
+from convoy.data._shuffle import ShuffleOp
+from convoy.data.service._client import DataServiceOp
+from convoy.data.service._options import DEFAULT_SHARED_BUFFER
+from convoy.errors import InvalidArgumentError, UnimplementedError
+from convoy.torch._tensors import to_torch
+
+EqualShares = bool | Literal["drop", "pad"]
+
+
+class IterableDataset(torch.utils.data.IterableDataset[Any]):
+    """The elements of a convoy ``dataset``, local or distributed, as torch tensors.
+
+    For ``DataLoader(ds, batch_size=None, num_workers=n)``: the loader workers (and the
+    ``world_size`` ranks) split the elements, each read once per epoch. ``rank`` and
+    ``world_size`` default to ``torch.distributed``'s when it is initialised, else 0 and 1.
+    Call ``set_epoch(n)`` before each epoch, as with ``DistributedSampler``; without it,
+    each reader counts its own passes (loader workers that are not persistent start from 0
+    every time).
+
+    Tensors are always writable (shared with the array where numpy allows writing it, else
+    copied), dtypes are kept, byte strings come as lists of ``bytes``, numbers as 0-d
+    tensors; tuples, namedtuples, lists and dicts keep their structure.
+
+    ``equal_shares`` (``True`` meaning ``"drop"``, or ``"pad"``) gives every rank the same
+    number of elements of a local pipeline of known length: ``"drop"`` leaves out the tail
+    that cannot be shared equally, ``"pad"`` adds elements from the start of another pass.
+    Not available yet for a distributed dataset.
+    """
+
+    def __init__(self, dataset: Dataset, *, rank: int | None = None,
+                 world_size: int | None = None, equal_shares: EqualShares = False) -> None:
+        if not isinstance(dataset, Dataset):
+            raise InvalidArgumentError(
+                f"dataset must be a convoy.data.Dataset, got {type(dataset).__name__}")
+        self.rank, self.world_size = _rank_and_world_size(rank, world_size)
+        self.equal_shares = _equal_shares(equal_shares)
+        self.distributed = any(isinstance(op, DataServiceOp) for op in _ops(dataset._op))
+        if self.distributed:
+            if self.equal_shares:
+                raise UnimplementedError(
+                    "equal_shares is not available yet for a distributed dataset; it "
+                    "applies to local pipelines")
+            dataset = _named_jobs(dataset, self.world_size)
+        else:
+            _check_local(dataset, self.world_size, self.equal_shares)
+        self.dataset = dataset
+        # set_epoch's value (-1: not set), in shared memory so that persistent loader
+        # workers, forked or spawned, see it
+        self._epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
+        self._passes = 0
+        self._seed = random.getrandbits(63)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read epoch ``epoch`` (its own repetition of a distributed dataset's job) on the
+        next pass, in this process and in its loader workers."""
+        self._epoch.fill_(check.integer("epoch", epoch, 0))
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = int(self._epoch)
+        if epoch < 0:
+            epoch = self._passes
+        self._passes += 1
+        with DatasetIterator(self._epoch_dataset(epoch), derive_key(0, epoch)) as iterator:
+            for element in iterator:
+                yield to_torch(element)
+
+    def _epoch_dataset(self, epoch: int) -> Dataset:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self.distributed:
+            return _at_repetition(self.dataset, epoch, workers * self.world_size)
+        dataset = _equal(self.dataset, self.world_size, self.equal_shares)
+        readers = workers * self.world_size
+        return dataset if readers == 1 else dataset.shard(readers,
+                                                          worker * self.world_size + self.rank)
+
+    # Spawned loader workers unpickle the dataset: its unseeded shuffles then draw their
+    # seeds from one sequence, equal in every worker, so the workers still agree.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["dataset"] = _pickling.dumps(self.dataset, "the dataset cannot be sent to the "
+                                           "DataLoader's worker processes")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        with seeded(state["_seed"]):
+            state["dataset"] = pickle.loads(state["dataset"])
+        self.__dict__.update(state)
+
+
+def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    initialised = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialised else 1
+    world_size = check.integer("world_size", world_size, 1)
+    if rank is None:
+        rank = dist.get_rank() if initialised else 0
+    rank = check.integer("rank", rank, 0)
+    if rank >= world_size:
+        raise InvalidArgumentError(f"rank must be less than world_size ({world_size}), "
+                                   f"got {rank}")
+    return rank, world_size
+
+
+def _equal_shares(value: Any) -> Literal["drop", "pad"] | None:
+    if value is False:
+        return None
+    if value is True:
+        return "drop"
+    if value in ("drop", "pad"):
+        return value
+    raise InvalidArgumentError(
+        f"equal_shares must be False, True, 'drop' or 'pad', got {value!r}")
+
+
+def _ops(op: Op) -> Iterator[Op]:
+    """``op`` and every op upstream of it in this process's graph."""
+    yield op
+    for input in op.inputs:
+        yield from _ops(input)
+
+
+def _replaced(op: Op, replace: Callable[[Op], Op | None]) -> Op:
+    """The graph of ``op`` with each op for which ``replace`` returns one replaced by it."""
+    new = replace(op)
+    if new is not None:
+        return new
+    inputs = tuple(_replaced(input, replace) for input in op.inputs)
+    if all(a is b for a, b in zip(inputs, op.inputs)):
+        return op
+    return op.with_inputs(inputs)
+
+
+def _check_local(dataset: Dataset, world_size: int,
+                 equal_shares: Literal["drop", "pad"] | None) -> None:
+    if world_size > 1 and any(isinstance(op, ShuffleOp) and not op.fixed_seed
+                              for op in _ops(dataset._op)):
+        raise InvalidArgumentError(
+            f"the {world_size} ranks split the elements of one order, so each rank's "
+            "pipeline must shuffle alike: give shuffle a seed")
+    if equal_shares and dataset.cardinality() < 0:
+        raise InvalidArgumentError(
+            "equal_shares needs a local pipeline of known length; this one's cardinality() "
+            f"is {dataset.cardinality()}")
+
+
+def _equal(dataset: Dataset, world_size: int,
+           equal_shares: Literal["drop", "pad"] | None) -> Dataset:
+    """``dataset`` cut (``"drop"``) or padded with its first elements (``"pad"``) to a
+    multiple of ``world_size``."""
+    n = dataset.cardinality()
+    if not equal_shares or n % world_size == 0:
+        return dataset
+    if equal_shares == "drop":
+        return dataset.take(n - n % world_size)
+    padding = world_size - n % world_size
+    while dataset.cardinality() < padding + n:  # fewer elements than ranks
+        dataset = dataset.concatenate(dataset)
+    return dataset.take(n + padding)
+
+
+# ----- distributed datasets: the job's name and repetition -----------------------------------
+
+def _named_jobs(dataset: Dataset, world_size: int) -> Dataset:
+    """``dataset`` with a name for each job that has none, the same in every rank."""
+    anonymous = [op for op in _ops(dataset._op)
+                 if isinstance(op, DataServiceOp) and not op.options.job_name]
+    if not anonymous:
+        return dataset
+    base = _agreed_name(world_size)
+    names = {id(op): f"{base}/{index}" for index, op in enumerate(anonymous)}
+
+    def rename(op: Op) -> Op | None:
+        if not isinstance(op, DataServiceOp) or id(op) not in names:
+            return None
+        name = names[id(op)]
+        if op.registration is None:  # from_dataset_id scopes job names to the dataset
+            name = f"dataset_id={op.dataset_id}/{name}"
+        return _service_op(op, job_name=name)
+
+    return Dataset(_replaced(dataset._op, rename))
+
+
+def _agreed_name(world_size: int) -> str:
+    name = f"convoy.torch.{uuid.uuid4().hex}"
+    if world_size == 1:
+        return name
+    if not (dist.is_available() and dist.is_initialized()
+            and dist.get_world_size() == world_size):
+        raise InvalidArgumentError(
+            f"the {world_size} ranks must read one job: give distribute a job_name, or "
+            "initialise torch.distributed so that rank 0 names the job for all")
+    names = [name]
+    dist.broadcast_object_list(names, src=0)
+    return str(names[0])
+
+
+def _at_repetition(dataset: Dataset, repetition: int, readers: int) -> Dataset:
+    """``dataset`` reading repetition ``repetition`` of each of its jobs."""
+
+    def at_repetition(op: Op) -> Op | None:
+        if not isinstance(op, DataServiceOp):
+            return None
+        if op.options.num_consumers is not None and readers > 1:
+            raise InvalidArgumentError(
+                "a coordinated read (num_consumers) has one reader per consumer_index: read "
+                "it with num_workers=0 and one rank per consumer")
+        return _service_op(op, repetition=repetition)
+
+    return Dataset(_replaced(dataset._op, at_repetition))
+
+
+def _service_op(op: DataServiceOp, *, job_name: str | None = None,
+                repetition: int | None = None) -> DataServiceOp:
+    """A copy of ``op`` reading job ``job_name`` (a named job's buffer bound by default),
+    whose next iterator reads ``repetition``."""
+    clone = copy.copy(op)  # its own lock
+    if job_name is not None:
+        window = op.options.window
+        clone.options = dataclasses.replace(
+            op.options, job_name=job_name,
+            window=DEFAULT_SHARED_BUFFER if window is None else window)
+    if repetition is not None:
+        clone.repetitions = repetition
+    return clone
