@@ -20,15 +20,17 @@ import pytest
 from convoy import _rpc
 from convoy._rpc import Outcome
 from convoy.codec import Encoder
-from convoy.distribute._calls import call_message, load_outcomes, run_request
-from convoy.distribute._protocol import (
+from convoy.distribute._coordinator_calls import call_message
+from convoy.distribute._store_clients import remote_store
+from convoy.distribute._wire import (
     PS_METHODS,
     PS_SERVICE,
     WORKER_METHODS,
     WORKER_SERVICE,
     decode_one,
     encode,
-    remote_store,
+    load_outcomes,
+    run_request,
 )
 from convoy.errors import (
     CancelledError,
@@ -247,7 +249,7 @@ def test_a_run_request_runs_its_calls_at_once(cluster):
 def beat_until_cancelled(address, name):
     """A scheduled function that adds 1 to a variable's first row every 20 ms, for up to a
     minute."""
-    from convoy.distribute._protocol import remote_store as store_at
+    from convoy.distribute._store_clients import remote_store as store_at
 
     store = store_at(address, 0)
     deadline = time.monotonic() + 60

@@ -17,7 +17,7 @@ function does not use costs one read, answered and dropped; the next run's plan 
 variable out.
 
 :class:`ReadAhead` decides, per running call, without sockets or threads; the store's shell
-(:class:`convoy.distribute._protocol.RemoteStore`) sends what it says.
+(:class:`convoy.distribute._store_clients.RemoteStore`) sends what it says.
 """
 
 from __future__ import annotations

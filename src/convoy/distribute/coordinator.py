@@ -38,7 +38,7 @@ from convoy.distribute._values import (
     RemoteValue,
     SharedIterator,
 )
-from convoy.distribute.server import ResourceRef, worker_context
+from convoy.distribute._worker_context import ResourceRef, worker_context
 from convoy.distribute.strategy import ParameterServerStrategy
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from convoy.distribute import _scope
-from convoy.distribute._protocol import RemoteStore
+from convoy.distribute._store_clients import RemoteStore
 from convoy.distribute.cluster import ClusterSpec, validate_cluster_for_ps
 from convoy.distribute.partitioners import partition_count, shard_offsets, shard_sizes
 from convoy.distribute.server import worker_context

@@ -25,7 +25,7 @@ import numpy as np
 from convoy._slices import IndexedSlices, owned, put_rows, take_rows
 from convoy.distribute import _scope
 from convoy.distribute._arithmetic import ReadsAsArray
-from convoy.distribute._protocol import LocalStore, execute_all, send_updates
+from convoy.distribute._store_clients import LocalStore, execute_all, send_updates
 from convoy.distribute.server import worker_context
 from convoy.errors import InvalidArgumentError
 
