@@ -13,6 +13,7 @@ from typing import Any
 
 from convoy import _pickling, _rpc
 from convoy._rpc import Outcome
+from convoy._stream import Stream
 from convoy.distribute._wire import (
     WORKER_METHODS,
     WORKER_SERVICE,
@@ -106,7 +107,10 @@ class WorkerLink:
 
     def ping(self) -> str:
         """The worker's incarnation (which process answers)."""
-        return decode_one(self.client.call("Ping", encode(None), timeout=5))
+        incarnation = decode_one(self.client.call("Ping", encode(None), timeout=5))
+        if type(incarnation) is not str:
+            raise DataLossError(f"worker {self.index} answered Ping with {incarnation!r:.100}")
+        return incarnation
 
 
 class Lane:
@@ -116,7 +120,7 @@ class Lane:
     def __init__(self, worker: WorkerLink, index: int, wakeup: threading.Condition) -> None:
         self.worker, self.index, self.wakeup = worker, index, wakeup
         self._lock = threading.Lock()
-        self._stream: _rpc.Stream | None = None
+        self._stream: Stream | None = None
         self._ids: tuple[int, ...] = ()  # the closures of the lane's Run
         self._in_call = False
         self._abandoned = False
@@ -138,7 +142,8 @@ class Lane:
                 self._stream = self.worker.client.stream("Run")
             stream, self._in_call = self._stream, True
         try:
-            return stream.call(request)
+            answer: bytes = stream.call(request)
+            return answer
         finally:
             with self._lock:
                 self._in_call = False

@@ -56,7 +56,7 @@ class Closure:
 
     __slots__ = ("closure_id", "function", "args", "kwargs", "per_worker", "result")
 
-    def __init__(self, function: Callable[..., Any], args: tuple, kwargs: dict,
+    def __init__(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                  per_worker: bool) -> None:
         self.closure_id = next(_ids)
         self.function, self.args, self.kwargs = function, args, kwargs

@@ -74,7 +74,7 @@ EXECUTE_TIMEOUT_S = 60.0
 #: Operation lists one Execute message carries at most.
 MAX_LISTS_PER_MESSAGE = 1024
 
-_Pending = tuple[list[tuple[Any, ...]], Future]
+_Pending = tuple[list[tuple[Any, ...]], Future[list[Any]]]
 
 
 class RemoteStore:

@@ -103,13 +103,15 @@ def run_answer(outcomes: list[bytes]) -> bytes:
 def pickle_outcome(outcome: Outcome) -> bytes:
     """``outcome`` as a ``Run`` answer carries it; a value or error that does not pickle
     becomes an UnknownError that describes it."""
+    pickled: bytes
     try:
-        return cloudpickle.dumps(outcome)
+        pickled = cloudpickle.dumps(outcome)
     except Exception as error:  # the result or exception does not pickle
         what = outcome.value if outcome.ok else outcome.error
-        return cloudpickle.dumps(Outcome(error=UnknownError(
+        pickled = cloudpickle.dumps(Outcome(error=UnknownError(
             f"{type(what).__name__} from a scheduled function could not be sent back: "
             f"{error}; it was: {what!r:.200}")))
+    return pickled
 
 
 def load_outcomes(answer: bytes) -> list[Outcome]:

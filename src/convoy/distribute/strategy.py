@@ -181,7 +181,8 @@ class ParameterServerStrategy:
         return ShardedVariable(shards, name=name)
 
     # ----- running functions ---------------------------------------------------------------------
-    def run(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None) -> Any:
         """Run ``fn`` as the one replica of this worker (call it inside a scheduled function)."""
         _warn_unless_on_worker()
         return fn(*args, **(kwargs or {}))
