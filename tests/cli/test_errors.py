@@ -169,3 +169,11 @@ def test_a_missing_task_is_a_usage_error_in_one_line():
     cluster = json.dumps({"ps": [f"localhost:{free_port()}"]})
     done = convoy_command("server", "--cluster", cluster, env={"TF_CONFIG": ""})
     assert_one_line(done, 2, "server", "give --job and --index")
+
+
+def test_a_task_index_beyond_the_cluster_is_a_usage_error_in_one_line():
+    # TensorFlow's task-id check (multi_worker_util._validate_cluster_spec), at start-up
+    cluster = json.dumps({"ps": [f"localhost:{free_port()}"]})
+    done = convoy_command("server", "--cluster", cluster, "--job", "ps", "--index", "3",
+                          env={"TF_CONFIG": ""})
+    assert_one_line(done, 2, "server", "The `task_id` 3 exceeds the maximum id of ps.")

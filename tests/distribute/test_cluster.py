@@ -374,3 +374,8 @@ def test_package_exports():
     assert distribute.ClusterSpec is ClusterSpec
     assert distribute.cluster_resolver is cluster_resolver
     assert {"ClusterSpec", "cluster_resolver", "partitioners"} <= set(distribute.__all__)
+
+
+def test_a_server_refuses_a_task_index_beyond_the_cluster():
+    with pytest.raises(ValueError, match=r"The `task_id` 3 exceeds the maximum id of worker\."):
+        cv.distribute.Server(CLUSTER, "worker", 3, insecure=True)

@@ -8,8 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from convoy.distribute._protocol import RemoteStore, RunningCall, enter_call
 from convoy.distribute._readahead import ReadAhead, plan_of, remember, whole_read
+from convoy.distribute._store_clients import RemoteStore
+from convoy.distribute._worker_calls import RunningCall, enter_call
 from convoy.testing import TrainingCluster
 
 A, B = "store-a", "store-b"  # stores only serve as keys here

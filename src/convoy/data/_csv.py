@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from convoy import nest
+from convoy.data._file_reader_ops import FileReaderOp
 from convoy.data._op import Node
-from convoy.data._readers import FileReaderOp
 from convoy.data.tfrecord import open_stream
 from convoy.errors import InvalidArgumentError, NotFoundError
 

@@ -1,4 +1,5 @@
-"""The public face of local pipelines: :class:`Dataset`, its iterator, and the file readers."""
+"""The public face of local pipelines: :class:`Dataset`, whose methods chain ops (each op in
+a module of its own)."""
 
 from __future__ import annotations
 

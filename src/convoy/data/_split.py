@@ -35,8 +35,8 @@ from typing import Any
 
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._file_reader_ops import FileReaderOp
 from convoy.data._op import INFINITE_CARDINALITY, Node, Op, derive_key
-from convoy.data._readers import FileReaderOp
 from convoy.data._slicing import RepeatOp
 from convoy.data._sources import GeneratorOp, IndexSource
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from convoy.data._cache import CacheOp
+from convoy.data._file_reader_ops import FileReaderOp
 from convoy.data._interleave import InterleaveOp
 from convoy.data._op import Op
-from convoy.data._readers import FileReaderOp
 from convoy.data._slicing import ShardOp
 from convoy.data._sources import ListFilesOp, TensorSlicesOp
 from convoy.data._split import op_name

@@ -16,7 +16,7 @@ from convoy import nest
 from convoy.data._csv import csv_op, file_names, header_names, infer_defaults
 from convoy.data._dataset import Dataset
 from convoy.data._faults import AssertCardinalityOp
-from convoy.data._files import _file_list
+from convoy.data._file_datasets import _file_list
 from convoy.data._iterator import DatasetIterator
 from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from convoy.data._optional import Optional

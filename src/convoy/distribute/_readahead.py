@@ -17,13 +17,14 @@ function does not use costs one read, answered and dropped; the next run's plan 
 variable out.
 
 :class:`ReadAhead` decides, per running call, without sockets or threads; the store's shell
-(:class:`convoy.distribute._protocol.RemoteStore`) sends what it says.
+(:class:`convoy.distribute._store_clients.RemoteStore`) sends what it says.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from typing import Any
 
 #: A whole-variable read: (the store, the variable's key in it).
@@ -61,14 +62,15 @@ class ReadAhead:
 
     def __init__(self, plan: tuple[Read, ...] = ()) -> None:
         self._plan = plan
-        self._waiting: dict[Read, Any] = {}  # prefetched reads not taken yet -> their answers
+        #: prefetched reads not taken yet -> their answers
+        self._waiting: dict[Read, Future[list[Any]]] = {}
         self._updated = False  # the call has sent an update
         #: whole-variable reads made before the first update: the next run's plan
         self.reads: list[Read] = []
         self._seen: set[Read] = set()
 
     def on_operations(self, store: Any, operations: list[tuple[Any, ...]]
-                      ) -> tuple[Any | None, list[Read]]:
+                      ) -> tuple[Future[list[Any]] | None, list[Read]]:
         """The call is about to send ``operations`` to ``store``: the prefetched answer that
         stands for them (then send nothing), or None; and the reads to prefetch now (after
         sending them)."""
@@ -91,7 +93,7 @@ class ReadAhead:
         this = (store, key) if key is not None else None
         return None, [read for read in plan if read != this]
 
-    def prefetched(self, read: Read, answer: Any) -> None:
+    def prefetched(self, read: Read, answer: Future[list[Any]]) -> None:
         """``read`` was sent ahead; ``answer`` is its pending result."""
         self._waiting[read] = answer
 

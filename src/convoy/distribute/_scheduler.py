@@ -21,11 +21,17 @@ from typing import Any
 from convoy import _rpc, nest
 from convoy._rpc import Outcome
 from convoy.distribute import _schedule_messages as msg
-from convoy.distribute._calls import Call, call_message, load_outcomes, run_request
+from convoy.distribute._coordinator_calls import (
+    Lane,
+    WorkerLink,
+    call_message,
+    send_without_waiting,
+)
 from convoy.distribute._schedule_state import ScheduleState
 from convoy.distribute._values import PerWorkerValues, RemoteValue
-from convoy.distribute._workers import Lane, WorkerLink, build_resource, send_without_waiting
-from convoy.errors import DataLossError, FailedPreconditionError, UnavailableError
+from convoy.distribute._wire import Call
+from convoy.distribute._worker_context import build_resource
+from convoy.errors import FailedPreconditionError, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +56,7 @@ class Closure:
 
     __slots__ = ("closure_id", "function", "args", "kwargs", "per_worker", "result")
 
-    def __init__(self, function: Callable[..., Any], args: tuple, kwargs: dict,
+    def __init__(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                  per_worker: bool) -> None:
         self.closure_id = next(_ids)
         self.function, self.args, self.kwargs = function, args, kwargs
@@ -242,10 +248,7 @@ class Scheduler:
                 outcomes.append(None)
         if calls:
             try:
-                answers = load_outcomes(lane.call(run_request(calls)))
-                if len(answers) != len(calls):
-                    raise DataLossError(f"{len(calls)} calls got {len(answers)} outcomes from "
-                                        f"worker {lane.worker.index}")
+                answers = lane.run(calls)
             except UnavailableError:
                 return None
             except Exception as error:

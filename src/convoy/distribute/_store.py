@@ -1,9 +1,10 @@
 """The variable store: named numpy arrays, their optimizer slots, and the operations on them.
 
-A parameter server hosts one store behind gRPC; a variable created outside a strategy's
-scope lives in an in-process store. Either way every access is a list of operations run by
-:meth:`VariableStore.execute` atomically (under one lock), so one RPC per store carries all of
-a training step's reads, or all of its updates.
+A parameter server hosts one store behind gRPC (:func:`serve_operations` answers its
+``Execute``); a variable created outside a strategy's scope lives in an in-process store.
+Either way every access is a list of operations run by :meth:`VariableStore.execute`
+atomically (under one lock), so one RPC per store carries all of a training step's reads, or
+all of its updates.
 
 An operation is a tuple ``(kind, name, *arguments)``; see ``_OPERATIONS`` for the kinds.
 """
@@ -12,15 +13,26 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from convoy._rpc import Outcome
 from convoy._slices import combine_rows, put_rows, take_rows
+from convoy.distribute import _wire
 from convoy.distribute._updates import apply_update
-from convoy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from convoy.errors import (
+    AlreadyExistsError,
+    ConvoyError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnknownError,
+)
+
+log = logging.getLogger(__name__)
 
 
 class VariableStore:
@@ -236,3 +248,23 @@ _ARITY = {
     for kind, handler in _OPERATIONS.items()
     for parameters in [list(inspect.signature(handler).parameters.values())[1:]]
 }
+
+
+def serve_operations(store: VariableStore, request: bytes) -> bytes:
+    """A parameter server's ``Execute``: run each operation list of the request atomically,
+    in order, and answer each one's :class:`Outcome` (its results, or its error)."""
+    return _wire.encode([_execute(store, operations)
+                         for operations in _wire.load_operation_lists(request)])
+
+
+def _execute(store: VariableStore, operations: Any) -> Outcome:
+    try:
+        if type(operations) is not list:
+            raise InvalidArgumentError(f"operations must be a list, got "
+                                       f"{type(operations).__name__}")
+        return Outcome(store.execute(operations))
+    except ConvoyError as error:
+        return Outcome(error=error)
+    except Exception as error:
+        log.exception("a variable operation failed")
+        return Outcome(error=UnknownError(f"{type(error).__name__}: {error}"))

@@ -22,13 +22,13 @@ Slot = Callable[[str, np.ndarray, float], np.ndarray]
 
 
 def _dense_gradient(variable: np.ndarray, gradient: Any) -> np.ndarray:
-    gradient = np.asarray(gradient, dtype=variable.dtype)
-    if gradient.shape != variable.shape:
+    dense = np.asarray(gradient, dtype=variable.dtype)
+    if dense.shape != variable.shape:
         raise InvalidArgumentError(
-            f"gradient of shape {list(gradient.shape)} does not match its variable's "
+            f"gradient of shape {list(dense.shape)} does not match its variable's "
             f"{list(variable.shape)}"
         )
-    return gradient
+    return dense
 
 
 def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from convoy._rpc import Outcome
-from convoy.distribute._protocol import raise_if_cancelled
+from convoy.distribute._worker_calls import raise_if_cancelled
 from convoy.errors import InvalidArgumentError
 
 

@@ -38,7 +38,7 @@ from convoy.distribute._values import (
     RemoteValue,
     SharedIterator,
 )
-from convoy.distribute.server import ResourceRef, worker_context
+from convoy.distribute._worker_context import ResourceRef, worker_context
 from convoy.distribute.strategy import ParameterServerStrategy
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
@@ -91,7 +91,7 @@ class ClusterCoordinator:
             return self
 
     # ----- scheduling -----------------------------------------------------------------------
-    def schedule(self, fn: Callable[..., Any], args: tuple | list | None = None,
+    def schedule(self, fn: Callable[..., Any], args: tuple[Any, ...] | list[Any] | None = None,
                  kwargs: dict[str, Any] | None = None) -> RemoteValue:
         """Queue ``fn(*args, **kwargs)`` to run on some worker; returns its RemoteValue at
         once. Per-worker values among the arguments become the running worker's own; a
@@ -190,7 +190,7 @@ def experimental_get_current_worker_index() -> int:
     return context.task_index
 
 
-def _per_worker_arguments(args: tuple | list, kwargs: dict[str, Any]) -> bool:
+def _per_worker_arguments(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> bool:
     """Whether an argument holds per-worker values; refuses RemoteValues, naming the
     argument."""
     if not args and not kwargs:

@@ -70,7 +70,7 @@ def _element_size(dtype: Any, bytes_per_string: int) -> int:
     if _is_string_dtype(dtype):
         return bytes_per_string
     try:
-        np_dtype = np.dtype(dtype)
+        np_dtype: np.dtype[Any] = np.dtype(dtype)
     except TypeError:
         raise InvalidArgumentError(
             f"dtype must be a numpy dtype (or str/bytes/'string'), got {dtype!r}"
@@ -81,12 +81,12 @@ def _element_size(dtype: Any, bytes_per_string: int) -> int:
 
 
 def _axis(axis: Any, shape: tuple[int, ...]) -> int:
-    axis = _check.integer("axis", axis)
-    if not -len(shape) <= axis < len(shape):
+    index = _check.integer("axis", axis)
+    if not -len(shape) <= index < len(shape):
         raise InvalidArgumentError(
-            f"cannot partition along axis {axis} of a variable of shape {list(shape)}"
+            f"cannot partition along axis {index} of a variable of shape {list(shape)}"
         )
-    return axis % len(shape)
+    return index % len(shape)
 
 
 def _num_elements(shape: tuple[int, ...]) -> int:

@@ -13,81 +13,22 @@ from typing import Any
 from convoy import _check as check
 from convoy import _rpc
 from convoy._security import MAX_REQUEST_BYTES, Security
-from convoy.distribute._calls import cancel_calls, run_calls
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
-from convoy.distribute._protocol import (
-    PS_METHODS,
-    PS_SERVICE,
-    WORKER_METHODS,
-    WORKER_SERVICE,
-    decode_one,
-    encode,
-    serve_operations,
-)
-from convoy.distribute._store import VariableStore
-from convoy.distribute.cluster import ClusterSpec
+from convoy.distribute._store import VariableStore, serve_operations
+from convoy.distribute._wire import PS_METHODS, PS_SERVICE, WORKER_METHODS, WORKER_SERVICE, encode
+from convoy.distribute._worker_calls import CallRunner
+from convoy.distribute._worker_context import WorkerContext, become_worker, worker_context
+from convoy.distribute.cluster import ClusterSpec, validate_task
 from convoy.errors import InvalidArgumentError
+
+# worker_context: what a function running on a worker asks to learn where it runs.
+__all__ = ["STREAMS", "Server", "WorkerContext", "worker_context"]
 
 log = logging.getLogger(__name__)
 
 #: Streams a task serves at once: Execute streams (one per process using a ps) and Run
 #: streams (one per coordinator thread using a worker).
 STREAMS = 1024
-
-
-class WorkerContext:
-    """What a function running on a worker can know about where it runs."""
-
-    def __init__(self, task_index: int, num_workers: int) -> None:
-        self.task_index = task_index
-        self.num_workers = num_workers
-        self.resources: dict[int, Any] = {}
-        self.creating_dataset = False
-
-
-_context: WorkerContext | None = None
-
-
-def worker_context() -> WorkerContext | None:
-    """The context of this worker process, or None outside worker tasks."""
-    return _context
-
-
-def resolve_resource(resource_id: int) -> Any:
-    """The worker-local object a :class:`ResourceRef` names (called when one is unpickled)."""
-    if _context is None or resource_id not in _context.resources:
-        raise InvalidArgumentError(
-            f"resource {resource_id} does not exist on this worker (was it created with "
-            f"ClusterCoordinator.create_per_worker_dataset?)"
-        )
-    return _context.resources[resource_id]
-
-
-def free_resources(request: bytes) -> bytes:
-    """A worker's ``Free``: delete these per-worker resources, closing those that can be (an
-    iterator's background threads); answers how many resources this worker still holds."""
-    resource_ids = decode_one(request)
-    if type(resource_ids) is not list or not all(type(i) is int for i in resource_ids):
-        raise InvalidArgumentError("Free takes a list of resource ids (ints)")
-    resources = _context.resources if _context is not None else {}
-    for resource_id in resource_ids:
-        close = getattr(resources.pop(resource_id, None), "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception:
-                log.exception("closing per-worker resource %d failed", resource_id)
-    return encode(len(resources))
-
-
-class ResourceRef:
-    """Names a per-worker resource; unpickled on the worker, it becomes the resource."""
-
-    def __init__(self, resource_id: int) -> None:
-        self.resource_id = resource_id
-
-    def __reduce__(self) -> Any:
-        return (resolve_resource, (self.resource_id,))
 
 
 class Server(_rpc.ServerBase):
@@ -118,6 +59,7 @@ class Server(_rpc.ServerBase):
             )
         self.job_name = job_name
         self.task_index = task_index
+        validate_task(self.cluster_spec, job_name, task_index)
         self.address = self.cluster_spec.task_address(job_name, task_index)
         spec_host, _, port = self.address.rpartition(":")
         security = Security.load(auth_token, auth_token_file, certificate=certificate, key=key,
@@ -128,22 +70,29 @@ class Server(_rpc.ServerBase):
         self.service = PS_SERVICE if job_name == "ps" else WORKER_SERVICE
         self.incarnation = uuid.uuid4().hex
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
+        self.context = (WorkerContext(task_index, self.cluster_spec.num_tasks("worker"))
+                        if job_name == "worker" else None)
         if start:
             self.start()
 
-    def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
-        if self.job_name == "ps":
+    def start(self) -> None:
+        """Bind and serve; a worker task makes this process that worker first (the first
+        call may come as soon as the port is bound)."""
+        if self.context is not None and not self.started:
+            become_worker(self.context)
+        super().start()
+
+    def _methods(self) -> Mapping[_rpc.Method, Callable[[bytes], bytes]]:
+        if self.context is None:
             store = VariableStore()
             return {PS_METHODS[0]: lambda request: serve_operations(store, request)}
-        # Set before the port is bound: the first call may come at once.
-        global _context
-        _context = WorkerContext(self.task_index, self.cluster_spec.num_tasks("worker"))
-        pool = self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
-        handlers: dict[str, Callable[[Any], Any]] = {
-            "Run": lambda request: run_calls(request, pool, self.max_function_bytes),
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
+        calls = CallRunner(self._pool, self.max_function_bytes)
+        handlers: dict[str, Callable[[bytes], bytes]] = {
+            "Run": calls.run,
             "Ping": lambda _: encode(self.incarnation),
-            "Cancel": cancel_calls,
-            "Free": free_resources,
+            "Cancel": calls.cancel,
+            "Free": self.context.free,
         }
         return {method: handlers[method.name] for method in WORKER_METHODS}
 

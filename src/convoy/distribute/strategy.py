@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from convoy.distribute import _scope
-from convoy.distribute._protocol import RemoteStore
+from convoy.distribute._store_clients import RemoteStore
 from convoy.distribute.cluster import ClusterSpec, validate_cluster_for_ps
 from convoy.distribute.partitioners import partition_count, shard_offsets, shard_sizes
 from convoy.distribute.server import worker_context
@@ -199,7 +199,8 @@ class ParameterServerStrategy:
         return variables
 
     # ----- running functions ---------------------------------------------------------------------
-    def run(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None) -> Any:
         """Run ``fn`` as the one replica of this worker (call it inside a scheduled function)."""
         _warn_unless_on_worker()
         return fn(*args, **(kwargs or {}))

@@ -25,7 +25,7 @@ import numpy as np
 from convoy._slices import IndexedSlices, owned, put_rows, take_rows
 from convoy.distribute import _scope
 from convoy.distribute._arithmetic import ReadsAsArray
-from convoy.distribute._protocol import LocalStore, execute_all, send_updates
+from convoy.distribute._store_clients import LocalStore, execute_all, send_updates
 from convoy.distribute.server import worker_context
 from convoy.errors import InvalidArgumentError
 
@@ -211,14 +211,16 @@ class Variable(_Ops, metaclass=_VariableMeta):
 
     def read_value(self) -> np.ndarray:
         """A copy of the current value."""
-        return self._call("read")
+        value: np.ndarray = self._call("read")
+        return value
 
     def _update(self, kind: str, value: Any) -> None:
         send_updates([(self._store, [(kind, self._key, np.array(value, dtype=self.dtype))])])
 
     def sparse_read(self, indices: Any) -> np.ndarray:
         """The rows ``indices`` (any shape) of the variable."""
-        return self._call("gather", np.asarray(indices))
+        rows: np.ndarray = self._call("gather", np.asarray(indices))
+        return rows
 
     def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
         delta = owned(_checked_delta(sparse_delta, self.shape[1:]))

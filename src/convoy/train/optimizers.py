@@ -17,7 +17,7 @@ import numpy as np
 
 from convoy import _check as check
 from convoy._slices import IndexedSlices, owned, take_rows
-from convoy.distribute._protocol import LocalStore, send_updates
+from convoy.distribute._store_clients import LocalStore, send_updates
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
 

@@ -34,7 +34,7 @@ import pytest
 
 import convoy as cv
 from convoy.distribute import ParameterServerStrategy, _scheduler
-from convoy.distribute._protocol import remote_store
+from convoy.distribute._store_clients import remote_store
 from convoy.distribute.coordinator import ClusterCoordinator
 from convoy.errors import (
     CancelledError,

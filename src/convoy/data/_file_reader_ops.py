@@ -1,4 +1,5 @@
-"""File readers: TextLineDataset and TFRecordDataset over a list of files.
+"""The ops that read files, behind TextLineDataset and TFRecordDataset (see
+:mod:`convoy.data._file_datasets`).
 
 Each reader's position is (file index, byte offset in the uncompressed stream), so it resumes
 without re-reading, and a list of files is a splittable source (one split per file).

@@ -1,97 +1,28 @@
-"""The parameter-server and worker RPCs, and the stores variables talk to.
+"""A process's handles on variable stores: a parameter server's (:class:`RemoteStore`) or one
+in this process (:class:`LocalStore`), and sending operation lists to several at once.
 
-Both services carry codec messages (pickle protocol 5, arrays out of band): a parameter
-server's ``Execute`` takes lists of variable operations, runs each list atomically and answers
-each list's :class:`~convoy._rpc.Outcome` (its results or its error); a worker's ``Run``
-takes cloudpickled function calls (see :mod:`convoy.distribute._calls`), runs them at once and
-answers each one's Outcome, so a function's own failure is told apart from the worker's (the
-call's status). Both carry several callers' work per call when there is a queue: the fixed
-cost of a call would otherwise dominate small training steps.
-
-A scheduled function running on a worker is a :class:`RunningCall` of its thread: its
-variable updates may be queued without waiting, its whole-variable reads are read ahead (see
-:mod:`convoy.distribute._readahead`), and once the coordinator cancels it, its next variable
-operation raises CancelledError.
+In a scheduled function on a worker (see :mod:`convoy.distribute._worker_calls`), updates are
+queued without waiting, whole-variable reads may be read ahead, and a cancelled function's
+next operation raises CancelledError.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from concurrent.futures import Future
 from typing import Any
 
 from convoy import _rpc
 from convoy._channel import Channel
-from convoy._rpc import Outcome
-from convoy.codec import Encoder, decode
-from convoy.distribute._readahead import ReadAhead
 from convoy.distribute._store import VariableStore
-from convoy.errors import (
-    CancelledError,
-    ConvoyError,
-    DataLossError,
-    InvalidArgumentError,
-    UnknownError,
+from convoy.distribute._wire import (
+    PS_METHODS,
+    PS_SERVICE,
+    encode,
+    load_execute_answer,
 )
-
-log = logging.getLogger(__name__)
-
-PS_SERVICE = "convoy.distribute.ParameterServer"
-WORKER_SERVICE = "convoy.distribute.Worker"
-PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True)]
-#: A worker's ``Run`` runs calls; ``Ping`` answers its incarnation; ``Cancel`` cancels calls by
-#: id; ``Free`` deletes per-worker resources by id.
-WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None),
-                  _rpc.Method("Cancel", None, None), _rpc.Method("Free", None, None)]
-
-_encoder = Encoder(None)
-
-
-def encode(value: Any) -> bytes:
-    return _encoder.encode([value])
-
-
-def decode_one(payload: bytes) -> Any:
-    elements = decode(payload)
-    if len(elements) != 1:
-        raise DataLossError(f"expected a message of one element, got {len(elements)}")
-    return elements[0]
-
-
-class RunningCall:
-    """A scheduled function running in a thread of a worker: the variable updates it queued
-    (it counts as done once they have landed), its read-ahead, and whether the coordinator
-    cancelled it."""
-
-    __slots__ = ("updates", "reads", "cancelled")
-
-    def __init__(self, reads: ReadAhead | None = None) -> None:
-        self.updates: list[Future[list[Any]]] = []
-        self.reads = ReadAhead() if reads is None else reads
-        self.cancelled = False
-
-
-class _ThisThread(threading.local):
-    call: RunningCall | None = None  # the scheduled function this thread runs
-
-
-_this_thread = _ThisThread()
-
-
-def enter_call(call: RunningCall | None) -> None:
-    """Mark this thread as running ``call`` (None: no scheduled function)."""
-    _this_thread.call = call
-
-
-def raise_if_cancelled() -> None:
-    """In a scheduled function the coordinator cancelled, raise CancelledError. Checked before
-    every parameter-server call and every ``next`` of a per-worker iterator, so a cancelled
-    function stops at its next variable operation."""
-    call = _this_thread.call
-    if call is not None and call.cancelled:
-        raise CancelledError("the scheduled function was cancelled: another scheduled "
-                             "function failed, or the coordinator shut down")
+from convoy.distribute._worker_calls import current_call, raise_if_cancelled
+from convoy.errors import DataLossError, InvalidArgumentError
 
 
 def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
@@ -99,7 +30,7 @@ def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
     function counts as done once they are applied, and fails if one fails. Elsewhere this
     waits for them. (Later operations of this process on the same store see them: each
     store's calls leave in order.)"""
-    call = _this_thread.call
+    call = current_call()
     if call is None:
         execute_all(calls)
         return
@@ -138,35 +69,12 @@ def remote_store(address: str, task_index: int) -> RemoteStore:
     return RemoteStore.get(address, task_index)
 
 
-def serve_operations(store: VariableStore, request: bytes) -> bytes:
-    """A parameter server's ``Execute``: run each operation list of the request atomically,
-    in order, and answer each one's :class:`Outcome` (its results, or its error)."""
-    batch = decode_one(request)
-    if type(batch) is not list:
-        raise InvalidArgumentError(f"Execute takes a list of operation lists, got "
-                                   f"{type(batch).__name__}")
-    return encode([_execute(store, operations) for operations in batch])
-
-
-def _execute(store: VariableStore, operations: Any) -> Outcome:
-    try:
-        if type(operations) is not list:
-            raise InvalidArgumentError(f"operations must be a list, got "
-                                       f"{type(operations).__name__}")
-        return Outcome(store.execute(operations))
-    except ConvoyError as error:
-        return Outcome(error=error)
-    except Exception as error:
-        log.exception("a variable operation failed")
-        return Outcome(error=UnknownError(f"{type(error).__name__}: {error}"))
-
-
 #: How long a parameter server may take to answer one Execute message.
 EXECUTE_TIMEOUT_S = 60.0
 #: Operation lists one Execute message carries at most.
 MAX_LISTS_PER_MESSAGE = 1024
 
-_Pending = tuple[list[tuple[Any, ...]], Future]
+_Pending = tuple[list[tuple[Any, ...]], Future[list[Any]]]
 
 
 class RemoteStore:
@@ -211,7 +119,7 @@ class RemoteStore:
         the function's plan along (see :mod:`convoy.distribute._readahead`)."""
         raise_if_cancelled()
         operations = list(operations)
-        call = _this_thread.call
+        call = current_call()
         if call is None:
             return self._queue(operations)
         answer, ahead = call.reads.on_operations(self, operations)
@@ -260,11 +168,8 @@ class RemoteStore:
             batch[0][1].set_exception(_unpicklable(batch[0][0]))
             return
         try:
-            outcomes = decode_one(self._stream.call(request, timeout=EXECUTE_TIMEOUT_S))
-            if (type(outcomes) is not list or len(outcomes) != len(batch)
-                    or not all(type(outcome) is Outcome for outcome in outcomes)):
-                raise DataLossError(f"Execute at {self.address}: {len(batch)} operation lists "
-                                    f"got an answer that is not {len(batch)} outcomes")
+            outcomes = load_execute_answer(
+                self._stream.call(request, timeout=EXECUTE_TIMEOUT_S), len(batch), self.address)
         except Exception as error:
             for _, future in batch:
                 future.set_exception(error)

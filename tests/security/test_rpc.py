@@ -1,16 +1,15 @@
-"""The shared secret, TLS, safe binding and request limits of the one RPC helper, on real
-gRPC servers on loopback: unsigned or wrongly signed callers are refused before anything of
-theirs is parsed, a rogue server's answer is never decoded, replays and stale calls are
-refused, TLS and mutual TLS round trips work, oversize requests are refused while the server
-keeps serving, and public addresses are not bound without a secret."""
+"""The shared secret, TLS, safe binding and request limits of the one RPC helper (``_rpc``),
+on real gRPC servers on loopback (the servers built on it are tested in the other modules
+here): unsigned or wrongly signed callers are refused before anything of theirs is parsed, a
+rogue server's answer is never decoded, replays and stale calls are refused, TLS and mutual
+TLS round trips work, oversize requests are refused while the server keeps serving, and
+public addresses are not bound without a secret."""
 
 from __future__ import annotations
 
 import pathlib
 import pickle
-import shutil
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -251,31 +250,6 @@ def test_a_rogue_servers_answer_is_never_decoded(proof, method, tmp_path):
 
 
 # TLS --------------------------------------------------------------------------------------
-
-
-def _openssl(*args: str, cwd: pathlib.Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory) -> pathlib.Path:
-    """A CA, and a server and a client certificate it signed (for localhost and 127.0.0.1)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("making test certificates needs the `openssl` command, which is missing")
-    folder = tmp_path_factory.mktemp("certificates")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
-             "-subj", "/CN=convoy test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=folder)
-    for name, usage in (("server", "serverAuth"), ("client", "clientAuth")):
-        (folder / f"{name}.ext").write_text(
-            f"subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage={usage}\n")
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN={name}", cwd=folder)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "1",
-                 "-extfile", f"{name}.ext", cwd=folder)
-    return folder
 
 
 def _identity(folder: pathlib.Path, name: str, **settings: object) -> Security:

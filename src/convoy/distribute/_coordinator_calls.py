@@ -1,21 +1,63 @@
-"""The coordinator's links to its workers: runs of one call, lanes (a Run in flight on a
-stream that another thread can cut short), and calls sent without waiting for the answer."""
+"""The coordinator's side of scheduled calls: a function pickled into a call, and the links
+to the workers that run them (runs of one call, lanes: a Run in flight on a stream that another
+thread can cut short, and calls sent without waiting for the answer)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from convoy import _rpc
+from convoy import _pickling, _rpc
 from convoy._rpc import Outcome
-from convoy.distribute._calls import Call, load_outcomes, run_request
-from convoy.distribute._protocol import WORKER_METHODS, WORKER_SERVICE, decode_one, encode
-from convoy.distribute.server import worker_context
-from convoy.errors import CancelledError, DataLossError, FailedPreconditionError
+from convoy._stream import Stream
+from convoy.distribute._wire import (
+    WORKER_METHODS,
+    WORKER_SERVICE,
+    Call,
+    decode_one,
+    encode,
+    load_outcomes,
+    run_request,
+)
+from convoy.errors import CancelledError, DataLossError
 
 log = logging.getLogger(__name__)
+
+# A function is pickled once per coordinator process: like a traced function, what it
+# captures is fixed when it is first scheduled.
+_pickled: weakref.WeakKeyDictionary[Any, tuple[bytes, bytes]] = weakref.WeakKeyDictionary()
+_pickled_lock = threading.Lock()
+
+
+def call_message(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 call_id: int | None = None) -> Call:
+    """``function(*args, **kwargs)`` as one call of a worker's ``Run`` request."""
+    digest, data = _pickle_function(function)
+    return digest, data, _pickling.dumps(
+        (args, kwargs), "the arguments of a scheduled function cannot be sent to the workers"
+    ), call_id
+
+
+def _pickle_function(function: Callable[..., Any]) -> tuple[bytes, bytes]:
+    """(digest, pickled) for ``function``, pickled on its first use only."""
+    with _pickled_lock:
+        try:
+            cached = _pickled.get(function)
+        except TypeError:  # not weak-referenceable: pickle every time
+            cached = None
+    if cached is None:
+        data = _pickling.dumps(function, "the scheduled function cannot be sent to the workers")
+        cached = (hashlib.sha1(data).digest(), data)
+        with _pickled_lock:
+            try:
+                _pickled[function] = cached
+            except TypeError:
+                pass
+    return cached
 
 _unanswered: dict[Any, _rpc.Client] = {}  # calls sent without waiting, until they answer
 
@@ -51,17 +93,24 @@ class WorkerLink:
         be reached."""
         stream = self.client.stream("Run")
         try:
-            outcomes = load_outcomes(stream.call(run_request([call])))
+            return self.outcomes([call], stream.call(run_request([call])))[0]
         finally:
             stream.close()
-        if len(outcomes) != 1:
-            raise DataLossError(f"one call got {len(outcomes)} outcomes from worker "
+
+    def outcomes(self, calls: list[Call], answer: bytes) -> list[Outcome]:
+        """The outcomes of ``calls`` in this worker's ``answer`` to their Run."""
+        outcomes = load_outcomes(answer)
+        if len(outcomes) != len(calls):
+            raise DataLossError(f"{len(calls)} calls got {len(outcomes)} outcomes from worker "
                                 f"{self.index}")
-        return outcomes[0]
+        return outcomes
 
     def ping(self) -> str:
         """The worker's incarnation (which process answers)."""
-        return decode_one(self.client.call("Ping", encode(None), timeout=5))
+        incarnation = decode_one(self.client.call("Ping", encode(None), timeout=5))
+        if type(incarnation) is not str:
+            raise DataLossError(f"worker {self.index} answered Ping with {incarnation!r:.100}")
+        return incarnation
 
 
 class Lane:
@@ -71,7 +120,7 @@ class Lane:
     def __init__(self, worker: WorkerLink, index: int, wakeup: threading.Condition) -> None:
         self.worker, self.index, self.wakeup = worker, index, wakeup
         self._lock = threading.Lock()
-        self._stream: _rpc.Stream | None = None
+        self._stream: Stream | None = None
         self._ids: tuple[int, ...] = ()  # the closures of the lane's Run
         self._in_call = False
         self._abandoned = False
@@ -80,7 +129,12 @@ class Lane:
         with self._lock:
             self._ids, self._abandoned = closure_ids, False
 
-    def call(self, request: bytes) -> bytes:
+    def run(self, calls: list[Call]) -> list[Outcome]:
+        """Run ``calls`` at once on the lane's stream; raises UnavailableError if the worker
+        cannot be reached."""
+        return self.worker.outcomes(calls, self._call(run_request(calls)))
+
+    def _call(self, request: bytes) -> bytes:
         with self._lock:
             if self._abandoned:
                 raise CancelledError("the Run was abandoned before it was sent")
@@ -88,7 +142,8 @@ class Lane:
                 self._stream = self.worker.client.stream("Run")
             stream, self._in_call = self._stream, True
         try:
-            return stream.call(request)
+            answer: bytes = stream.call(request)
+            return answer
         finally:
             with self._lock:
                 self._in_call = False
@@ -115,13 +170,3 @@ class Lane:
         if stream is not None:
             stream.close()
 
-
-def build_resource(resource_id: int, make: Callable[[], Any], for_dataset: bool) -> None:
-    context = worker_context()
-    if context is None:
-        raise FailedPreconditionError("per-worker resources can only be created on workers")
-    context.creating_dataset = for_dataset
-    try:
-        context.resources[resource_id] = make()
-    finally:
-        context.creating_dataset = False

@@ -1,4 +1,5 @@
-"""The file readers' public face: ``TextLineDataset`` and ``TFRecordDataset``."""
+"""The datasets that read files, as the public sees them: ``TextLineDataset`` and
+``TFRecordDataset`` (their ops are in :mod:`convoy.data._file_reader_ops`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import numpy as np
 
 from convoy import _check as check
 from convoy.data._dataset import Dataset
+from convoy.data._file_reader_ops import FileReaderOp, TextLineOp, TFRecordOp
 from convoy.data._op import AUTOTUNE, Op
-from convoy.data._readers import FileReaderOp, TextLineOp, TFRecordOp
 from convoy.errors import InvalidArgumentError
 
 

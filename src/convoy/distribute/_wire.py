@@ -1,0 +1,139 @@
+"""The training cluster's wire: its two services, their methods, and every message's layout.
+
+Every message is one codec element (pickle protocol 5, arrays out of band):
+
+- a parameter server's ``Execute`` takes a list of operation lists (see
+  :mod:`convoy.distribute._store`) and answers one :class:`~convoy._rpc.Outcome` per list
+  (its results or its error);
+- a worker's ``Run`` takes a non-empty list of :data:`Call` and answers each one's pickled
+  Outcome, so a function's own failure is told apart from the worker's (the call's status);
+- ``Cancel`` and ``Free`` take a list of ids (calls, per-worker resources) and answer an int;
+  ``Ping`` takes None and answers the worker's incarnation.
+
+Both ``Execute`` and ``Run`` carry several callers' work per message when there is a queue: the
+fixed cost of a call would otherwise dominate small training steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cloudpickle
+
+from convoy import _rpc
+from convoy._rpc import Outcome
+from convoy.codec import Encoder, decode
+from convoy.errors import DataLossError, InvalidArgumentError, UnknownError
+
+PS_SERVICE = "convoy.distribute.ParameterServer"
+WORKER_SERVICE = "convoy.distribute.Worker"
+PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True)]
+#: A worker's ``Run`` runs calls; ``Ping`` answers its incarnation; ``Cancel`` cancels calls by
+#: id; ``Free`` deletes per-worker resources by id.
+WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None),
+                  _rpc.Method("Cancel", None, None), _rpc.Method("Free", None, None)]
+
+#: One call of a ``Run``: (the function's digest, the cloudpickled function, its cloudpickled
+#: ``(args, kwargs)``, the id a ``Cancel`` names it by, or None: it cannot be cancelled).
+Call = tuple[bytes, bytes, bytes, int | None]
+
+_encoder = Encoder(None)
+
+
+def encode(value: Any) -> bytes:
+    """``value`` as a message."""
+    return _encoder.encode([value])
+
+
+def decode_one(payload: bytes) -> Any:
+    """The value of a message; DataLossError if it is not one element."""
+    elements = decode(payload)
+    if len(elements) != 1:
+        raise DataLossError(f"expected a message of one element, got {len(elements)}")
+    return elements[0]
+
+
+# ----- Execute ----------------------------------------------------------------------------------
+def load_operation_lists(request: bytes) -> list[Any]:
+    """The operation lists of an ``Execute`` request (each list is checked as it runs)."""
+    batch = decode_one(request)
+    if type(batch) is not list:
+        raise InvalidArgumentError(f"Execute takes a list of operation lists, got "
+                                   f"{type(batch).__name__}")
+    return batch
+
+
+def load_execute_answer(answer: bytes, count: int, address: str) -> list[Outcome]:
+    """The ``count`` outcomes of an ``Execute`` answer from the ps at ``address``."""
+    outcomes = decode_one(answer)
+    if (type(outcomes) is not list or len(outcomes) != count
+            or not all(type(outcome) is Outcome for outcome in outcomes)):
+        raise DataLossError(f"Execute at {address}: {count} operation lists got an answer "
+                            f"that is not {count} outcomes")
+    return outcomes
+
+
+# ----- Run ----------------------------------------------------------------------------------
+def is_call(call: Any) -> bool:
+    """Whether ``call`` has the layout of a :data:`Call`."""
+    return (type(call) is tuple and len(call) == 4
+            and all(type(part) is bytes for part in call[:3])
+            and (call[3] is None or type(call[3]) is int))
+
+
+def run_request(calls: list[Call]) -> bytes:
+    """A worker ``Run`` request: calls the worker runs at once."""
+    return encode(calls)
+
+
+def load_run_request(request: bytes) -> list[Any]:
+    """The calls of a ``Run`` request (each call is checked as it runs)."""
+    calls = decode_one(request)
+    if type(calls) is not list or not calls:
+        raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
+                                   f"{type(calls).__name__}")
+    return calls
+
+
+def run_answer(outcomes: list[bytes]) -> bytes:
+    """A ``Run`` answer: each call's pickled Outcome, in the order of the calls."""
+    return encode(outcomes)
+
+
+def pickle_outcome(outcome: Outcome) -> bytes:
+    """``outcome`` as a ``Run`` answer carries it; a value or error that does not pickle
+    becomes an UnknownError that describes it."""
+    pickled: bytes
+    try:
+        pickled = cloudpickle.dumps(outcome)
+    except Exception as error:  # the result or exception does not pickle
+        what = outcome.value if outcome.ok else outcome.error
+        pickled = cloudpickle.dumps(Outcome(error=UnknownError(
+            f"{type(what).__name__} from a scheduled function could not be sent back: "
+            f"{error}; it was: {what!r:.200}")))
+    return pickled
+
+
+def load_outcomes(answer: bytes) -> list[Outcome]:
+    """The :class:`Outcome` of each call of a ``Run`` answer."""
+    outcomes = []
+    for pickled in decode_one(answer):
+        try:
+            outcome = cloudpickle.loads(pickled)
+        except Exception as error:  # e.g. an exception class this process cannot import
+            outcome = Outcome(error=UnknownError(
+                f"a scheduled function's result could not be unpickled here: "
+                f"{type(error).__name__}: {error}"))
+        if type(outcome) is not Outcome:
+            raise DataLossError(f"a Run answer holds {outcome!r:.100}, not an Outcome")
+        outcomes.append(outcome)
+    return outcomes
+
+
+# ----- Cancel, Free, Ping ---------------------------------------------------------------------
+def load_ids(request: bytes, method: str, what: str) -> list[int]:
+    """The ids of a ``Cancel`` or ``Free`` request (``what`` names them)."""
+    ids = decode_one(request)
+    if type(ids) is not list or not all(type(i) is int for i in ids):
+        raise InvalidArgumentError(f"{method} takes a list of {what} ids (ints)")
+    return ids

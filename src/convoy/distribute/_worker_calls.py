@@ -1,0 +1,173 @@
+"""The worker's side of scheduled calls: running a ``Run`` request's calls, and cancelling them.
+
+A scheduled function running on a worker is a :class:`RunningCall` of its thread: its
+variable updates may be queued without waiting, its whole-variable reads are read ahead (see
+:mod:`convoy.distribute._readahead`), and once the coordinator cancels it, its next variable
+operation raises CancelledError (:func:`raise_if_cancelled`). A worker server's
+:class:`CallRunner` answers its ``Run`` and ``Cancel``; a function is unpickled once per
+worker, by digest.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any
+
+import cloudpickle
+
+from convoy._rpc import Outcome
+from convoy.distribute import _readahead, _wire
+from convoy.distribute._limits import oversize_function
+from convoy.distribute._readahead import ReadAhead
+from convoy.errors import CancelledError, InvalidArgumentError
+
+#: Functions kept unpickled (by digest), and ids of calls cancelled before they started.
+_UNPICKLED_KEPT = 1024
+_CANCELLED_KEPT = 4096
+
+
+class RunningCall:
+    """A scheduled function running in a thread of a worker: the variable updates it queued
+    (it counts as done once they have landed), its read-ahead, and whether the coordinator
+    cancelled it."""
+
+    __slots__ = ("updates", "reads", "cancelled")
+
+    def __init__(self, reads: ReadAhead | None = None) -> None:
+        self.updates: list[Future[list[Any]]] = []
+        self.reads = ReadAhead() if reads is None else reads
+        self.cancelled = False
+
+
+class _ThisThread(threading.local):
+    call: RunningCall | None = None  # the scheduled function this thread runs
+
+
+_this_thread = _ThisThread()
+
+
+def enter_call(call: RunningCall | None) -> None:
+    """Mark this thread as running ``call`` (None: no scheduled function)."""
+    _this_thread.call = call
+
+
+def current_call() -> RunningCall | None:
+    """The scheduled function this thread runs, or None."""
+    return _this_thread.call
+
+
+def raise_if_cancelled() -> None:
+    """In a scheduled function the coordinator cancelled, raise CancelledError. Checked before
+    every parameter-server call and every ``next`` of a per-worker iterator, so a cancelled
+    function stops at its next variable operation."""
+    call = _this_thread.call
+    if call is not None and call.cancelled:
+        raise CancelledError("the scheduled function was cancelled: another scheduled "
+                             "function failed, or the coordinator shut down")
+
+
+class CallRunner:
+    """Runs the calls of a worker's ``Run`` requests (the first of a request in the serving
+    thread, the others on ``pool``) and marks them cancelled on ``Cancel``. A function that
+    pickles to more than ``max_function_bytes`` is refused."""
+
+    def __init__(self, pool: Executor, max_function_bytes: int | None = None) -> None:
+        self._pool = pool
+        self._max_function_bytes = max_function_bytes
+        self._lock = threading.Lock()
+        self._running: dict[int, RunningCall] = {}  # call id -> the call running under it
+        self._cancelled_early: OrderedDict[int, None] = OrderedDict()  # before they started
+        self._functions: OrderedDict[bytes, Callable[..., Any]] = OrderedDict()  # by digest
+
+    def run(self, request: bytes) -> bytes:
+        """A worker's ``Run``: the request's calls, all at once; answers each one's pickled
+        :class:`Outcome`. A call that fails cancels the others (as the coordinator would once
+        it hears, which is when they end)."""
+        calls = _wire.load_run_request(request)
+        mates = [RunningCall() for _ in calls]
+        others = [self._pool.submit(self._pickled_outcome, call, running, mates)
+                  for call, running in zip(calls[1:], mates[1:], strict=True)]
+        return _wire.run_answer([self._pickled_outcome(calls[0], mates[0], mates),
+                                 *(future.result() for future in others)])
+
+    def cancel(self, request: bytes) -> bytes:
+        """A worker's ``Cancel``: mark the calls of these ids cancelled (one not started yet
+        is cancelled as it starts); answers how many of them were running."""
+        found = 0
+        with self._lock:
+            for call_id in _wire.load_ids(request, "Cancel", "call"):
+                running = self._running.get(call_id)
+                if running is not None:
+                    running.cancelled = True
+                    found += 1
+                    continue
+                self._cancelled_early[call_id] = None
+                while len(self._cancelled_early) > _CANCELLED_KEPT:
+                    self._cancelled_early.popitem(last=False)
+        return _wire.encode(found)
+
+    def _pickled_outcome(self, call: Any, running: RunningCall,
+                         mates: list[RunningCall]) -> bytes:
+        outcome = (oversize_function(call, self._max_function_bytes)
+                   or self._run_call(call, running))
+        if outcome.error is not None and not isinstance(outcome.error, CancelledError):
+            for mate in mates:
+                mate.cancelled = True
+        return _wire.pickle_outcome(outcome)
+
+    def _run_call(self, call: Any, running: RunningCall) -> Outcome:
+        """The outcome of one call, once the updates it queued have landed."""
+        well_formed = _wire.is_call(call)
+        call_id = call[3] if well_formed else None
+        digest = call[0] if well_formed else None
+        if digest is not None:
+            running.reads = ReadAhead(_readahead.plan_of(digest))
+        if call_id is not None:
+            with self._lock:
+                self._running[call_id] = running
+                if self._cancelled_early.pop(call_id, 0) is None:
+                    running.cancelled = True
+        enter_call(running)
+        try:
+            outcome = (Outcome(error=CancelledError("the scheduled function was cancelled "
+                                                    "before it started"))
+                       if running.cancelled else Outcome.of(self._call, call))
+        finally:
+            enter_call(None)
+            if digest is not None:
+                _readahead.remember(digest, running.reads.reads)
+            if call_id is not None:
+                with self._lock:
+                    if self._running.get(call_id) is running:
+                        del self._running[call_id]
+        for future in running.updates:  # all of them, even after an error: nothing is left
+            try:
+                future.result()
+            except Exception as error:
+                if outcome.ok:
+                    outcome = Outcome(error=error)
+        return outcome
+
+    def _call(self, call: Any) -> Any:
+        if not _wire.is_call(call):
+            raise InvalidArgumentError("a call must be a (digest, function, arguments, call "
+                                       "id) tuple: three bytes and an int or None")
+        digest, pickled, arguments, _ = call
+        function = self._function(digest, pickled)
+        args, kwargs = cloudpickle.loads(arguments)
+        return function(*args, **kwargs)
+
+    def _function(self, digest: bytes, pickled: bytes) -> Callable[..., Any]:
+        """The function of ``digest``, unpickled on its first call only."""
+        with self._lock:
+            function = self._functions.get(digest)
+        if function is None:
+            function = cloudpickle.loads(pickled)
+            with self._lock:
+                self._functions[digest] = function
+                while len(self._functions) > _UNPICKLED_KEPT:
+                    self._functions.popitem(last=False)
+        return function

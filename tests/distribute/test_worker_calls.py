@@ -1,0 +1,124 @@
+"""The worker's side of scheduled calls, against a real ``convoy server`` worker: a Run's calls
+run at once, a failing call cancels the others of its Run, and ``Cancel`` stops a call at its
+next variable operation (or before it starts).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from convoy import _rpc
+from convoy._rpc import Outcome
+from convoy.distribute._coordinator_calls import call_message
+from convoy.distribute._wire import (
+    WORKER_METHODS,
+    WORKER_SERVICE,
+    decode_one,
+    encode,
+    load_outcomes,
+    run_request,
+)
+from convoy.errors import CancelledError
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROWS, WIDTH = 64, 4  # the shape of the ``table`` fixture's variable
+
+
+def no_op():
+    return "ran"
+
+
+@pytest.mark.timeout(60)
+def test_a_run_request_runs_its_calls_at_once(ps_and_worker):
+    """Calls that share a Run wait for one another: they must run concurrently."""
+    client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+
+    def meet(barrier_key):
+        import threading as _threading
+
+        from convoy.distribute.server import worker_context
+
+        barrier = worker_context().resources.setdefault(barrier_key, _threading.Barrier(3))
+        barrier.wait(timeout=10)  # breaks (an error) unless all three run at once
+        return "met"
+
+    key = f"barrier-{random.randrange(2**32)}"
+    calls = [call_message(meet, (key,), {}) for _ in range(3)]
+    outcomes = load_outcomes(client.stream("Run").call(run_request(calls)))
+    assert outcomes == [Outcome("met")] * 3
+    client.close()
+
+
+def beat_until_cancelled(address, name):
+    """A scheduled function that adds 1 to a variable's first row every 20 ms, for up to a
+    minute."""
+    from convoy.distribute._store_clients import remote_store as store_at
+
+    store = store_at(address, 0)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        store.execute([("scatter_add", name, np.array([0]), np.ones((1, WIDTH)))])
+        time.sleep(0.02)
+    return "not cancelled"
+
+
+def fail_after(seconds):
+    time.sleep(seconds)
+    raise ValueError("boom")
+
+
+@pytest.mark.timeout(60)
+def test_cancel_stops_a_call_at_its_next_variable_operation(ps_and_worker, table):
+    store, name = table
+    ps = ps_and_worker.cluster["ps"][0]
+    client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    call_id = random.randrange(2**60)
+    answer = {}
+    running = threading.Thread(target=lambda: answer.update(outcomes=load_outcomes(
+        client.stream("Run").call(run_request([
+            call_message(beat_until_cancelled, (ps, name), {}, call_id)])))))
+    running.start()
+    deadline = time.monotonic() + 30
+    while store.execute([("read", name)])[0][0, 0] == 0:
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.05)
+    started = time.monotonic()
+    assert decode_one(client.call("Cancel", encode([call_id, call_id + 1]))) == 1
+    running.join(timeout=10)
+    assert time.monotonic() - started < 5
+    [outcome] = answer["outcomes"]
+    assert isinstance(outcome.error, CancelledError)
+    # one cancelled before it starts never runs
+    client.call("Cancel", encode([call_id + 2]))
+    [outcome] = load_outcomes(client.stream("Run").call(run_request([
+        call_message(no_op, (), {}, call_id + 2)])))
+    assert isinstance(outcome.error, CancelledError) and "before it started" in str(outcome.error)
+    # uncancellable calls and others run as before
+    assert load_outcomes(client.stream("Run").call(run_request([
+        call_message(no_op, (), {}), call_message(no_op, (), {}, call_id)]))) == [
+        Outcome("ran")] * 2
+    client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_call_cancels_the_other_calls_of_its_run(ps_and_worker, table):
+    _, name = table
+    ps = ps_and_worker.cluster["ps"][0]
+    client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    started = time.monotonic()
+    outcomes = load_outcomes(client.stream("Run").call(run_request([
+        call_message(beat_until_cancelled, (ps, name), {}, 1),
+        call_message(fail_after, (0.3,), {}, 2),
+        call_message(beat_until_cancelled, (ps, name), {}, 3)])))
+    assert time.monotonic() - started < 10
+    assert [type(outcome.error) for outcome in outcomes] == [
+        CancelledError, ValueError, CancelledError]
+    client.close()
