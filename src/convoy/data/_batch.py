@@ -11,7 +11,7 @@ import numpy as np
 
 from convoy import nest
 from convoy.data._op import Node, Op, PassNode
-from convoy.data._sources import TensorSlicesOp
+from convoy.data._rows import RowNode, RowSource
 from convoy.errors import InvalidArgumentError
 
 _SCALARS = (int, float, bool, np.generic)
@@ -80,40 +80,41 @@ class BatchOp(Op):
         return n // self.batch_size if self.drop_remainder else -(-n // self.batch_size)
 
     def iterator(self, state: Any, key: int) -> Node:
-        if type(self.input) is TensorSlicesOp:
-            return _SlicedBatchNode(self.input, self.batch_size, self.drop_remainder, state or 0)
+        source = self.input.row_source()
+        if source is not None and source.batchable():
+            rows = self.input.row_iterator(state, key)
+            return _RowBatchNode(rows, self._row_batches(source, rows))
         input = self.input.iterator(state, key)
         return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder))
+
+    def _row_batches(self, source: RowSource, rows: RowNode) -> Iterator[Any]:
+        pull, size = rows.pull, self.batch_size
+        while True:
+            got, chunks = pull(size)
+            if got < size and (self.drop_remainder or not got):
+                return
+            yield source.pack(source.gather(chunks))
 
     def static_spec(self) -> Any:
         size = self.batch_size if self.drop_remainder else None
         return _batched_spec(self.input.static_spec(), size)
 
 
-class _SlicedBatchNode(Node):
-    """Batches of ``from_tensor_slices`` cut straight from its arrays (no per-element work).
+class _RowBatchNode(Node):
+    """Batches cut or gathered from a row stream's arrays (no per-element work); it buffers
+    nothing between batches, so its state is the row stream's, as for the element path."""
 
-    Its state is the position of the next element, as for the element-wise path.
-    """
+    __slots__ = ("rows",)
 
-    __slots__ = ("position",)
+    def __init__(self, rows: RowNode, gen: Iterator[Any]) -> None:
+        self.rows = rows
+        self.gen = gen
 
-    def __init__(self, source: TensorSlicesOp, size: int, drop_remainder: bool,
-                 position: int) -> None:
-        self.position = position
-        self.gen = self._run(source, size, drop_remainder)
+    def state_dict(self) -> Any:
+        return self.rows.state_dict()
 
-    def _run(self, source: TensorSlicesOp, size: int, drop_remainder: bool) -> Iterator[Any]:
-        total = source.num_elements()
-        while self.position < total:
-            start, stop = self.position, min(self.position + size, total)
-            if drop_remainder and stop - start < size:
-                return
-            self.position = stop
-            yield source.rows(start, stop)
-
-    def state_dict(self) -> int:
-        return self.position
+    def close(self) -> None:
+        self.rows.close()
 
 
 def _pad_to(value: Any, shape: tuple[int, ...], fill: Any, component: int) -> np.ndarray:
