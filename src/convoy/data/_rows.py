@@ -140,3 +140,33 @@ class SliceRows(RowNode):
 
     def state_dict(self) -> int:
         return self.position
+
+
+def split_rows(chunks: list[Chunk], k: int) -> tuple[list[Chunk], list[Chunk]]:
+    """The first ``k`` rows of ``chunks``, and the rest."""
+    head: list[Chunk] = []
+    for i, chunk in enumerate(chunks):
+        n = chunk.stop - chunk.start if type(chunk) is slice else len(chunk)
+        if k >= n:
+            head.append(chunk)
+            k -= n
+            continue
+        if type(chunk) is slice:
+            first, rest = slice(chunk.start, chunk.start + k), slice(chunk.start + k, chunk.stop)
+        else:
+            first, rest = chunk[:k], chunk[k:]
+        if k:
+            head.append(first)
+        return head, [rest, *chunks[i + 1:]]
+    return head, []
+
+
+def widen(chunks: list[Chunk], width: int) -> list[Chunk]:
+    """Row ``i`` of ``chunks`` as rows ``i * width`` to ``i * width + width - 1``."""
+    out: list[Chunk] = []
+    for chunk in chunks:
+        if type(chunk) is slice:
+            out.append(slice(chunk.start * width, chunk.stop * width))
+        else:
+            out.append((chunk[:, None] * width + np.arange(width)).ravel())
+    return out
