@@ -151,6 +151,8 @@ def split_rows(chunks: list[Chunk], k: int) -> tuple[list[Chunk], list[Chunk]]:
             head.append(chunk)
             k -= n
             continue
+        first: Chunk
+        rest: Chunk
         if type(chunk) is slice:
             first, rest = slice(chunk.start, chunk.start + k), slice(chunk.start + k, chunk.stop)
         else:

@@ -114,7 +114,8 @@ class _ShuffleRows(RowNode):
         self.size = size
         version, internal, self.gauss = rng_state
         self.rng = np.random.RandomState()
-        self.rng.set_state(("MT19937", np.array(internal[:-1], dtype=np.uint32), internal[-1]))
+        self.rng.set_state(("MT19937", np.array(internal[:-1], dtype=np.uint32), internal[-1],
+                            0, 0.0))
         self.buffer = np.array(rows, dtype=np.intp)
 
     def pull(self, n: int) -> tuple[int, list[Chunk]]:
@@ -123,7 +124,7 @@ class _ShuffleRows(RowNode):
             got, chunks = self.input.pull(size - len(self.buffer))
             if got:
                 self.buffer = np.concatenate([self.buffer, row_numbers(chunks)])
-        out = []
+        out: list[np.ndarray] = []
         got = 0
         if len(self.buffer) == size:  # each new row replaces a random pick
             got, chunks = self.input.pull(n)
@@ -132,8 +133,8 @@ class _ShuffleRows(RowNode):
                 out.append(_replace(self.buffer, slots, row_numbers(chunks)))
         if got < n and len(self.buffer):  # the input is over: drain the buffer
             out.append(self._drain(n - got))
-        rows = [chunk for chunk in out if len(chunk)]
-        return sum(map(len, rows)), rows
+        rows: list[Chunk] = [chunk for chunk in out if len(chunk)]
+        return sum(map(len, out)), rows
 
     def _drain(self, n: int) -> np.ndarray:
         buffer = self.buffer.tolist()
@@ -146,9 +147,9 @@ class _ShuffleRows(RowNode):
         return np.array(picked, dtype=np.intp)
 
     def state_dict(self) -> Any:
-        _, key, position, _, _ = self.rng.get_state()
+        mt = self.rng.get_state(legacy=False)["state"]
         return {"input": self.input.state_dict(), "rows": self.buffer.tolist(),
-                "rng": (3, (*key.tolist(), int(position)), self.gauss)}
+                "rng": (3, (*mt["key"].tolist(), int(mt["pos"])), self.gauss)}
 
     def close(self) -> None:
         self.input.close()
