@@ -121,6 +121,13 @@ def test_object_columns_take_the_element_path() -> None:
     assert not takes_row_path(ds)
 
 
+def test_columns_of_foreign_byte_order_take_the_element_path() -> None:
+    swapped = np.arange(6, dtype=">i4")
+    ds = Dataset.from_tensor_slices(swapped).repeat().batch(4)
+    assert not takes_row_path(ds)
+    assert first(ds, 1)[0].dtype == np.dtype("int32")
+
+
 def test_map_between_source_and_batch_takes_the_element_path() -> None:
     source = Dataset.from_tensor_slices(features())
     assert not takes_row_path(source.repeat().map(lambda i, label: (i, label)).batch(4))

@@ -45,11 +45,12 @@ class RowSource:
         return self.leaves[0].shape[0]
 
     def batchable(self) -> bool:
-        """Whether a batch of rows gathered from the arrays equals one stacked from elements."""
-        return all(leaf.dtype.kind in _BATCHABLE for leaf in self.leaves)
+        """Whether a batch of rows gathered from the arrays equals one stacked from elements
+        (stacking scalars makes native byte order)."""
+        return all(leaf.dtype.kind in _BATCHABLE and leaf.dtype.isnative for leaf in self.leaves)
 
     def paddable(self) -> bool:
-        return all(leaf.dtype.kind in _PADDABLE for leaf in self.leaves)
+        return all(leaf.dtype.kind in _PADDABLE and leaf.dtype.isnative for leaf in self.leaves)
 
     def element_at(self, index: int) -> Any:
         return self.pack([leaf[index] for leaf in self.leaves])
