@@ -56,6 +56,32 @@ def local_batch256(repeats: int) -> list[float]:
                                  .batch(256)), repeats)
 
 
+SLICE_BATCHES = 50_000
+
+
+def _slice_batches(repeat_first: bool) -> float:
+    import tensorflow as tf
+
+    data = np.random.default_rng(1)
+    rows = data.integers(0, 100_000, (16_384, 8)), data.random(16_384).astype(np.float32)
+    ds = tf.data.Dataset.from_tensor_slices(rows)
+    ds = ds.repeat().batch(256) if repeat_first else ds.batch(256).repeat()
+    return _rate(ds.take(SLICE_BATCHES))
+
+
+def repeat_then_batch(repeats: int) -> list[float]:
+    return _repeat(lambda: _slice_batches(repeat_first=True), repeats)
+
+
+def batch_then_repeat(repeats: int) -> list[float]:
+    return _repeat(lambda: _slice_batches(repeat_first=False), repeats)
+
+
+def repeat_then_batch_ratio(repeats: int) -> list[float]:
+    return _repeat(lambda: _slice_batches(repeat_first=True)
+                   / _slice_batches(repeat_first=False), repeats)
+
+
 def _numpy_work(x: np.ndarray) -> np.ndarray:
     return np.sort(np.fft.rfft(x).real)
 
@@ -373,6 +399,9 @@ def parse_example(repeats: int) -> list[float]:
 
 WORKLOADS: dict[str, Callable[[int], list[float]]] = {
     "local_batch256": local_batch256,
+    "repeat_then_batch": repeat_then_batch,
+    "batch_then_repeat": batch_then_repeat,
+    "repeat_batch_ratio": repeat_then_batch_ratio,
     "local_map_numpy_seq": local_map_numpy_seq,
     "local_map_numpy_par": local_map_numpy_par,
     "scalar_map": scalar_map,

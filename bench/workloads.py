@@ -59,6 +59,33 @@ def local_sequential_map() -> float:
     return _parallel_map(None)
 
 
+_SLICE_BATCHES = 50_000
+
+
+def _slice_rows() -> tuple[np.ndarray, np.ndarray]:
+    data = np.random.default_rng(1)
+    return data.integers(0, 100_000, (16_384, 8)), data.random(16_384).astype(np.float32)
+
+
+def _slice_batches(repeat_first: bool) -> float:
+    ds = cv.data.Dataset.from_tensor_slices(_slice_rows())
+    ds = ds.repeat().batch(256) if repeat_first else ds.batch(256).repeat()
+    return _rate(ds.take(_SLICE_BATCHES))
+
+
+def repeat_then_batch() -> float:
+    return _slice_batches(repeat_first=True)
+
+
+def batch_then_repeat() -> float:
+    return _slice_batches(repeat_first=False)
+
+
+def repeat_then_batch_ratio() -> float:
+    """repeat_then_batch's rate over batch_then_repeat's, measured back to back."""
+    return repeat_then_batch() / batch_then_repeat()
+
+
 # ----- data service: servers in their own processes, the consumer here -----------------------
 _clusters: dict[int, object] = {}
 
@@ -504,6 +531,9 @@ def parse_example() -> float:
 
 ALL = [
     Workload("local_batch256", "batches/s", local_batch256),
+    Workload("repeat_then_batch", "batches/s", repeat_then_batch),
+    Workload("batch_then_repeat", "batches/s", batch_then_repeat),
+    Workload("repeat_batch_ratio", "x batch 1st", repeat_then_batch_ratio),
     Workload("local_map_numpy_seq", "elements/s", local_sequential_map),
     Workload("local_map_numpy_par", "elements/s", local_parallel_map),
     Workload("scalar_map", "elements/s", scalar_map),

@@ -974,7 +974,8 @@ def test_bad_cluster_and_server_arguments():
         cv.distribute.Server(spec, job_name="chief", task_index=0, start=False)
     with pytest.raises(InvalidArgumentError, match="protocol"):
         cv.distribute.Server(spec, job_name="ps", task_index=0, protocol="rdma", start=False)
-    with pytest.raises(InvalidArgumentError, match="The `task_id` 3 exceeds the maximum id of worker"):
+    with pytest.raises(InvalidArgumentError,
+                       match="The `task_id` 3 exceeds the maximum id of worker"):
         cv.distribute.Server(spec, job_name="worker", task_index=3, start=False)
     resolver = cv.distribute.cluster_resolver.SimpleClusterResolver
     no_ps = cv.distribute.ClusterSpec({"chief": ["localhost:1"], "worker": ["localhost:3"]})

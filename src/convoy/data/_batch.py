@@ -11,7 +11,15 @@ import numpy as np
 
 from convoy import nest
 from convoy.data._op import Node, Op, PassNode
-from convoy.data._sources import TensorSlicesOp
+from convoy.data._rows import (
+    Chunk,
+    RowNode,
+    RowSource,
+    chunk_rows,
+    row_numbers,
+    split_rows,
+    widen,
+)
 from convoy.errors import InvalidArgumentError
 
 _SCALARS = (int, float, bool, np.generic)
@@ -80,40 +88,41 @@ class BatchOp(Op):
         return n // self.batch_size if self.drop_remainder else -(-n // self.batch_size)
 
     def iterator(self, state: Any, key: int) -> Node:
-        if type(self.input) is TensorSlicesOp:
-            return _SlicedBatchNode(self.input, self.batch_size, self.drop_remainder, state or 0)
+        source = self.input.row_source()
+        if source is not None and source.batchable():
+            rows = self.input.row_iterator(state, key)
+            return _RowBatchNode(rows, self._row_batches(source, rows))
         input = self.input.iterator(state, key)
         return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder))
+
+    def _row_batches(self, source: RowSource, rows: RowNode) -> Iterator[Any]:
+        pull, size = rows.pull, self.batch_size
+        while True:
+            got, chunks = pull(size)
+            if got < size and (self.drop_remainder or not got):
+                return
+            yield source.pack(source.gather(chunks))
 
     def static_spec(self) -> Any:
         size = self.batch_size if self.drop_remainder else None
         return _batched_spec(self.input.static_spec(), size)
 
 
-class _SlicedBatchNode(Node):
-    """Batches of ``from_tensor_slices`` cut straight from its arrays (no per-element work).
+class _RowBatchNode(Node):
+    """Batches cut or gathered from a row stream's arrays (no per-element work); it buffers
+    nothing between batches, so its state is the row stream's, as for the element path."""
 
-    Its state is the position of the next element, as for the element-wise path.
-    """
+    __slots__ = ("rows",)
 
-    __slots__ = ("position",)
+    def __init__(self, rows: RowNode, gen: Iterator[Any]) -> None:
+        self.rows = rows
+        self.gen = gen
 
-    def __init__(self, source: TensorSlicesOp, size: int, drop_remainder: bool,
-                 position: int) -> None:
-        self.position = position
-        self.gen = self._run(source, size, drop_remainder)
+    def state_dict(self) -> Any:
+        return self.rows.state_dict()
 
-    def _run(self, source: TensorSlicesOp, size: int, drop_remainder: bool) -> Iterator[Any]:
-        total = source.num_elements()
-        while self.position < total:
-            start, stop = self.position, min(self.position + size, total)
-            if drop_remainder and stop - start < size:
-                return
-            self.position = stop
-            yield source.rows(start, stop)
-
-    def state_dict(self) -> int:
-        return self.position
+    def close(self) -> None:
+        self.rows.close()
 
 
 def _pad_to(value: Any, shape: tuple[int, ...], fill: Any, component: int) -> np.ndarray:
@@ -141,8 +150,32 @@ class PaddedBatchOp(BatchOp):
         self.padding_values = padding_values
 
     def iterator(self, state: Any, key: int) -> Node:
+        source = self.input.row_source()
+        if source is not None and source.paddable():
+            rows = self.input.row_iterator(state, key)
+            return _RowBatchNode(rows, self._row_padded_batches(source, rows))
         input = self.input.iterator(state, key)
         return PassNode(input, _padded_batches(self, input.gen))
+
+    def _row_padded_batches(self, source: RowSource, rows: RowNode) -> Iterator[Any]:
+        pull, size = rows.pull, self.batch_size
+        padders = None
+        while True:
+            got, chunks = pull(size)
+            if got < size and (self.drop_remainder or not got):
+                return
+            columns = source.gather(chunks)
+            if padders is None:  # every row has the same shapes: padded as the first is
+                padders = self._padders(source, columns)
+            yield source.pack([pad(column) for pad, column in zip(padders, columns)])
+
+    def _padders(self, source: RowSource, columns: list[np.ndarray]) -> list[Any]:
+        first = source.pack([column[0] for column in columns])
+        padded = nest.flatten(pad_and_stack([first], self.padded_shapes, self.padding_values))
+        fills = _per_component(first, self.padding_values, "padding_values")
+        return [_padder(column.shape[1:], one.shape[1:],
+                        _default_padding(column[0]) if fill is None else fill)
+                for column, one, fill in zip(columns, padded, fills)]
 
     def static_spec(self) -> Any:
         spec = self.input.static_spec()
@@ -160,6 +193,20 @@ class PaddedBatchOp(BatchOp):
             out.append(s if dims is None else nest.TensorSpec(dims, s.dtype))
         return _batched_spec(nest.pack_sequence_as(spec, out),
                              self.batch_size if self.drop_remainder else None)
+
+
+def _padder(shape: tuple[int, ...], target: tuple[int, ...], fill: Any) -> Any:
+    """A function padding a batch of rows of ``shape`` to rows of ``target``."""
+    if shape == target:
+        return lambda column: column
+    inside = (slice(None), *(slice(0, n) for n in shape))
+
+    def pad(column: np.ndarray) -> np.ndarray:
+        out = np.full((len(column), *target), fill, dtype=column.dtype)
+        out[inside] = column
+        return out
+
+    return pad
 
 
 def _per_component(structure: Any, value: Any, argument: str) -> list[Any]:
@@ -219,6 +266,17 @@ class UnbatchOp(Op):
         state = state or {"input": None, "rows": []}
         return _UnbatchNode(self.input.iterator(state["input"], key), state["rows"])
 
+    def row_source(self) -> RowSource | None:
+        source = self.input.row_source()
+        return None if source is None else source.unbatched()
+
+    def row_iterator(self, state: Any, key: int) -> RowNode:
+        state = state or {"input": None, "pending_rows": []}
+        source = self.input.row_source()
+        assert source is not None
+        return _UnbatchRows(self.input.row_iterator(state["input"], key),
+                            source.leaves[0].shape[1], state["pending_rows"])
+
     def static_spec(self) -> Any:
         spec = self.input.static_spec()
         if spec is None:
@@ -269,6 +327,40 @@ class _UnbatchNode(Node):
 
     def state_dict(self) -> Any:
         return {"input": self.input.state_dict(), "rows": list(self.rows)}
+
+    def close(self) -> None:
+        self.input.close()
+
+
+class _UnbatchRows(RowNode):
+    """The row stream of unbatch: each input row becomes ``width`` rows of the unbatched
+    source. Its state holds the row numbers left of the last input row (``pending_rows``)
+    where the element path's holds those elements (``rows``)."""
+
+    __slots__ = ("input", "width", "pending")
+
+    def __init__(self, input: RowNode, width: int, pending: list[int]) -> None:
+        self.input = input
+        self.width = width
+        self.pending: list[Chunk] = [np.array(pending, dtype=np.intp)] if pending else []
+
+    def pull(self, n: int) -> tuple[int, list[Chunk]]:
+        chunks, self.pending = split_rows(self.pending, n)
+        total = chunk_rows(chunks)
+        width = self.width
+        while total < n:
+            need = n - total
+            got, more = self.input.pull(-(-need // width) if width else need)
+            if not got:
+                break
+            taken, self.pending = split_rows(widen(more, width), need)
+            chunks += taken
+            total += chunk_rows(taken)
+        return total, chunks
+
+    def state_dict(self) -> Any:
+        return {"input": self.input.state_dict(),
+                "pending_rows": row_numbers(self.pending).tolist()}
 
     def close(self) -> None:
         self.input.close()

@@ -19,9 +19,12 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from convoy.nest import spec_from_value
+
+if TYPE_CHECKING:
+    from convoy.data._rows import RowNode, RowSource
 
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
@@ -114,6 +117,15 @@ class Op:
         after a map has a leading ``None``, not the size of its first batch.
         """
         return None
+
+    def row_source(self) -> RowSource | None:
+        """The arrays this op's elements are rows of, when it can hand them on as row
+        numbers (see :mod:`convoy.data._rows`); None otherwise, the default."""
+        return None
+
+    def row_iterator(self, state: Any, key: int) -> RowNode:
+        """A row stream over this op's elements; only where ``row_source()`` is not None."""
+        raise NotImplementedError(f"{type(self).__name__} has no row stream")
 
     def with_inputs(self, inputs: tuple[Op, ...]) -> Op:
         """A copy of this op reading from other inputs (used to swap a pipeline's source)."""

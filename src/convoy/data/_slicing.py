@@ -1,5 +1,5 @@
 """Ops that choose which elements pass, or how often: take, skip, take_while, shard,
-enumerate, repeat."""
+enumerate, repeat. take, skip and repeat also pass on row streams (see _rows)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from convoy.data._op import (
     derive_key,
     element_caller,
 )
+from convoy.data._rows import Chunk, RowNode, RowSource
 from convoy.errors import InvalidArgumentError
 
 
@@ -60,8 +61,72 @@ class TakeOp(Op):
     def iterator(self, state: Any, key: int) -> Node:
         return _counting(self, state, key, self.count, _take)
 
+    def row_source(self) -> RowSource | None:
+        return self.input.row_source()
+
+    def row_iterator(self, state: Any, key: int) -> RowNode:
+        return _counting_rows(self, state, key, self.count, _TakeRows)
+
     def static_spec(self) -> Any:
         return self.input.static_spec()
+
+
+class _CountingRows(RowNode):
+    """The row stream of take or skip: its state is that of their element nodes."""
+
+    __slots__ = ("input", "count")
+
+    def __init__(self, input: RowNode, count: int) -> None:
+        self.input = input
+        self.count = count
+
+    def state_dict(self) -> Any:
+        return {"input": self.input.state_dict(), "count": self.count}
+
+    def close(self) -> None:
+        self.input.close()
+
+
+def _counting_rows(op: Op, state: Any, key: int, start: int,
+                   kind: type[_CountingRows]) -> RowNode:
+    if state is None:
+        return kind(op.input.row_iterator(None, key), start)
+    return kind(op.input.row_iterator(state["input"], key), state["count"])
+
+
+class _TakeRows(_CountingRows):
+    __slots__ = ()
+
+    def pull(self, n: int) -> tuple[int, list[Chunk]]:
+        if self.count < 0:
+            return self.input.pull(n)
+        if self.count == 0:
+            return 0, []
+        got, chunks = self.input.pull(min(n, self.count))
+        self.count -= got
+        return got, chunks
+
+
+# rows skipped per pull, so skipping many epochs of a repeat holds few chunks at a time
+_SKIP_STEP = 1 << 16
+
+
+class _SkipRows(_CountingRows):
+    __slots__ = ()
+
+    def pull(self, n: int) -> tuple[int, list[Chunk]]:
+        if self.count < 0:  # skip(-1) skips everything
+            while self.input.pull(_SKIP_STEP)[0]:
+                pass
+            return 0, []
+        left = self.count
+        while left > 0:
+            got = self.input.pull(min(left, _SKIP_STEP))[0]
+            if not got:
+                break
+            left -= got
+        self.count = 0
+        return self.input.pull(n)
 
 
 def _take(node: _CountingNode) -> Iterator[Any]:
@@ -91,6 +156,12 @@ class SkipOp(Op):
 
     def iterator(self, state: Any, key: int) -> Node:
         return _counting(self, state, key, self.count, _skip)
+
+    def row_source(self) -> RowSource | None:
+        return self.input.row_source()
+
+    def row_iterator(self, state: Any, key: int) -> RowNode:
+        return _counting_rows(self, state, key, self.count, _SkipRows)
 
     def static_spec(self) -> Any:
         return self.input.static_spec()
@@ -216,6 +287,12 @@ class RepeatOp(Op):
     def iterator(self, state: Any, key: int) -> Node:
         return _RepeatNode(self, state or {"epoch": 0, "input": None}, key)
 
+    def row_source(self) -> RowSource | None:
+        return self.input.row_source()
+
+    def row_iterator(self, state: Any, key: int) -> RowNode:
+        return _RepeatRows(self, state or {"epoch": 0, "input": None}, key)
+
     def static_spec(self) -> Any:
         return self.input.static_spec()
 
@@ -247,6 +324,47 @@ class _RepeatNode(Node):
             self.epoch += 1
             if fresh and not produced and count < 0 and not self.op.input.reads_remote():
                 return  # an empty input repeated forever is still empty
+
+    def state_dict(self) -> Any:
+        position = None if self.input is None else self.input.state_dict()
+        return {"epoch": self.epoch, "input": position}
+
+    def close(self) -> None:
+        if self.input is not None:
+            self.input.close()
+
+
+class _RepeatRows(RowNode):
+    """The row stream of repeat: a pull runs on into the next epoch; the same state as
+    :class:`_RepeatNode`."""
+
+    __slots__ = ("op", "key", "epoch", "input")
+
+    def __init__(self, op: RepeatOp, state: Any, key: int) -> None:
+        self.op = op
+        self.key = key
+        self.epoch = state["epoch"]
+        self.input: RowNode | None = None
+        if state["input"] is not None:
+            self.input = op.input.row_iterator(state["input"], derive_key(key, self.epoch))
+
+    def pull(self, n: int) -> tuple[int, list[Chunk]]:
+        count = self.op.count
+        total, chunks = 0, []
+        while total < n and (count < 0 or self.epoch < count):
+            fresh = self.input is None
+            if self.input is None:
+                self.input = self.op.input.row_iterator(None, derive_key(self.key, self.epoch))
+            got, more = self.input.pull(n - total)
+            total += got
+            chunks += more
+            if total < n:  # this epoch is over
+                self.input.close()
+                self.input = None
+                self.epoch += 1
+                if fresh and not got and count < 0 and not self.op.input.reads_remote():
+                    break  # an empty input repeated forever is still empty
+        return total, chunks
 
     def state_dict(self) -> Any:
         position = None if self.input is None else self.input.state_dict()

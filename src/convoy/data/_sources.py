@@ -17,6 +17,7 @@ import numpy as np
 
 from convoy import nest
 from convoy.data._op import Node, Op, draw_seed
+from convoy.data._rows import RowNode, RowSource, SliceRows
 from convoy.errors import InvalidArgumentError, NotFoundError
 
 
@@ -138,12 +139,11 @@ class TensorSlicesOp(IndexSource):
             return tuple([leaf[index] for leaf in self.leaves])
         return nest.pack_sequence_as(self.structure, [leaf[index] for leaf in self.leaves])
 
-    def rows(self, start: int, stop: int) -> Any:
-        """Elements ``start`` to ``stop`` stacked, as ``batch`` would make them (copies)."""
-        if self.single:
-            return self.leaves[0][start:stop].copy()
-        return nest.pack_sequence_as(self.structure,
-                                     [leaf[start:stop].copy() for leaf in self.leaves])
+    def row_source(self) -> RowSource:
+        return RowSource(self.structure, self.leaves)
+
+    def row_iterator(self, state: Any, key: int) -> RowNode:
+        return SliceRows(self.num_elements(), state or 0)
 
     def iterator(self, state: Any, key: int) -> Node:
         indices = RangeIterNode(range(self.num_elements()), state or 0)
