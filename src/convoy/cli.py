@@ -12,7 +12,7 @@ from typing import Any
 
 import convoy
 from convoy._security import MAX_REQUEST_BYTES
-from convoy.data.service._config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
+from convoy.data.service._common.server_config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],

@@ -1,6 +1,6 @@
 """The decisions of coordinated reads without a network: the worker's rounds
-(:mod:`convoy.data.service._round_robin`), the consumer's reading
-(:mod:`convoy.data.service._coordinated_reader_state`) and the dispatcher's rules."""
+(:mod:`convoy.data.service._worker.round_robin`), the consumer's reading
+(:mod:`convoy.data.service._client.coordinated_reader_state`) and the dispatcher's rules."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from convoy.data.service import _dispatcher_events as dev
-from convoy.data.service import _reader_events as rev
-from convoy.data.service._coordinated import ROUNDS_PER_TURN, turn_of
-from convoy.data.service._coordinated_reader_state import (
+from convoy.data.service._client import reader_events as rev
+from convoy.data.service._client.coordinated_reader_state import (
     CoordinatedReaderState,
     ReadRounds,
     coordinated_config,
 )
-from convoy.data.service._dispatcher_state import DispatcherState
-from convoy.data.service._round_robin import (
+from convoy.data.service._common.coordinated import ROUNDS_PER_TURN, turn_of
+from convoy.data.service._dispatcher import events as dev
+from convoy.data.service._dispatcher.state import DispatcherState
+from convoy.data.service._worker.round_robin import (
     Ask,
     Failed,
     Fill,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service import _dispatcher_state as st
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher import state as st
 from convoy.errors import (
     ConvoyError,
     FailedPreconditionError,

@@ -19,14 +19,14 @@ from convoy import _rpc
 from convoy.codec import decode
 from convoy.data import Dataset
 from convoy.data._op import seeded
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service import _dispatcher_state as st
-from convoy.data.service import _ranges
-from convoy.data.service import _reader_events as rev
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS, NUMBERED, read_numbers
-from convoy.data.service._reader_state import ReaderConfig, ReaderState
-from convoy.data.service._task import Task
+from convoy.data.service._client import reader_events as rev
+from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
+from convoy.data.service._common import ranges as _ranges
+from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS, NUMBERED, read_numbers
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher import state as st
+from convoy.data.service._worker.task import Task
 from convoy.errors import DataLossError, FailedPreconditionError, InvalidArgumentError
 from convoy.testing import LocalCluster
 

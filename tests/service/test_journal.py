@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service import _dispatcher_state as st
-from convoy.data.service._dispatcher import _Handlers
-from convoy.data.service._journal import COMPACT_EVERY, Journal, LocalStorage
-from convoy.data.service._journal_format import encode_event
+from convoy.data.service._dispatch_server import _Handlers
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher import state as st
+from convoy.data.service._dispatcher.journal import COMPACT_EVERY, Journal, LocalStorage
+from convoy.data.service._dispatcher.journal_format import encode_event
 from convoy.data.tfrecord import TFRecordWriter, read_records
 from convoy.errors import DataLossError, NotFoundError
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service import _dispatcher_state as st
-from convoy.data.service._journal_format import (
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher import state as st
+from convoy.data.service._dispatcher.journal_format import (
     decode_event,
     decode_meta,
     decode_snapshot,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from convoy.data.service import _reader_events as ev
-from convoy.data.service._reader_state import ReaderConfig, ReaderState
+from convoy.data.service._client import reader_events as ev
+from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
 from convoy.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 
 ANONYMOUS = ReaderConfig(unreachable_timeout_s=10.0, first_backoff_s=0.5, max_backoff_s=2.0,

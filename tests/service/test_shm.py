@@ -1,4 +1,4 @@
-"""Shared-memory segments (convoy.data.service._shm), the worker's ledger of its segments
+"""Shared-memory segments (convoy.data.service._shm.segments), the worker's ledger of its segments
 (_shm_ledger), both sides of the transfer (_shm_transfer), and how a consumer reads an
 answer's status, without a network."""
 
@@ -18,16 +18,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from convoy.codec import Encoder, decode
-from convoy.data.service import _shm, _shm_transfer
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._protocol import ELEMENTS, NOT_READY, SHARED_MEMORY
+from convoy.data.service._common.host import SHM_DIR, host_identity
+from convoy.data.service._common.wire import ELEMENTS, NOT_READY, SHARED_MEMORY
 from convoy.data.service._reader import answer_elements
-from convoy.data.service._shm import Process, SegmentNames
-from convoy.data.service._shm_ledger import Segment, SegmentLedger
-from convoy.data.service._shm_transfer import SegmentReader, SegmentServer, reader_identity
+from convoy.data.service._shm import consumer_end
+from convoy.data.service._shm import segments as _shm
+from convoy.data.service._shm.consumer_end import SegmentReader, reader_identity
+from convoy.data.service._shm.ledger import Segment, SegmentLedger
+from convoy.data.service._shm.segments import Process, SegmentNames
+from convoy.data.service._shm.worker_end import SegmentServer
 from convoy.errors import DataLossError, InvalidArgumentError
 
-pytestmark = pytest.mark.skipif(not _shm.host_identity(), reason="no POSIX shared memory")
+pytestmark = pytest.mark.skipif(not host_identity(), reason="no POSIX shared memory")
 
 
 @pytest.fixture
@@ -36,7 +39,7 @@ def names() -> SegmentNames:
 
 
 def path(name: str) -> str:
-    return os.path.join(_shm.SHM_DIR, name)
+    return os.path.join(SHM_DIR, name)
 
 
 @pytest.fixture(autouse=True)
@@ -146,7 +149,7 @@ def test_names_not_of_convoy_are_refused(name: str) -> None:
 
 def orphan() -> str:
     """A segment whose writer, another process, has exited."""
-    writer = ("from convoy.data.service import _shm\n"
+    writer = ("from convoy.data.service._shm import segments as _shm\n"
               "name = _shm.SegmentNames().new()\n"
               "_shm.write_segment(name, [b'orphan'])\n"
               "print(name)\n")
@@ -449,7 +452,8 @@ def test_a_malformed_shared_memory_answer(answer: bytes) -> None:
 FORKING_READER = """
 import gc, os, numpy as np
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._shm_transfer import SegmentReader, SegmentServer, reader_identity
+from convoy.data.service._shm.consumer_end import SegmentReader, reader_identity
+from convoy.data.service._shm.worker_end import SegmentServer
 server, reader = SegmentServer(), SegmentReader()
 asking = pb.GetElementsRequest(task_id=1, max_elements=1, max_bytes=1 << 20,
                                shared_memory=reader_identity())
@@ -487,7 +491,7 @@ def test_reader_threads_report_at_once_within_the_bound(monkeypatch: pytest.Monk
                                                         ) -> None:
     """Many reader threads report releases at once; what a reading remembers stays within
     MAX_TRACKED and no thread fails (the oldest names are left to the worker)."""
-    monkeypatch.setattr(_shm_transfer, "MAX_TRACKED", 8)
+    monkeypatch.setattr(consumer_end, "MAX_TRACKED", 8)
     old_interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     reader, errors = SegmentReader(), []
@@ -548,8 +552,11 @@ def test_a_segment_let_go_of_while_the_reading_closes_is_unlinked(
 
 FORKED_CLOSE = """
 import gc, os, numpy as np
-from convoy.data.service import _shm, service_pb2 as pb
-from convoy.data.service._shm_transfer import SegmentReader, SegmentServer, reader_identity
+from convoy.data.service._common.host import SHM_DIR
+from convoy.data.service._shm import segments as _shm
+from convoy.data.service import service_pb2 as pb
+from convoy.data.service._shm.consumer_end import SegmentReader, reader_identity
+from convoy.data.service._shm.worker_end import SegmentServer
 server, reader = SegmentServer(), SegmentReader()
 asking = pb.GetElementsRequest(task_id=1, max_elements=1, max_bytes=1 << 20,
                                shared_memory=reader_identity())
@@ -562,7 +569,7 @@ if child == 0:  # the child's copy of the reading closes: the parent's queue is 
     reader.close()
     os._exit(0)
 os.waitpid(child, 0)
-print(os.path.exists(os.path.join(_shm.SHM_DIR, answer[17:].decode())),
+print(os.path.exists(os.path.join(SHM_DIR, answer[17:].decode())),
       len(reader.released("w")))
 server.close()
 """

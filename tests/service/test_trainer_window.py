@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from convoy.data.service._trainer_window import TrainerWindow
+from convoy.data.service._worker.trainer_window import TrainerWindow
 from convoy.errors import InvalidArgumentError
 
 

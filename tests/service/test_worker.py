@@ -14,14 +14,14 @@ import pytest
 from convoy import _rpc
 from convoy.data import Dataset
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._client import _Registration
-from convoy.data.service._protocol import (
+from convoy.data.service._common.wire import (
     DISPATCHER,
     DISPATCHER_METHODS,
     END_OF_SEQUENCE,
     WORKER,
     WORKER_METHODS,
 )
+from convoy.data.service._distribute import _Registration
 from convoy.errors import UnavailableError
 from convoy.testing import LocalCluster
 

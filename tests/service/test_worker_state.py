@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from convoy.data.service import _worker_state as ws
+from convoy.data.service._worker import state as ws
 from convoy.errors import InvalidArgumentError, UnavailableError
 
 ADDRESS = "localhost:7000"

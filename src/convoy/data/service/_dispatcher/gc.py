@@ -1,6 +1,6 @@
 """Garbage collection of the dispatcher's state: silent clients, lost workers, idle iterations.
 
-A part of :class:`~._dispatcher_state.DispatcherState` (which it is mixed into), kept apart
+A part of :class:`~.state.DispatcherState` (which it is mixed into), kept apart
 to keep each module short: what the ``CollectGarbage`` event does, and the queries the
 dispatcher asks before it, to name whom the event forgets.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service._config import ShardingPolicy
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._dispatcher import events as ev
 
 
 class GarbageCollection:
-    """The ``CollectGarbage`` event of :class:`~._dispatcher_state.DispatcherState`."""
+    """The ``CollectGarbage`` event of :class:`~.state.DispatcherState`."""
 
     # the state's records and indexes (see DispatcherState)
     clients: dict[int, ev.ClientRecord]

@@ -1,8 +1,9 @@
 """One consumer's coordinated read of an iteration, as a state machine (events in,
-instructions out), in the vocabulary of :mod:`._reader_events`.
+instructions out), in the vocabulary of :mod:`.reader_events`.
 
 The consumer reads rounds in order, one request in flight: the rounds from ``next_round`` up
-to the end of the current turn (see :mod:`._coordinated`), from the task whose turn it is, at
+to the end of the current turn (see :mod:`convoy.data.service._common.coordinated`), from the
+task whose turn it is, at
 most half its window at a time (so the next request can fly while the consumer works through
 the last answer). The task list is fixed by the first heartbeat view that lists tasks: every
 consumer of the iteration sees the same one. A task that leaves the list later (its worker was
@@ -16,14 +17,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from convoy.data.service import _reader_events as ev
-from convoy.data.service._coordinated import (
+from convoy.data.service._client import reader_events as ev
+from convoy.data.service._client.reader_state import (
+    Instructions,
+    ReaderConfig,
+    ReaderState,
+    TaskState,
+)
+from convoy.data.service._common.coordinated import (
     ROUNDS_PER_TURN,
     end_of_sequence_error,
     turn_end,
     turn_of,
 )
-from convoy.data.service._reader_state import Instructions, ReaderConfig, ReaderState, TaskState
 from convoy.errors import UnavailableError
 
 #: Rounds asked for per request when the consumer's window does not bound them.

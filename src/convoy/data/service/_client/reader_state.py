@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from convoy.data.service import _ranges
-from convoy.data.service import _reader_events as ev
+from convoy.data.service._client import reader_events as ev
+from convoy.data.service._common import ranges as _ranges
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
 Instructions = tuple[Any, ...]

@@ -1,7 +1,7 @@
 """The cross-trainer cache of one task: trainers with different ids read the same elements,
 each computed once by the task.
 
-:class:`TrainerCache` is the thread-safe face of a :class:`~._trainer_window.TrainerWindow`
+:class:`TrainerCache` is the thread-safe face of a :class:`~.trainer_window.TrainerWindow`
 that the worker serves GetElements calls from: a trainer with cached elements ahead of it
 reads them; one at the head pulls the next elements from the task (one trainer at a time) and
 appends them for the others.
@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from convoy.data.service._task import Task, element_size
-from convoy.data.service._trainer_window import TrainerWindow, WindowStats
+from convoy.data.service._worker.task import Task, element_size
+from convoy.data.service._worker.trainer_window import TrainerWindow, WindowStats
 from convoy.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)

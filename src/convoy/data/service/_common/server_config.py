@@ -1,17 +1,16 @@
-"""Configuration values of the data service: the tables of supported options (sharding
-policies, target workers, compressions) and the server configs."""
+"""How to run the data service's servers: the security settings both share and the
+dispatcher's and the worker's configs (public as ``convoy.data.service.DispatcherConfig`` and
+``WorkerConfig``). They import the security layer, so no state machine reads them: the shells
+pass on what their wings need."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 from convoy import _check as check
 from convoy import _rpc
 from convoy._security import MAX_REQUEST_BYTES, Security
-from convoy.codec import COMPRESSIONS
-from convoy.data.service._static_policy import checked_worker_addresses
 from convoy.errors import InvalidArgumentError
 
 #: The dispatcher's default limits: registered datasets, jobs, bytes of one pickled dataset.
@@ -20,42 +19,35 @@ MAX_JOBS = 100_000
 MAX_DATASET_BYTES = 128 * 2**20
 
 
-class ShardingPolicy(enum.IntEnum):
-    """How a job's input is divided among workers (the values are TensorFlow's)."""
-
-    OFF = 0  #: every worker produces the whole dataset
-    DYNAMIC = 1  #: the dispatcher hands out splits of the source; each element once in all
-    FILE = 2  #: static: worker i reads the i-th share of the files
-    DATA = 3  #: static: worker i keeps every element whose index is i modulo the workers
-    FILE_OR_DATA = 4  #: static: FILE when the source is a file list, else DATA
-    HINT = 5  #: static: shard(SHARD_HINT, SHARD_HINT) becomes shard(workers, worker index)
-
-
-_MODE_NAMES = {"parallel_epochs": ShardingPolicy.OFF,
-               "distributed_epoch": ShardingPolicy.DYNAMIC}
-
-#: Which workers a trainer reads from (TensorFlow's values).
-TARGET_WORKERS = ("AUTO", "ANY", "LOCAL")
-
-#: The values of the wire's string enums: "" (first) is AUTO for target_workers and no
-#: compression for compressions.
-WIRE_TARGET_WORKERS = ("", *TARGET_WORKERS)
-WIRE_COMPRESSIONS = ("", *COMPRESSIONS)
+def checked_worker_addresses(value: Any) -> tuple[str, ...] | None:
+    """``DispatcherConfig.worker_addresses`` checked: None, or distinct ``host:port``
+    addresses."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise InvalidArgumentError(
+            f"worker_addresses must be a list of 'host:port' strings, got {value!r}")
+    for entry in value:
+        if not _is_address(entry):
+            raise InvalidArgumentError(
+                f"worker_addresses entries must be exact 'host:port' addresses, the address "
+                f"each worker reports (WorkerConfig.worker_address, else localhost:<port>); "
+                f"'%port%' placeholders and host-only entries are not resolved; got {entry!r}"
+            )
+    duplicates = sorted({entry for entry in value if value.count(entry) > 1})
+    if duplicates:
+        raise InvalidArgumentError(f"worker_addresses lists {duplicates} more than once")
+    return tuple(value)
 
 
-def sharding_policy(value: Any) -> ShardingPolicy:
-    """A ShardingPolicy from the enum, its name or TensorFlow's two processing-mode strings."""
-    if isinstance(value, ShardingPolicy):
-        return value
-    if isinstance(value, str):
-        if value in _MODE_NAMES:
-            return _MODE_NAMES[value]
-        if value.upper() in ShardingPolicy.__members__:
-            return ShardingPolicy[value.upper()]
-    raise InvalidArgumentError(
-        "processing_mode should be a convoy.data.service.ShardingPolicy, \"parallel_epochs\" "
-        f"or \"distributed_epoch\". Got {value!r}."
-    )
+def _is_address(entry: Any) -> bool:
+    if not isinstance(entry, str) or "%" in entry:
+        return False
+    try:
+        _rpc.check_address(entry, "worker_addresses")
+    except InvalidArgumentError:
+        return False
+    return True
 
 
 def _port(value: Any) -> int:

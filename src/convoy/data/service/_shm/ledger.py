@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from convoy.data.service._shm import Process
+from convoy.data.service._shm.segments import Process
 
 #: A free segment is taken for an answer only if it is at most this many times the answer's size.
 MAX_SLACK = 4

@@ -1,4 +1,4 @@
-"""WorkerServer: the gRPC shell around :class:`~._worker_state.WorkerState`.
+"""WorkerServer: the gRPC shell around :class:`~convoy.data.service._worker.state.WorkerState`.
 
 The worker runs the tasks the dispatcher assigns and serves their elements. Handlers turn
 requests into events, apply them under one lock and carry out the instructions: task threads
@@ -24,10 +24,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from convoy import _rpc
-from convoy.data.service import _worker_state as ws
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._config import ShardingPolicy, WorkerConfig
-from convoy.data.service._protocol import (
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.server_config import WorkerConfig
+from convoy.data.service._common.static_policy import task_shard
+from convoy.data.service._common.wire import (
     DISPATCHER,
     DISPATCHER_METHODS,
     ELEMENT_WAIT_S,
@@ -37,16 +38,16 @@ from convoy.data.service._protocol import (
     WORKER,
     WORKER_METHODS,
 )
-from convoy.data.service._round_robin import RoundRobinTask
-from convoy.data.service._shm_transfer import SegmentServer
-from convoy.data.service._static_policy import task_shard
-from convoy.data.service._task import MAX_BUFFERED_ELEMENTS, Task
-from convoy.data.service._trainer_cache import (
+from convoy.data.service._shm.worker_end import SegmentServer
+from convoy.data.service._worker import state as ws
+from convoy.data.service._worker.round_robin import RoundRobinTask
+from convoy.data.service._worker.task import MAX_BUFFERED_ELEMENTS, Task
+from convoy.data.service._worker.trainer_cache import (
     DEFAULT_CACHE_BYTES,
     READ_AHEAD_ELEMENTS,
     TrainerCache,
 )
-from convoy.data.service._trainer_window import WindowStats
+from convoy.data.service._worker.trainer_window import WindowStats
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import types
 import typing
 from typing import Any
 
-from convoy.data.service._dispatcher_events import EVENTS, SavedState
-from convoy.data.service._dispatcher_state import DispatcherState
+from convoy.data.service._dispatcher.events import EVENTS, SavedState
+from convoy.data.service._dispatcher.state import DispatcherState
 
 FORMAT = 1
 

@@ -1,4 +1,4 @@
-"""What goes in and out of a consumer's reader state machine (:mod:`._reader_state`).
+"""What goes in and out of a consumer's reader state machine (:mod:`.reader_state`).
 
 Events report what happened (time enters as their ``now``); the state answers each with a
 tuple of instructions for the threads that carry them out.

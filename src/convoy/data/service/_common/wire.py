@@ -36,6 +36,8 @@ NOT_READY = b"N"  # nothing yet: ask again
 #: followed by the length of the codec message in a shared-memory segment and the number of this
 #: handout of the segment (little-endian uint64 each), then the segment's name
 SHARED_MEMORY = b"M"
+#: A SHARED_MEMORY answer's header, before the segment's name.
+SHARED_MEMORY_HEADER = struct.Struct("<QQ")
 
 #: How long a worker waits for a task's first element (or for the heartbeat that may bring
 #: its task) before answering NOT_READY.

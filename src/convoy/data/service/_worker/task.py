@@ -4,7 +4,8 @@ Consumers take elements from the channel in batches (:meth:`Task.take`); each el
 exactly one consumer, first come first served.
 
 Under DYNAMIC a task's elements are numbered from 0 and each answer says which numbers it
-carries: a task run again on a new worker process (:mod:`._dispatcher_state`) replays its
+carries: a task run again on a new worker process
+(:mod:`convoy.data.service._dispatcher.state`) replays its
 splits, makes the same elements in the same order (its ops draw their seeds from the task id),
 and skips the numbers its consumers already have.
 """
@@ -23,8 +24,8 @@ from convoy._channel import Channel, Closed
 from convoy.codec import Encoder
 from convoy.data._op import Op, seeded
 from convoy.data._split import SplitSupplier, read_splits
-from convoy.data.service._protocol import NUMBERED, pack_numbers
-from convoy.data.service._ranges import Skipper, runs
+from convoy.data.service._common.ranges import Skipper, runs
+from convoy.data.service._common.wire import NUMBERED, pack_numbers
 from convoy.errors import ConvoyError, InvalidArgumentError
 
 #: A task stops producing while its buffer holds this many elements ...

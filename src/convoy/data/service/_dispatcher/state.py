@@ -1,6 +1,6 @@
 """The dispatcher's state machine: events in, results out; no sockets, threads or clocks.
 
-Every change to the dispatcher's state is one event (:mod:`._dispatcher_events`) passed to
+Every change to the dispatcher's state is one event (:mod:`.events`) passed to
 :meth:`DispatcherState.apply`, which returns the event's result. Given the same events in the
 same order, two states end up equal, so the event log is the journal and restart is replay.
 Time enters only as the ``now`` field of the events that need it; last-seen times are the only
@@ -10,14 +10,14 @@ Objects and their ids: datasets (decimal strings), jobs, iterations (one per job
 repetition), iteration clients (one per consumer iterator), tasks (one per iteration and
 worker; a static job's on its listed workers only), workers (by address; ``uid`` tells a
 restarted process apart). Indexes of tasks by worker and by iteration keep each event's cost
-independent of how much history is held. Garbage collection is in :mod:`._dispatcher_gc`.
+independent of how much history is held. Garbage collection is in :mod:`.gc`.
 
 Under DYNAMIC, splits are handed out from a cursor per iteration and repetition, and every
-answer is kept with its task (:mod:`._dispatcher_splits`). That is how a task runs again
+answer is kept with its task (:mod:`.splits`). That is how a task runs again
 exactly once when its worker process is replaced or lost: the new run replays the task's
 splits (seeded alike, the pipeline makes the same elements in the same order, numbered from
 0) and skips the sequence numbers its consumers have received; it starts once every client of
-the iteration has reported them (:mod:`._dispatcher_runs`).
+the iteration has reported them (:mod:`.runs`).
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import dataclasses
 import random
 from typing import Any
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service._config import ShardingPolicy
-from convoy.data.service._coordinated import adds_tasks, check_coordinated_job
-from convoy.data.service._dispatcher_events import RESTART_HINT
-from convoy.data.service._dispatcher_gc import GarbageCollection
-from convoy.data.service._dispatcher_runs import TaskRuns
-from convoy.data.service._dispatcher_splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS, Splits
-from convoy.data.service._static_policy import check_static_job, is_static
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.coordinated import adds_tasks, check_coordinated_job
+from convoy.data.service._common.static_policy import check_static_job, is_static
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.events import RESTART_HINT
+from convoy.data.service._dispatcher.gc import GarbageCollection
+from convoy.data.service._dispatcher.runs import TaskRuns
+from convoy.data.service._dispatcher.splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS, Splits
 from convoy.errors import (
     ConvoyError,
     FailedPreconditionError,

@@ -7,15 +7,27 @@ dispatcher serves everyone else as before.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service._config import DispatcherConfig
-from convoy.data.service._dispatcher_state import DispatcherState
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.state import DispatcherState
 from convoy.errors import ResourceExhaustedError
 
 
-def admit(config: DispatcherConfig, state: DispatcherState, event: Any) -> None:
+class Limits(Protocol):
+    """The limits of a dispatcher (its ``DispatcherConfig`` has them)."""
+
+    @property
+    def max_datasets(self) -> int: ...
+
+    @property
+    def max_jobs(self) -> int: ...
+
+    @property
+    def max_dataset_bytes(self) -> int: ...
+
+
+def admit(config: Limits, state: DispatcherState, event: Any) -> None:
     """Raise :class:`ResourceExhaustedError`, naming the limit, if applying ``event`` to
     ``state`` would go beyond one of ``config``'s limits."""
     if isinstance(event, ev.RegisterDataset):

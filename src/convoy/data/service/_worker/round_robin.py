@@ -15,7 +15,7 @@ elements, one per round), so the consumers stay in step. A request still waiting
 other consumers after its ``timeout_s`` fails, naming the consumers that have not asked.
 
 :class:`RoundRobinState` holds the decisions (no threads or clocks: time comes as ``now``);
-:class:`RoundRobinTask` is its threaded shell over a running :class:`~._task.Task`.
+:class:`RoundRobinTask` is its threaded shell over a running :class:`~.task.Task`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from convoy.data.service._coordinated import end_of_sequence_error
-from convoy.data.service._task import Task
+from convoy.data.service._common.coordinated import end_of_sequence_error
+from convoy.data.service._worker.task import Task
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 #: While waiting, a request checks this often whether the other consumers have gone quiet.

@@ -1,7 +1,7 @@
 """Runs of a DYNAMIC task: how the dispatcher runs a task again, exactly once, when the worker
 process running it is replaced or lost.
 
-A part of :class:`~._dispatcher_state.DispatcherState` (which it is mixed into), kept apart to
+A part of :class:`~.state.DispatcherState` (which it is mixed into), kept apart to
 keep each module short. A DYNAMIC task counts its runs from 1 (``incarnation``). A run ends
 when its process is replaced (a new process at the address) or lost (silent past the worker
 timeout: then another worker adopts the task, the one with the fewest tasks). The next run
@@ -16,15 +16,15 @@ when it lost its own): the next worker to register adopts it.
 
 from __future__ import annotations
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service import _ranges
+from convoy.data.service._common import ranges as _ranges
+from convoy.data.service._dispatcher import events as ev
 
 #: ``runner`` of a task that waits for a worker to adopt it.
 NOBODY = ""
 
 
 class TaskRuns:
-    """Runs of DYNAMIC tasks in :class:`~._dispatcher_state.DispatcherState`."""
+    """Runs of DYNAMIC tasks in :class:`~.state.DispatcherState`."""
 
     # the state's records and indexes (see DispatcherState)
     clients: dict[int, ev.ClientRecord]

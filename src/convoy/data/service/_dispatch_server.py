@@ -14,16 +14,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from convoy import _rpc
-from convoy.data.service import _dispatcher_events as ev
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._config import WIRE_COMPRESSIONS as _COMPRESSIONS
-from convoy.data.service._config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
-from convoy.data.service._config import DispatcherConfig, ShardingPolicy
-from convoy.data.service._dispatcher_state import DispatcherState, fresh_id_base
-from convoy.data.service._journal import Journal, LocalStorage
-from convoy.data.service._limits import admit
-from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
-from convoy.data.service._static_policy import check_listed_worker
+from convoy.data.service._common.config import WIRE_COMPRESSIONS as _COMPRESSIONS
+from convoy.data.service._common.config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.server_config import DispatcherConfig
+from convoy.data.service._common.static_policy import check_listed_worker
+from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.journal import Journal, LocalStorage
+from convoy.data.service._dispatcher.limits import admit
+from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)

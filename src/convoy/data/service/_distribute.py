@@ -23,14 +23,14 @@ from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._split import source_units, split_units
 from convoy.data._static_shard import check_file_sources
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._config import ShardingPolicy
-from convoy.data.service._options import (
+from convoy.data.service._client.options import (
     CrossTrainerCache,
     ReadOptions,
     dispatcher_client,
     read_options,
     timeout_s,
 )
+from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._reader import Reader
 from convoy.errors import InvalidArgumentError, UnimplementedError
 

@@ -16,42 +16,28 @@ host never share a name, and :func:`sweep_orphans` unlinks the segments of write
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
+import logging
 import mmap
 import os
 import re
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from convoy.data.service._common.host import SHM_DIR, pid_namespace
 from convoy.errors import DataLossError, InvalidArgumentError
 
-#: Where POSIX shared memory lives on Linux.
-SHM_DIR = "/dev/shm"
+log = logging.getLogger(__name__)
+
 PREFIX = "convoy-shm"
 _NAME = re.compile(PREFIX + r"\.u(\d+)\.n(\d+)\.p(\d+)\.s(\d+)\.[0-9a-f]+\.\d+")
 _MODE = 0o600
 _IOV_MAX = 512  # pieces per writev call (Linux allows 1024)
 
 
-# ----- this host and its processes ---------------------------------------------------------------
-@functools.cache
-def host_identity() -> str:
-    """What two processes share exactly when they can exchange segments: the boot, the
-    shared-memory file system, the pid namespace (containers on one machine may differ in
-    these two) and the user (segments are private to theirs). "" where there is no POSIX
-    shared memory."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            boot_id = boot.read().strip()
-        shm = os.stat(SHM_DIR)
-    except OSError:
-        return ""
-    return f"{boot_id}:{shm.st_dev}:{_pid_namespace()}:{os.getuid()}"
-
-
+# ----- this host's processes ---------------------------------------------------------------
 def shm_capacity() -> int:
     """The size of the shared-memory file system, in bytes (0 if there is none)."""
     try:
@@ -59,14 +45,6 @@ def shm_capacity() -> int:
     except OSError:
         return 0
     return info.f_blocks * info.f_frsize
-
-
-@functools.cache
-def _pid_namespace() -> int:
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
 
 
 def process_start(pid: int) -> int | None:
@@ -102,7 +80,7 @@ class SegmentNames:
 
     def __init__(self) -> None:
         me = Process.this()
-        self._stem = (f"{PREFIX}.u{os.getuid()}.n{_pid_namespace()}.p{me.pid}.s{me.start}."
+        self._stem = (f"{PREFIX}.u{os.getuid()}.n{pid_namespace()}.p{me.pid}.s{me.start}."
                       f"{secrets.token_hex(8)}")
         self._numbers = itertools.count()
 
@@ -195,6 +173,16 @@ def unlink_segment(name: str) -> bool:
     return True
 
 
+def unlink_all(names: Iterable[str]) -> None:
+    """Unlink the segments ``names``, warning about those that cannot be (they are not ours
+    to remove any more: nothing to free)."""
+    for name in names:
+        try:
+            unlink_segment(name)
+        except OSError as error:
+            log.warning("cannot unlink shared-memory segment %s (%s)", name, error)
+
+
 # ----- orphans -----------------------------------------------------------------------------------
 def segments(uid: int | None = None) -> list[str]:
     """The names of the convoy segments on this host (of user ``uid``, if given)."""
@@ -231,7 +219,7 @@ def sweep_orphans() -> list[str]:
 
 
 def _orphans() -> Iterator[str]:
-    uid, namespace = os.getuid(), _pid_namespace()
+    uid, namespace = os.getuid(), pid_namespace()
     for name in segments(uid):
         _, its_namespace, writer = _owner(name)
         if its_namespace == namespace and not writer.alive():

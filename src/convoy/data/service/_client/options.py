@@ -10,14 +10,14 @@ from typing import Any
 from convoy import _check as check
 from convoy import _rpc
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._config import (
+from convoy.data.service._common.config import (
     TARGET_WORKERS,
     ShardingPolicy,
     sharding_policy,
 )
-from convoy.data.service._coordinated import check_coordinated_options
-from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
-from convoy.data.service._shm import host_identity
+from convoy.data.service._common.coordinated import check_coordinated_options
+from convoy.data.service._common.host import host_identity
+from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
 from convoy.errors import InvalidArgumentError, UnimplementedError
 
 #: How long trainers retry an unreachable dispatcher before raising UnavailableError.

@@ -1,7 +1,7 @@
 """The dispatcher's journal: its state changes, durable in ``work_dir``, replayed on restart.
 
-Each state change is an event (:mod:`._dispatcher_events`); the journal appends it as one
-TFRecord-framed record (length, CRC, data, CRC) of plain data (:mod:`._journal_format`) and
+Each state change is an event (:mod:`.events`); the journal appends it as one
+TFRecord-framed record (length, CRC, data, CRC) of plain data (:mod:`.journal_format`) and
 fsyncs before the dispatcher answers. Heartbeats that only move a last-seen time are not
 journaled (:meth:`DispatcherState.is_durable`).
 
@@ -32,8 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from convoy.data.service._dispatcher_state import DispatcherState, fresh_id_base
-from convoy.data.service._journal_format import (
+from convoy.data.service._dispatcher.journal_format import (
     decode_event,
     decode_meta,
     decode_snapshot,
@@ -41,6 +40,7 @@ from convoy.data.service._journal_format import (
     encode_meta,
     encode_snapshot,
 )
+from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
 from convoy.data.tfrecord import TFRecordWriter, find_record, read_records
 from convoy.errors import DataLossError
 

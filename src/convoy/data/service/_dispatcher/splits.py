@@ -1,11 +1,11 @@
 """Splits under DYNAMIC: the ``GetSplits`` event of the dispatcher's state.
 
-A part of :class:`~._dispatcher_state.DispatcherState` (which it is mixed into), kept apart
+A part of :class:`~.state.DispatcherState` (which it is mixed into), kept apart
 to keep each module short. Splits are handed out from a cursor per iteration and repetition,
 several per request, in fair shares when few are left. A request names its task, its run of
 the task and a number: every answer is kept with the task, so the same request sent again
 (its answer was lost when the dispatcher died) gets the same splits, and so does a later
-run's request of that number (:mod:`._dispatcher_runs`). Requests of older workers (run 0)
+run's request of that number (:mod:`.runs`). Requests of older workers (run 0)
 keep only the task's latest answer, per worker process.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service._config import ShardingPolicy
-from convoy.data.service._dispatcher_events import RESTART_HINT
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 
 #: Split requests hand out this many source units per split at most ...
@@ -25,7 +25,7 @@ SPLITS_PER_PASS = 1024
 
 
 class Splits:
-    """The ``GetSplits`` event of :class:`~._dispatcher_state.DispatcherState`."""
+    """The ``GetSplits`` event of :class:`~.state.DispatcherState`."""
 
     # the state's records (see DispatcherState)
     datasets: dict[str, ev.DatasetRecord]
