@@ -236,6 +236,7 @@ _collected: dict[str, object] = {}  # the state after dispatcher_scale_gc, for t
 
 def _scaled_state() -> object:
     """The dispatcher's state machine after that history (no network, no journal)."""
+    from convoy.data.service._common.config import ShardingPolicy
     from convoy.data.service._dispatcher import events as ev
     from convoy.data.service._dispatcher.state import DispatcherState
 
@@ -243,7 +244,7 @@ def _scaled_state() -> object:
     dataset = state.apply(ev.RegisterDataset("fp", b"pipeline", "", b"", 10, 10))
     for w in range(_SCALE_WORKERS):
         state.apply(ev.WorkerHeartbeat(f"worker-{w}:5000", "uid", (), 0.0))
-    job = state.apply(ev.GetOrCreateJob(dataset, "train", ev.JobOptions("OFF")))
+    job = state.apply(ev.GetOrCreateJob(dataset, "train", ev.JobOptions(ShardingPolicy.OFF)))
     iterations = [state.apply(ev.GetOrCreateIteration(job, epoch, 0.0))
                   for epoch in range(_SCALE_ITERATIONS)]
     for iteration_id, client_id in iterations[:-_SCALE_LIVE]:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher import state as st
 from convoy.errors import (
@@ -31,7 +32,8 @@ def register(state: st.DispatcherState, fingerprint: str = "fp", units: int = 10
 
 def job(state: st.DispatcherState, dataset_id: str, name: str = "", mode: str = "DYNAMIC",
         **options: Any) -> int:
-    return state.apply(ev.GetOrCreateJob(dataset_id, name, ev.JobOptions(mode, **options)))
+    return state.apply(ev.GetOrCreateJob(dataset_id, name,
+                                        ev.JobOptions(ShardingPolicy[mode], **options)))
 
 
 def iteration(state: st.DispatcherState, job_id: int, repetition: int = 0,
@@ -104,7 +106,7 @@ def test_generated_ids_skip_requested_ones(state: st.DispatcherState) -> None:
 def test_unknown_dataset_is_not_found(state: st.DispatcherState) -> None:
     with pytest.raises(NotFoundError, match="Dataset id 'nope' not found"):
         state.dataset("nope")
-    event = ev.GetOrCreateJob("nope", "", ev.JobOptions("OFF"))
+    event = ev.GetOrCreateJob("nope", "", ev.JobOptions(ShardingPolicy.OFF))
     assert_unchanged(state, event, NotFoundError, "'nope' not found")
 
 
@@ -137,7 +139,7 @@ def test_named_job_with_other_options_is_refused(state: st.DispatcherState,
                                                  expected: tuple[str, str]) -> None:
     dataset_id = register(state)
     job(state, dataset_id, "train", **existing)
-    options = ev.JobOptions(other.pop("mode", "DYNAMIC"), **other)
+    options = ev.JobOptions(ShardingPolicy[other.pop("mode", "DYNAMIC")], **other)
     before = state.snapshot()
     with pytest.raises(InvalidArgumentError,
                        match="but found an existing job with different parameters") as error:
@@ -151,7 +153,8 @@ def test_named_job_with_other_options_is_refused(state: st.DispatcherState,
 
 def test_unsplittable_dynamic_jobs_are_refused(state: st.DispatcherState) -> None:
     unsplittable = register(state, "b", units=-1)
-    assert_unchanged(state, ev.GetOrCreateJob(unsplittable, "", ev.JobOptions("DYNAMIC")),
+    assert_unchanged(state, ev.GetOrCreateJob(unsplittable, "",
+                                              ev.JobOptions(ShardingPolicy.DYNAMIC)),
                      UnimplementedError, "DYNAMIC sharding needs")
     assert job(state, unsplittable, mode="OFF") in state.jobs
 
@@ -163,18 +166,18 @@ LISTED = ("w1:1", "w2:2", "w3:3")
 
 def static_job(state: st.DispatcherState, mode: str = "DATA", listed: tuple[str, ...] = LISTED,
                **options: Any) -> int:
-    return state.apply(ev.GetOrCreateJob(register(state), "", ev.JobOptions(mode, **options),
-                                         listed))
+    options_ = ev.JobOptions(ShardingPolicy[mode], **options)
+    return state.apply(ev.GetOrCreateJob(register(state), "", options_, listed))
 
 
 @pytest.mark.parametrize("mode", ["FILE", "DATA", "FILE_OR_DATA", "HINT"])
 def test_static_jobs_need_a_worker_list(state: st.DispatcherState, mode: str) -> None:
     dataset_id = register(state)
-    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", ev.JobOptions(mode)),
+    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", ev.JobOptions(ShardingPolicy[mode])),
                      InvalidArgumentError,
                      f"sharding policy {mode} needs a fixed list of workers: .*worker_addresses")
-    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", ev.JobOptions(mode, 0, "ANY"),
-                                              LISTED),
+    any_worker = ev.JobOptions(ShardingPolicy[mode], 0, "ANY")
+    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", any_worker, LISTED),
                      InvalidArgumentError, "Static sharding requires reading from local workers")
     job_id = static_job(state, mode)
     assert state.jobs[job_id].worker_addresses == LISTED
@@ -193,7 +196,8 @@ def test_static_tasks_run_on_listed_workers_at_their_index(state: st.DispatcherS
     assert sorted(state.iterations[iteration_id].tasks) == ["w3:3"]
     assert heartbeat(state, "other:9").new_tasks == []
     (task,) = heartbeat(state, "w3:3").new_tasks
-    assert (task.processing_mode, task.worker_index, task.num_workers) == ("DATA", 2, 3)
+    assert task.processing_mode is ShardingPolicy.DATA
+    assert (task.worker_index, task.num_workers) == (2, 3)
     # listed workers that come later get their shard, at their own index
     (late,) = heartbeat(state, "w1:1").new_tasks
     assert (late.worker_index, late.num_workers) == (1, 3)
@@ -212,10 +216,10 @@ def test_a_restarted_static_worker_gets_its_shard_again(state: st.DispatcherStat
     assert state.iterations[iteration_id].tasks["w2:2"] == task.task_id
 
 
-def test_unknown_processing_mode_is_invalid_argument(state: st.DispatcherState) -> None:
-    dataset_id = register(state)
-    assert_unchanged(state, ev.GetOrCreateJob(dataset_id, "", ev.JobOptions("BOGUS")),
-                     InvalidArgumentError, "'BOGUS'")
+def test_unknown_processing_mode_is_invalid_argument() -> None:
+    """A mode is checked where it comes off the wire (or out of the journal), once."""
+    with pytest.raises(InvalidArgumentError, match="unknown processing mode 'BOGUS'"):
+        policy_from_name("BOGUS")
 
 
 def test_unknown_event_is_invalid_argument(state: st.DispatcherState) -> None:
@@ -254,7 +258,7 @@ def test_tasks_are_created_for_registered_workers(state: st.DispatcherState) -> 
     assert new_task_ids(orders) == [tasks["w1:1"]]
     (assignment,) = orders.new_tasks
     assert assignment.iteration_id == iteration_id
-    assert assignment.processing_mode == "DYNAMIC"
+    assert assignment.processing_mode is ShardingPolicy.DYNAMIC
     assert (assignment.worker_index, assignment.num_workers) == (0, 2)
     assert assignment.dataset.payload == b"payload:fp"
     # a task the worker already runs is not sent again
@@ -654,8 +658,8 @@ def draw_event(draw: Any, state: st.DispatcherState) -> Any:
             draw(hs.sampled_from(["", "", "mine", "1001"])))
     if kind == "job":
         options = ev.JobOptions(
-            draw(hs.sampled_from(["OFF", "OFF", "DYNAMIC", "DYNAMIC", "DYNAMIC", "DATA",
-                                  "FILE", "bogus"])),
+            ShardingPolicy[draw(hs.sampled_from(["OFF", "OFF", "DYNAMIC", "DYNAMIC", "DYNAMIC",
+                                                 "DATA", "FILE"]))],
             draw(hs.sampled_from([0, 0, 2])), draw(hs.sampled_from(["AUTO", "AUTO", "ANY"])),
             draw(hs.sampled_from(["", "", "t"])))
         return ev.GetOrCreateJob(draw(_known_or_not(state.datasets, ["nope", ""])),
@@ -880,7 +884,7 @@ def test_lost_answers_and_restarts_lose_and_repeat_no_split(
         apply(ev.WorkerHeartbeat(address, f"uid-{address}", (), 0.0))
     iteration_id, _ = apply(ev.GetOrCreateIteration(
         apply(ev.GetOrCreateJob(apply(ev.RegisterDataset("fp", b"p", "", b"", units, units)),
-                                "", ev.JobOptions("DYNAMIC"))), 0, 0.0))
+                                "", ev.JobOptions(ShardingPolicy.DYNAMIC))), 0, 0.0))
     tasks = [state.iterations[iteration_id].tasks[address] for address in addresses]
     number, repetition = [1] * workers, [0] * workers
     received: list[list[tuple[int, int]]] = [[] for _ in range(repetitions)]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._dispatch_server import _Handlers
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher import state as st
@@ -125,9 +126,10 @@ def scenario(rec: Recorder) -> None:
     rec(ev.WorkerHeartbeat("w1:1", "w1-a", (), 1.0))
     rec(ev.WorkerHeartbeat("w2:2", "w2-a", (), 1.0))
     # a shared DYNAMIC job read by two consumers; an anonymous OFF job
-    dynamic = rec(ev.GetOrCreateJob(dataset, "shared", ev.JobOptions("DYNAMIC")))
-    assert rec(ev.GetOrCreateJob(dataset, "shared", ev.JobOptions("DYNAMIC"))) == dynamic
-    off = rec(ev.GetOrCreateJob(files, "", ev.JobOptions("OFF")))
+    dynamic = rec(ev.GetOrCreateJob(dataset, "shared", ev.JobOptions(ShardingPolicy.DYNAMIC)))
+    assert rec(ev.GetOrCreateJob(dataset, "shared",
+                                 ev.JobOptions(ShardingPolicy.DYNAMIC))) == dynamic
+    off = rec(ev.GetOrCreateJob(files, "", ev.JobOptions(ShardingPolicy.OFF)))
     epoch, first = rec(ev.GetOrCreateIteration(dynamic, 0, 2.0))
     assert rec(ev.GetOrCreateIteration(dynamic, 0, 2.0))[0] == epoch
     copies, _ = rec(ev.GetOrCreateIteration(off, 0, 2.5))
@@ -305,8 +307,9 @@ def test_a_journal_of_format_1_still_replays(tmp_path: Path) -> None:
         "extra": ("fp-extra", b"\x00\xff bytes", "LZ4", b"\x01spec", 5)}
     assert state.named_jobs == {"shared": 2001}
     assert {j: (r.dataset_id, r.options) for j, r in state.jobs.items()} == {
-        2001: ("1000", ev.JobOptions("DYNAMIC")), 2002: ("my-files", ev.JobOptions("OFF")),
-        2019: ("extra", ev.JobOptions("OFF", 2, "ANY", "trainer"))}
+        2001: ("1000", ev.JobOptions(ShardingPolicy.DYNAMIC)),
+        2002: ("my-files", ev.JobOptions(ShardingPolicy.OFF)),
+        2019: ("extra", ev.JobOptions(ShardingPolicy.OFF, 2, "ANY", "trainer"))}
     assert all(j.worker_addresses == () for j in state.jobs.values())  # a field added later
     assert state.iteration_keys == {(2001, 0): 2003, (2002, 0): 2008, (2001, 1): 2014,
                                     (2019, 0): 2020}
@@ -558,7 +561,7 @@ def test_garbage_collection_replays_as_it_happened(tmp_path: Path) -> None:
     consumer that kept heartbeating is still known after a restart, a silent one is not."""
     rec = Recorder(tmp_path)
     dataset = rec(ev.RegisterDataset("fp", b"range(10)", "", b"", 10, 10))
-    job = rec(ev.GetOrCreateJob(dataset, "", ev.JobOptions("DYNAMIC")))
+    job = rec(ev.GetOrCreateJob(dataset, "", ev.JobOptions(ShardingPolicy.DYNAMIC)))
     _, alive = rec(ev.GetOrCreateIteration(job, 0, 0.0))
     _, silent = rec(ev.GetOrCreateIteration(job, 0, 0.0))
     rec(ev.ClientHeartbeat(alive, 90.0))

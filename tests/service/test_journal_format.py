@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
+from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher import state as st
 from convoy.data.service._dispatcher.journal_format import (
@@ -24,8 +25,8 @@ from convoy.data.service._dispatcher.journal_format import (
 #: One event of each kind, with values that JSON cannot hold as they are.
 SAMPLES = [
     ev.RegisterDataset("fp", b"\x00\xff\x80 not text", "AUTO", b"", -1, 7, "my-id"),
-    ev.GetOrCreateJob("1000", "train", ev.JobOptions("DYNAMIC", 2, "ANY", "trainer")),
-    ev.GetOrCreateJob("1000", "", ev.JobOptions("FILE"), ("w1:1", "[::1]:5050")),
+    ev.GetOrCreateJob("1000", "train", ev.JobOptions(ShardingPolicy.DYNAMIC, 2, "ANY", "trainer")),
+    ev.GetOrCreateJob("1000", "", ev.JobOptions(ShardingPolicy.FILE), ("w1:1", "[::1]:5050")),
     ev.GetOrCreateIteration(2001, 3, 1.5),
     ev.ClientHeartbeat(2002, 1e9),
     ev.ReleaseClient(2002),
@@ -72,7 +73,7 @@ def test_a_field_added_with_a_default_reads_older_records() -> None:
     # jobs from before static sharding have no worker list
     job = decode_event(b'{"kind":"GetOrCreateJob","dataset_id":"1","job_name":"",'
                        b'"options":{"processing_mode":"OFF"}}')
-    assert job == ev.GetOrCreateJob("1", "", ev.JobOptions("OFF"), ())
+    assert job == ev.GetOrCreateJob("1", "", ev.JobOptions(ShardingPolicy.OFF), ())
     plain = json.loads(encode_snapshot(busy_state(), 1))
     for record in plain["state"]["jobs"]:
         del record["worker_addresses"]
@@ -128,8 +129,9 @@ def busy_state() -> st.DispatcherState:
     for address in ("w1:1", "w2:2", "w3:3"):
         state.apply(ev.WorkerHeartbeat(address, "u", (), 0.0))
     dataset = state.apply(ev.RegisterDataset("fp", b"\x00\x01", "", b"\xfe", 50, 50))
-    job = state.apply(ev.GetOrCreateJob(dataset, "named", ev.JobOptions("DYNAMIC")))
-    static = state.apply(ev.GetOrCreateJob(dataset, "", ev.JobOptions("DATA"), ("w2:2", "w1:1")))
+    job = state.apply(ev.GetOrCreateJob(dataset, "named", ev.JobOptions(ShardingPolicy.DYNAMIC)))
+    static = state.apply(ev.GetOrCreateJob(dataset, "", ev.JobOptions(ShardingPolicy.DATA),
+                                           ("w2:2", "w1:1")))
     state.apply(ev.GetOrCreateIteration(static, 0, 0.5))
     running, _ = state.apply(ev.GetOrCreateIteration(job, 0, 1.0))
     done, client = state.apply(ev.GetOrCreateIteration(job, 1, 2.0))

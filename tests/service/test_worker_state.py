@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._worker import state as ws
 from convoy.errors import InvalidArgumentError, UnavailableError
 
@@ -20,7 +21,7 @@ DISPATCHER_TIMEOUT = 30.0
 
 
 def definition(task_id: int) -> ws.TaskDefinition:
-    return ws.TaskDefinition(task_id, 100 + task_id, b"dataset", "OFF", "")
+    return ws.TaskDefinition(task_id, 100 + task_id, b"dataset", ShardingPolicy.OFF, "")
 
 
 @pytest.fixture

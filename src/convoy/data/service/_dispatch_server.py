@@ -17,7 +17,7 @@ from convoy import _rpc
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import WIRE_COMPRESSIONS as _COMPRESSIONS
 from convoy.data.service._common.config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
-from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.config import policy_from_name, policy_name
 from convoy.data.service._common.server_config import DispatcherConfig
 from convoy.data.service._common.static_policy import check_listed_worker
 from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
@@ -98,8 +98,7 @@ class _Handlers:
 
     def GetOrCreateJob(self, r: pb.GetOrCreateJobRequest) -> pb.GetOrCreateJobResponse:
         o = r.options
-        if o.processing_mode not in ShardingPolicy.__members__:
-            raise InvalidArgumentError(f"unknown processing mode {o.processing_mode!r}")
+        mode = policy_from_name(o.processing_mode)
         if o.num_consumers < 0:
             raise InvalidArgumentError(f"num_consumers must be >= 0, got {o.num_consumers}")
         if o.target_workers not in _TARGET_WORKERS:
@@ -107,7 +106,7 @@ class _Handlers:
                 f"target_workers must be one of {list(_TARGET_WORKERS[1:])}, got "
                 f"{o.target_workers!r}")
         # The job keeps whether its readers use the cache, not which trainer asked first.
-        options = ev.JobOptions(o.processing_mode, o.num_consumers, o.target_workers or "AUTO",
+        options = ev.JobOptions(mode, o.num_consumers, o.target_workers or "AUTO",
                                 ev.CACHE_ENABLED if o.cross_trainer_cache else "")
         job_id = self._apply(ev.GetOrCreateJob(r.dataset_id, r.job_name, options,
                                                self.worker_addresses, coordinated_rules=True))
@@ -172,7 +171,7 @@ def _received(ranges: Any) -> tuple[tuple[int, int, int], ...]:
 def _task_def(task: ev.TaskAssignment) -> pb.TaskDef:
     return pb.TaskDef(task_id=task.task_id, iteration_id=task.iteration_id,
                       dataset_id=task.dataset.dataset_id, dataset=task.dataset.payload,
-                      processing_mode=task.processing_mode,
+                      processing_mode=policy_name(task.processing_mode),
                       compression=task.dataset.compression, worker_index=task.worker_index,
                       num_workers=task.num_workers, incarnation=task.incarnation,
                       skip=[pb.Split(start=a, stop=b) for a, b in task.skip],

@@ -47,8 +47,7 @@ from convoy.data.service._client.reader_events import (
     WorkerUnreachable,
 )
 from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
-from convoy.data.service._common.config import ShardingPolicy
-from convoy.data.service._common.static_policy import reads_local_workers
+from convoy.data.service._common.static_policy import is_static, reads_local_workers
 from convoy.data.service._common.wire import (
     ELEMENT_WAIT_S,
     ELEMENTS,
@@ -97,13 +96,13 @@ class Reader:
             self._state = ReaderState(ReaderConfig(
                 window=options.window, outstanding=options.max_outstanding_requests,
                 unreachable_timeout_s=options.timeout_s,
-                can_skip=options.processing_mode in (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC)))
+                can_skip=not is_static(options.processing_mode)))
         else:
             self._state = CoordinatedReaderState(
                 coordinated_config(options.window, options.timeout_s))
         self._workers: dict[str, _rpc.Client] = {}
         self._wake = threading.Event()  # set to heartbeat now rather than at the next interval
-        policy = options.processing_mode.name
+        policy = options.processing_mode
         self._local = (LocalTasks(policy, options.target_workers)
                        if reads_local_workers(policy, options.target_workers) else None)
         # set: same-host workers answer in shared memory

@@ -25,7 +25,7 @@ from typing import Any
 
 from convoy import _rpc
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig
 from convoy.data.service._common.static_policy import task_shard
 from convoy.data.service._common.wire import (
@@ -160,7 +160,7 @@ class WorkerServer(_rpc.ServerBase):
 
     def _start_task(self, definition: ws.TaskDefinition) -> None:
         splits = None
-        if definition.processing_mode == ShardingPolicy.DYNAMIC.name:
+        if definition.processing_mode is ShardingPolicy.DYNAMIC:
             splits = functools.partial(self._splits, definition.task_id,
                                        definition.iteration_id, definition.incarnation,
                                        itertools.count(1), threading.Lock())
@@ -422,7 +422,7 @@ class WorkerServer(_rpc.ServerBase):
 
 def _definition(task: pb.TaskDef) -> ws.TaskDefinition:
     return ws.TaskDefinition(task.task_id, task.iteration_id, task.dataset,
-                             task.processing_mode, task.compression, task.worker_index,
-                             task.num_workers, task.incarnation,
+                             policy_from_name(task.processing_mode), task.compression,
+                             task.worker_index, task.num_workers, task.incarnation,
                              tuple((s.start, s.stop) for s in task.skip),
                              task.cross_trainer_cache, task.num_consumers)

@@ -8,6 +8,7 @@ import functools
 import socket
 
 from convoy.data.service._client.reader_events import ListedTask
+from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._common.static_policy import is_static
 from convoy.errors import ConvoyError, FailedPreconditionError, InvalidArgumentError
 
@@ -32,7 +33,8 @@ class LocalTasks:
     """Narrows a consumer's view of its iteration to the tasks on its own host (for a static
     ``policy`` or ``target_workers="LOCAL"``)."""
 
-    def __init__(self, policy: str = "", target_workers: str = "AUTO") -> None:
+    def __init__(self, policy: ShardingPolicy = ShardingPolicy.OFF,
+                 target_workers: str = "AUTO") -> None:
         self.policy = policy
         self.target_workers = target_workers
         self.seen = False  # a task on this host has been listed
@@ -56,8 +58,8 @@ class LocalTasks:
                 f"static sharding reads the workers on the consumer's own host ({host}), but "
                 f"the job's workers are all elsewhere: {elsewhere}; run a worker on each host "
                 f"that reads (worker_addresses lists them)")
-        what = (f"Static sharding policy {self.policy} requires" if is_static(self.policy)
-                else "Local reads require")
+        what = (f"Static sharding policy {policy_name(self.policy)} requires"
+                if is_static(self.policy) else "Local reads require")
         return InvalidArgumentError(
             f"{what} local convoy data service workers, but no local worker is found: "
             f"target_workers='LOCAL' reads the workers on this host ({host}), and the job's "

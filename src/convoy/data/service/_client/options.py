@@ -13,6 +13,7 @@ from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import (
     TARGET_WORKERS,
     ShardingPolicy,
+    policy_name,
     sharding_policy,
 )
 from convoy.data.service._common.coordinated import check_coordinated_options
@@ -103,7 +104,7 @@ class ReadOptions:
                 f"repetitions of the same dataset. Got repetition {repetition}")
 
     def job_options(self) -> pb.JobOptions:
-        return pb.JobOptions(processing_mode=self.processing_mode.name,
+        return pb.JobOptions(processing_mode=policy_name(self.processing_mode),
                              num_consumers=self.num_consumers or 0,
                              target_workers=self.target_workers,
                              cross_trainer_cache=self.trainer_id)
@@ -133,7 +134,7 @@ def read_options(*, processing_mode: Any, service: Any, job_name: Any = None,
     if window is None and job_name is not None:
         window = DEFAULT_SHARED_BUFFER
     trainer_id = _trainer_id(cross_trainer_cache, job_name, num_consumers)
-    check_coordinated_options(num_consumers, mode.name, target_workers, trainer_id)
+    check_coordinated_options(num_consumers, mode, target_workers, trainer_id)
     return ReadOptions(service, mode, job_name or "", consumer_index, num_consumers,
                        DEFAULT_OUTSTANDING if outstanding in (None, -1) else outstanding,
                        target_workers, trainer_id, timeout_s(dispatcher_timeout_ms), window,

@@ -1,6 +1,11 @@
-"""The data service's shared configuration values: the sharding policy (and the one place it
-is converted from the user's argument, to the wire and back) and the tables of supported
-options (target workers, compressions)."""
+"""The data service's shared configuration values: the sharding policy and the tables of
+supported options (target workers, compressions).
+
+A sharding policy (``processing_mode``) is a :class:`ShardingPolicy` everywhere in the service;
+this module is the one place it is made from the user's argument (:func:`sharding_policy`)
+and turned into its name for the wire and the journal and back (:func:`policy_name`,
+:func:`policy_from_name`).
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,21 @@ TARGET_WORKERS = ("AUTO", "ANY", "LOCAL")
 #: compression for compressions.
 WIRE_TARGET_WORKERS = ("", *TARGET_WORKERS)
 WIRE_COMPRESSIONS = ("", *COMPRESSIONS)
+
+
+def policy_name(policy: ShardingPolicy) -> str:
+    """How the wire, the journal and messages name ``policy`` ("DYNAMIC")."""
+    return policy.name
+
+
+def policy_from_name(name: str) -> ShardingPolicy:
+    """The policy a wire message or journal record names; InvalidArgumentError if it names
+    none."""
+    policy = ShardingPolicy.__members__.get(name)
+    if policy is None:
+        raise InvalidArgumentError(f"unknown processing mode {name!r}; expected one of "
+                                   f"{list(ShardingPolicy.__members__)}")
+    return policy
 
 
 def sharding_policy(value: Any) -> ShardingPolicy:

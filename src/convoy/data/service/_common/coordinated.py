@@ -12,13 +12,15 @@ iteration gets its first tasks (:func:`adds_tasks`).
 from __future__ import annotations
 
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from convoy.data.service._common.config import ShardingPolicy, policy_name
+from convoy.data.service._common.static_policy import is_static
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 #: Consecutive rounds one task serves before the next task takes over.
 ROUNDS_PER_TURN = 256
 
 
-def check_coordinated_job(num_consumers: int, cardinality: int, processing_mode: str,
+def check_coordinated_job(num_consumers: int, cardinality: int, processing_mode: ShardingPolicy,
                           target_workers: str, cross_trainer_cache: str) -> None:
     """Refuse a coordinated job that cannot keep its consumers in step."""
     if not num_consumers:
@@ -33,16 +35,17 @@ def check_coordinated_job(num_consumers: int, cardinality: int, processing_mode:
                               cross_trainer_cache)
 
 
-def check_coordinated_options(num_consumers: int | None, processing_mode: str,
+def check_coordinated_options(num_consumers: int | None, processing_mode: ShardingPolicy,
                               target_workers: str, cross_trainer_cache: str) -> None:
     """Refuse the read options a coordinated read cannot go with."""
     if not num_consumers:
         return
-    if processing_mode not in ("OFF", "DYNAMIC"):
+    if is_static(processing_mode):
         # a consumer of a static job reads the workers of its own host: consumers on other
         # hosts would see other workers, and could not agree on whose turn it is
         raise InvalidArgumentError(
-            f"Coordinated reads work with OFF and DYNAMIC sharding, not {processing_mode}")
+            f"Coordinated reads work with OFF and DYNAMIC sharding, not "
+            f"{policy_name(processing_mode)}")
     if target_workers == "LOCAL":
         raise InvalidArgumentError(
             'Coordinated reads require non-local workers, but `target_workers` is "LOCAL".')

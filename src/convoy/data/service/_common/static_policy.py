@@ -21,34 +21,36 @@ import functools
 from collections.abc import Callable
 
 from convoy.data._op import Op
-from convoy.data._static_shard import POLICIES, shard_statically
+from convoy.data._static_shard import shard_statically
+from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
-#: The names of the static sharding policies.
-STATIC_POLICIES = frozenset(POLICIES)
+#: The static sharding policies.
+STATIC_POLICIES = frozenset({ShardingPolicy.FILE, ShardingPolicy.DATA,
+                             ShardingPolicy.FILE_OR_DATA, ShardingPolicy.HINT})
 
 
-def is_static(policy: str) -> bool:
-    """Whether the sharding policy named ``policy`` is a static one."""
+def is_static(policy: ShardingPolicy) -> bool:
+    """Whether ``policy`` is a static one (each worker reads a fixed shard)."""
     return policy in STATIC_POLICIES
 
 
 # ----- the dispatcher --------------------------------------------------------------------------
-def check_static_job(policy: str, target_workers: str,
+def check_static_job(policy: ShardingPolicy, target_workers: str,
                      worker_addresses: tuple[str, ...]) -> None:
     """Refuse a job under a static ``policy`` without a worker list, or reading any worker."""
     if not is_static(policy):
         return
     if not worker_addresses:
         raise InvalidArgumentError(
-            f"sharding policy {policy} needs a fixed list of workers: start the dispatcher "
-            f"with DispatcherConfig.worker_addresses (each worker's index is its position "
-            f"in the list)"
+            f"sharding policy {policy_name(policy)} needs a fixed list of workers: start the "
+            f"dispatcher with DispatcherConfig.worker_addresses (each worker's index is its "
+            f"position in the list)"
         )
     if target_workers == "ANY":
         raise InvalidArgumentError(
-            f"Static sharding requires reading from local workers: sharding policy {policy} "
-            f"cannot be read with target_workers 'ANY'; use 'AUTO'"
+            f"Static sharding requires reading from local workers: sharding policy "
+            f"{policy_name(policy)} cannot be read with target_workers 'ANY'; use 'AUTO'"
         )
 
 
@@ -64,16 +66,16 @@ def check_listed_worker(worker_addresses: tuple[str, ...] | None, address: str) 
 
 
 # ----- the worker --------------------------------------------------------------------------------
-def task_shard(policy: str, num_workers: int, worker_index: int
+def task_shard(policy: ShardingPolicy, num_workers: int, worker_index: int
                ) -> Callable[[Op], Op] | None:
     """What rewrites a task's pipeline into its shard (None: the policy is not static)."""
     if not is_static(policy):
         return None
-    return functools.partial(shard_statically, policy=policy, num_workers=num_workers,
+    return functools.partial(shard_statically, policy=policy_name(policy), num_workers=num_workers,
                              worker_index=worker_index)
 
 
 # ----- the consumer ------------------------------------------------------------------------------
-def reads_local_workers(policy: str, target_workers: str) -> bool:
+def reads_local_workers(policy: ShardingPolicy, target_workers: str) -> bool:
     """Whether a consumer with these options reads only the workers on its own host."""
     return target_workers == "LOCAL" or (is_static(policy) and target_workers == "AUTO")

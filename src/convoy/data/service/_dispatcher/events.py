@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from convoy.data.service._common.config import ShardingPolicy, policy_name
+
 #: Added to "not found" errors for ids a client or worker got from a dispatcher.
 RESTART_HINT = ("; the dispatcher may have restarted without fault_tolerant_mode, losing its "
                 "jobs")
@@ -32,14 +34,14 @@ CACHE_ENABLED = "enabled"
 
 @dataclass(frozen=True, slots=True)
 class JobOptions:
-    processing_mode: str
+    processing_mode: ShardingPolicy
     num_consumers: int = 0
     target_workers: str = "AUTO"
     cross_trainer_cache: str = ""
 
     def describe(self) -> str:
-        return (f"processing mode {self.processing_mode}, num_consumers {self.num_consumers}, "
-                f"target_workers {self.target_workers}, cross-trainer cache "
+        return (f"processing mode {policy_name(self.processing_mode)}, num_consumers "
+                f"{self.num_consumers}, target_workers {self.target_workers}, cross-trainer cache "
                 f"{'on' if self.cross_trainer_cache else 'off'}")
 
 
@@ -257,7 +259,7 @@ class TaskAssignment:
     task_id: int
     iteration_id: int
     dataset: DatasetRecord
-    processing_mode: str
+    processing_mode: ShardingPolicy
     worker_index: int
     num_workers: int
     incarnation: int = 0

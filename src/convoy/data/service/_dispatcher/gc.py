@@ -98,7 +98,7 @@ class GarbageCollection:
     def _visits_once(self, iteration: ev.IterationRecord) -> bool:
         """Whether forgetting ``iteration`` could hand its splits out again."""
         job = self.jobs[iteration.job_id]
-        return (bool(job.name) and job.options.processing_mode == ShardingPolicy.DYNAMIC.name
+        return (bool(job.name) and job.options.processing_mode is ShardingPolicy.DYNAMIC
                 and not self.iteration_finished(iteration))
 
     def _forget(self, iteration: ev.IterationRecord) -> None:

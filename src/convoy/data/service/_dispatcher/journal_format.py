@@ -22,8 +22,10 @@ import types
 import typing
 from typing import Any
 
+from convoy.data.service._common.config import ShardingPolicy, policy_from_name, policy_name
 from convoy.data.service._dispatcher.events import EVENTS, SavedState
 from convoy.data.service._dispatcher.state import DispatcherState
+from convoy.errors import InvalidArgumentError
 
 FORMAT = 1
 
@@ -101,6 +103,8 @@ def _loads(data: bytes) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, ShardingPolicy):
+        return policy_name(value)
     if dataclasses.is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, bytes):
@@ -136,6 +140,11 @@ def _typed(kind: Any, value: Any, where: str) -> Any:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (types.UnionType, typing.Union):  # only ``X | None`` is used
         return None if value is None else _typed(args[0], value, where)
+    if kind is ShardingPolicy and isinstance(value, str):
+        try:
+            return policy_from_name(value)
+        except InvalidArgumentError as error:
+            raise ValueError(f"{where}: {error}") from None
     if kind is bytes and isinstance(value, str):
         try:
             return base64.b64decode(value, validate=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
@@ -73,10 +73,10 @@ class Splits:
         if iteration is None:
             raise NotFoundError(f"Iteration {event.iteration_id} not found{RESTART_HINT}")
         job = self.jobs[iteration.job_id]
-        if job.options.processing_mode != ShardingPolicy.DYNAMIC.name:
+        if job.options.processing_mode is not ShardingPolicy.DYNAMIC:
             raise FailedPreconditionError(
                 f"Cannot get splits for iteration {event.iteration_id}: its job uses "
-                f"{job.options.processing_mode}, not DYNAMIC sharding"
+                f"{policy_name(job.options.processing_mode)}, not DYNAMIC sharding"
             )
         if event.incarnation:
             return self._logged_splits(event)

@@ -174,12 +174,7 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
     # ----- jobs and iterations ----------------------------------------------------------------
     def _on_GetOrCreateJob(self, event: ev.GetOrCreateJob) -> int:
         dataset = self.dataset(event.dataset_id)
-        if event.options.processing_mode not in ShardingPolicy.__members__:
-            raise InvalidArgumentError(
-                f"unknown processing mode {event.options.processing_mode!r}; expected one of "
-                f"{list(ShardingPolicy.__members__)}"
-            )
-        mode = ShardingPolicy[event.options.processing_mode]
+        mode = event.options.processing_mode
         if event.job_name and event.job_name in self.named_jobs:
             job = self.jobs[self.named_jobs[event.job_name]]
             if job.options != event.options:
@@ -194,13 +189,13 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
                 "DYNAMIC sharding needs a pipeline whose source can be split (range, "
                 "from_tensor_slices, list_files, or a file reader over a list of files)"
             )
-        check_static_job(mode.name, event.options.target_workers, event.worker_addresses)
+        check_static_job(mode, event.options.target_workers, event.worker_addresses)
         options = event.options
         if event.coordinated_rules:
-            check_coordinated_job(options.num_consumers, dataset.cardinality, mode.name,
+            check_coordinated_job(options.num_consumers, dataset.cardinality, mode,
                                   options.target_workers, options.cross_trainer_cache)
         job = ev.JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options,
-                           event.worker_addresses if is_static(mode.name) else (),
+                           event.worker_addresses if is_static(mode) else (),
                            event.coordinated_rules and options.num_consumers > 0)
         self.jobs[job.job_id] = job
         if event.job_name:
@@ -237,7 +232,7 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
         options = self.jobs[iteration.job_id].options
         # DYNAMIC tasks are numbered and run again exactly once (coordinated reads, served
         # in rounds, are not: a restarted worker serves its rounds afresh)
-        numbered = options.processing_mode == "DYNAMIC" and not options.num_consumers
+        numbered = options.processing_mode is ShardingPolicy.DYNAMIC and not options.num_consumers
         task = ev.TaskRecord(self._new_id(), iteration.iteration_id, address,
                              incarnation=int(numbered))
         iteration.tasks[address] = task.task_id

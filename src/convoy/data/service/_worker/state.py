@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from convoy.data.service._common.config import ShardingPolicy
 from convoy.errors import InvalidArgumentError, UnavailableError
 
 #: A consumer asking for a task this worker does not know gets "not ready" until a heartbeat
@@ -36,7 +37,7 @@ class TaskDefinition:
     task_id: int
     iteration_id: int
     dataset: bytes
-    processing_mode: str
+    processing_mode: ShardingPolicy
     compression: str
     worker_index: int = 0  # under a static policy, this worker's place in the fixed list
     num_workers: int = 0
