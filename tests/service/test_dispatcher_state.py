@@ -222,8 +222,8 @@ def test_unknown_processing_mode_is_invalid_argument() -> None:
         policy_from_name("BOGUS")
 
 
-def test_unknown_event_is_invalid_argument(state: st.DispatcherState) -> None:
-    assert_unchanged(state, object(), InvalidArgumentError, "unknown dispatcher event object")
+def test_an_unknown_event_is_a_programming_error(state: st.DispatcherState) -> None:
+    assert_unchanged(state, object(), TypeError, "DispatcherState has no handler for object")
 
 
 # ----- iterations and tasks ----------------------------------------------------------------------

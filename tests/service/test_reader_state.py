@@ -356,8 +356,8 @@ def test_an_answer_without_a_request_is_refused(state: ReaderState, event: Any) 
         state.apply(event)
 
 
-def test_unknown_event(state: ReaderState) -> None:
-    with pytest.raises(InvalidArgumentError, match="unknown reader event str"):
+def test_an_unknown_event_is_a_programming_error(state: ReaderState) -> None:
+    with pytest.raises(TypeError, match="ReaderState has no handler for str"):
         state.apply("tick")
 
 

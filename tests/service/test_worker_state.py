@@ -11,7 +11,7 @@ from hypothesis import strategies as hs
 
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._worker import state as ws
-from convoy.errors import InvalidArgumentError, UnavailableError
+from convoy.errors import UnavailableError
 
 ADDRESS = "localhost:7000"
 INTERVAL = 1.0
@@ -197,8 +197,8 @@ def test_deleting_an_ended_task_acknowledges_it(state: ws.WorkerState) -> None:
     assert ask(state, 7).answer == ws.EndOfSequence()
 
 
-def test_an_unknown_event_is_refused(state: ws.WorkerState) -> None:
-    with pytest.raises(InvalidArgumentError, match="unknown worker event str"):
+def test_an_unknown_event_is_a_programming_error(state: ws.WorkerState) -> None:
+    with pytest.raises(TypeError, match="WorkerState has no handler for str"):
         state.apply("Tick")
 
 

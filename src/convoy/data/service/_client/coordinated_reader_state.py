@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from convoy._events import Handlers
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._client.reader_state import (
     Instructions,
@@ -104,3 +105,6 @@ class CoordinatedReaderState(ReaderState):
     def _on_EndOfSequence(self, event: ev.EndOfSequence) -> Instructions:
         self._answered(event.task_id)
         return self._fail(end_of_sequence_error())
+
+
+CoordinatedReaderState.handlers = Handlers(CoordinatedReaderState, ev.Event)

@@ -101,6 +101,10 @@ class Close:
 
 
 # ----- instructions and answers ------------------------------------------------------------------
+Event = (HeartbeatView | HeartbeatFailed | NextRead | ElementsArrived | EndOfSequence
+         | WorkerUnreachable | ReadFailed | ElementsReturned | Close)
+
+
 @dataclass(frozen=True)
 class Read:
     """Ask this task's worker for up to ``max_elements`` elements, then report what came of

@@ -26,8 +26,9 @@ No threads, locks, clocks or sockets: time enters as the ``now`` of the events t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from convoy._events import Handlers
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._common import ranges as _ranges
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
@@ -114,13 +115,13 @@ class ReaderState:
     def error(self) -> ConvoyError | None:
         return self.outcome.error if isinstance(self.outcome, ev.FailResults) else None
 
-    def apply(self, event: Any) -> Instructions:
+    #: The handlers of the events, by type (each subclass has its own).
+    handlers: ClassVar[Handlers[Any, Instructions]]
+
+    def apply(self, event: ev.Event) -> Instructions:
         """Apply one event; returns the instructions it calls for (for :class:`NextRead`,
         its one answer)."""
-        handler = getattr(self, "_on_" + type(event).__name__, None)
-        if handler is None:
-            raise InvalidArgumentError(f"unknown reader event {type(event).__name__}")
-        return handler(event)
+        return self.handlers(self, event)
 
     # ----- the dispatcher's side ------------------------------------------------------------------
     def _on_HeartbeatView(self, event: ev.HeartbeatView) -> Instructions:
@@ -320,3 +321,6 @@ class ReaderState:
             return ()
         self.outcome = ev.FailResults(error)
         return (self.outcome,)
+
+
+ReaderState.handlers = Handlers(ReaderState, ev.Event)

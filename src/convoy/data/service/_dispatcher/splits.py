@@ -1,21 +1,19 @@
 """Splits under DYNAMIC: the ``GetSplits`` event of the dispatcher's state.
 
-A part of :class:`~.state.DispatcherState` (which it is mixed into), kept apart
-to keep each module short. Splits are handed out from a cursor per iteration and repetition,
-several per request, in fair shares when few are left. A request names its task, its run of
-the task and a number: every answer is kept with the task, so the same request sent again
-(its answer was lost when the dispatcher died) gets the same splits, and so does a later
-run's request of that number (:mod:`.runs`). Requests of older workers (run 0)
-keep only the task's latest answer, per worker process.
+A part of :class:`~.state.DispatcherState`, over its :class:`~.records.Records`. Splits are
+handed out from a cursor per iteration and repetition, several per request, in fair shares when
+few are left. A request names its task, its run of the task and a number: every answer is kept
+with the task, so the same request sent again (its answer was lost when the dispatcher died)
+gets the same splits, and so does a later run's request of that number (:mod:`.runs`). Requests
+of older workers (run 0) keep only the task's latest answer, per worker process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.events import RESTART_HINT
+from convoy.data.service._dispatcher.records import Records
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 
 #: Split requests hand out this many source units per split at most ...
@@ -25,35 +23,32 @@ SPLITS_PER_PASS = 1024
 
 
 class Splits:
-    """The ``GetSplits`` event of :class:`~.state.DispatcherState`."""
+    """The ``GetSplits`` event of :class:`~.state.DispatcherState`: hands out splits and keeps
+    every answer with its task."""
 
-    # the state's records (see DispatcherState)
-    datasets: dict[str, ev.DatasetRecord]
-    jobs: dict[int, ev.JobRecord]
-    iterations: dict[int, ev.IterationRecord]
-    tasks: dict[int, ev.TaskRecord]
-    known_task: Callable[[int], ev.TaskRecord]
+    def __init__(self, records: Records) -> None:
+        self._records = records
 
-    def _on_GetSplits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool]:
-        settled = self._settled_splits(event)
+    def get_splits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool]:
+        settled = self.settled(event)
         if settled is not None:
             return settled
         splits, end = self._hand_out(event)
         if event.incarnation:
-            self.tasks[event.task_id].split_log.append(ev.SplitsAnswer(
+            self._records.tasks[event.task_id].split_log.append(ev.SplitsAnswer(
                 event.worker_uid, event.request_number, event.repetition, splits, end))
         elif event.task_id:
-            self.tasks[event.task_id].last_splits = ev.SplitsAnswer(
+            self._records.tasks[event.task_id].last_splits = ev.SplitsAnswer(
                 event.worker_uid, event.request_number, event.repetition, splits, end)
         return splits, end
 
     def _hand_out(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool]:
-        iteration = self.iterations[event.iteration_id]
+        iteration = self._records.iterations[event.iteration_id]
         if event.repetition < iteration.split_repetition:
             return [], True
         if event.repetition > iteration.split_repetition:
             iteration.split_repetition, iteration.split_cursor = event.repetition, 0
-        units = self._units(iteration)
+        units = self._records.units(iteration)
         # Fair shares when few splits are left (say 8 files): no worker takes them all.
         remaining = -(-(units - iteration.split_cursor) // iteration.split_size)
         share = max(1, -(-remaining // (2 * max(1, len(iteration.tasks)))))
@@ -64,15 +59,15 @@ class Splits:
             splits.append((start, iteration.split_cursor))
         return splits, iteration.split_cursor >= units
 
-    def _settled_splits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool] | None:
+    def settled(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool] | None:
         """The answer to ``event`` if the state holds it already, changing nothing: a request
         sent again, or one for a repetition that is over (a later one has begun, or no split
         of it is left; neither can change). None if the request hands out splits. Raises for
         a request that cannot be answered."""
-        iteration = self.iterations.get(event.iteration_id)
+        iteration = self._records.iterations.get(event.iteration_id)
         if iteration is None:
             raise NotFoundError(f"Iteration {event.iteration_id} not found{RESTART_HINT}")
-        job = self.jobs[iteration.job_id]
+        job = self._records.jobs[iteration.job_id]
         if job.options.processing_mode is not ShardingPolicy.DYNAMIC:
             raise FailedPreconditionError(
                 f"Cannot get splits for iteration {event.iteration_id}: its job uses "
@@ -91,7 +86,7 @@ class Splits:
                 return list(last.splits), last.end_of_splits
         if event.repetition < iteration.split_repetition or (
                 event.repetition == iteration.split_repetition
-                and iteration.split_cursor >= self._units(iteration)):
+                and iteration.split_cursor >= self._records.units(iteration)):
             return [], True
         return None
 
@@ -119,7 +114,7 @@ class Splits:
         return None
 
     def _split_task(self, event: ev.GetSplits) -> ev.TaskRecord:
-        task = self.known_task(event.task_id)
+        task = self._records.known_task(event.task_id)
         if task.iteration_id != event.iteration_id:
             raise InvalidArgumentError(
                 f"Task {event.task_id} belongs to iteration {task.iteration_id}, not "
@@ -128,6 +123,3 @@ class Splits:
             raise FailedPreconditionError(
                 f"Task {event.task_id} has finished: no more splits for it")
         return task
-
-    def _units(self, iteration: ev.IterationRecord) -> int:
-        return self.datasets[self.jobs[iteration.job_id].dataset_id].num_split_units

@@ -9,8 +9,9 @@ state that replay need not restore (garbage collection names whom it forgets).
 Objects and their ids: datasets (decimal strings), jobs, iterations (one per job and
 repetition), iteration clients (one per consumer iterator), tasks (one per iteration and
 worker; a static job's on its listed workers only), workers (by address; ``uid`` tells a
-restarted process apart). Indexes of tasks by worker and by iteration keep each event's cost
-independent of how much history is held. Garbage collection is in :mod:`.gc`.
+restarted process apart). They are held, with their indexes, in :class:`~.records.Records`,
+which the state shares with its parts: its splits (:mod:`.splits`), its tasks' runs
+(:mod:`.runs`) and its garbage collection (:mod:`.gc`).
 
 Under DYNAMIC, splits are handed out from a cursor per iteration and repetition, and every
 answer is kept with its task (:mod:`.splits`). That is how a task runs again
@@ -26,12 +27,14 @@ import dataclasses
 import random
 from typing import Any
 
+from convoy._events import Handlers
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._common.coordinated import adds_tasks, check_coordinated_job
 from convoy.data.service._common.static_policy import check_static_job, is_static
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.data.service._dispatcher.gc import GarbageCollection
+from convoy.data.service._dispatcher.records import Records
 from convoy.data.service._dispatcher.runs import TaskRuns
 from convoy.data.service._dispatcher.splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS, Splits
 from convoy.errors import (
@@ -52,37 +55,60 @@ def fresh_id_base() -> int:
 _RECORDS = ("datasets", "jobs", "iterations", "tasks", "workers", "clients")
 
 
-class DispatcherState(GarbageCollection, TaskRuns, Splits):
+class DispatcherState:
     """All the dispatcher knows. Mutate it only through :meth:`apply`."""
 
     def __init__(self, id_base: int = 2000) -> None:
-        # Ids of jobs, iterations, clients and tasks count up from ``id_base`` (dataset ids
-        # from ``id_base - 1000``). A dispatcher started afresh draws a random base, so ids
-        # held by those of an earlier one never name its objects ("not found", not wrong data).
-        self.datasets: dict[str, ev.DatasetRecord] = {}
-        self.jobs: dict[int, ev.JobRecord] = {}
-        self.named_jobs: dict[str, int] = {}
-        self.iterations: dict[int, ev.IterationRecord] = {}
-        self.iteration_keys: dict[tuple[int, int], int] = {}  # (job id, repetition) -> id
-        self.tasks: dict[int, ev.TaskRecord] = {}
-        self.workers: dict[str, ev.WorkerRecord] = {}
-        self.clients: dict[int, ev.ClientRecord] = {}
-        self.next_dataset_id = 1000 + id_base - 2000  # dataset ids move with the base too
-        self.next_id = id_base
-        # Indexes: a task is "current" while its iteration's ``tasks`` names it; a lost worker's
-        # leave their iterations but stay known (finished) until the iteration is forgotten.
-        self._worker_tasks: dict[str, dict[int, ev.TaskRecord]] = {}  # address -> current tasks
-        self._lost_tasks: dict[int, list[int]] = {}  # iteration id -> tasks of lost workers
-        self._unfinished: dict[int, int] = {}  # iteration id -> its unfinished tasks
-        self._waiting: dict[int, ev.TaskRecord] = {}  # current tasks no worker runs yet
+        self.records = Records(id_base)
+        self.runs = TaskRuns(self.records)
+        self.splits = Splits(self.records)
+        self.gc = GarbageCollection(self.records, self.runs)
+
+    # the records, for queries (changed only by events)
+    @property
+    def datasets(self) -> dict[str, ev.DatasetRecord]:
+        return self.records.datasets
+
+    @property
+    def jobs(self) -> dict[int, ev.JobRecord]:
+        return self.records.jobs
+
+    @property
+    def named_jobs(self) -> dict[str, int]:
+        return self.records.named_jobs
+
+    @property
+    def iterations(self) -> dict[int, ev.IterationRecord]:
+        return self.records.iterations
+
+    @property
+    def iteration_keys(self) -> dict[tuple[int, int], int]:
+        return self.records.iteration_keys
+
+    @property
+    def tasks(self) -> dict[int, ev.TaskRecord]:
+        return self.records.tasks
+
+    @property
+    def workers(self) -> dict[str, ev.WorkerRecord]:
+        return self.records.workers
+
+    @property
+    def clients(self) -> dict[int, ev.ClientRecord]:
+        return self.records.clients
+
+    @property
+    def next_id(self) -> int:
+        return self.records.next_id
+
+    @property
+    def next_dataset_id(self) -> int:
+        return self.records.next_dataset_id
 
     def apply(self, event: Any) -> Any:
         """Apply one event; returns its result. Raises a convoy error for a bad request,
-        leaving the state unchanged."""
-        handler = getattr(self, "_on_" + type(event).__name__, None)
-        if handler is None:
-            raise InvalidArgumentError(f"unknown dispatcher event {type(event).__name__}")
-        return handler(event)
+        leaving the state unchanged (TypeError for an object that is no dispatcher event)."""
+        return _HANDLERS(self, event)
 
     def is_durable(self, event: Any) -> bool:
         """Whether ``event`` would change more than last-seen times (which a restart need not
@@ -90,54 +116,52 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
         split requests whose answer the state already holds."""
         if isinstance(event, ev.ClientHeartbeat):
             return bool(event.received) or any(
-                event.client_id in task.awaiting for task in self._settled_tasks(event))
+                event.client_id in task.awaiting for task in self.runs.settled_tasks(event))
         if isinstance(event, ev.WorkerHeartbeat):
             worker = self.workers.get(event.address)
             return (worker is None or worker.uid != event.uid
                     or any(not task.finished for task in self._reported_ends(event)))
         if isinstance(event, ev.GetSplits):
             try:
-                return self._settled_splits(event) is None
+                return self.splits.settled(event) is None
             except ConvoyError:
                 return False  # refused: apply raises the same error
         return True
-
-    def _new_id(self) -> int:
-        self.next_id += 1
-        return self.next_id
 
     # ----- saving and restoring ---------------------------------------------------------------
     def saved(self) -> ev.SavedState:
         """The records (not the indexes, which :meth:`restore` rebuilds)."""
         return ev.SavedState(self.next_id, self.next_dataset_id,
-                             *(list(getattr(self, name).values()) for name in _RECORDS))
+                             *(list(getattr(self.records, name).values()) for name in _RECORDS))
 
     @classmethod
     def restore(cls, saved: ev.SavedState) -> DispatcherState:
         """The state whose records are ``saved``."""
         state = cls()
-        state.next_id, state.next_dataset_id = saved.next_id, saved.next_dataset_id
-        state.datasets = {d.dataset_id: d for d in saved.datasets}
-        state.jobs = {j.job_id: j for j in saved.jobs}
-        state.named_jobs = {j.name: j.job_id for j in saved.jobs if j.name}
+        records = state.records
+        records.next_id, records.next_dataset_id = saved.next_id, saved.next_dataset_id
+        records.datasets.update((d.dataset_id, d) for d in saved.datasets)
+        records.jobs.update((j.job_id, j) for j in saved.jobs)
+        records.named_jobs.update((j.name, j.job_id) for j in saved.jobs if j.name)
         for iteration in saved.iterations:
-            state._add_iteration(iteration)
+            records.add_iteration(iteration)
         for task in saved.tasks:
-            state._index_task(task)
-        state.workers = {w.address: w for w in saved.workers}
-        state.clients = {c.client_id: c for c in saved.clients}
+            records.index_task(task)
+        records.workers.update((w.address, w) for w in saved.workers)
+        records.clients.update((c.client_id, c) for c in saved.clients)
         return state
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain data, records by id and indexes included (for tests)."""
         plain: dict[str, Any] = {name: {key: dataclasses.asdict(record)
-                                        for key, record in getattr(self, name).items()}
+                                        for key, record in getattr(self.records, name).items()}
                                  for name in _RECORDS}
         plain.update(named_jobs=dict(self.named_jobs), iteration_keys=dict(self.iteration_keys),
                      next_dataset_id=self.next_dataset_id, next_id=self.next_id,
-                     worker_tasks={a: sorted(t) for a, t in self._worker_tasks.items()},
-                     lost_tasks={i: sorted(t) for i, t in self._lost_tasks.items()},
-                     unfinished=dict(self._unfinished), waiting=sorted(self._waiting))
+                     worker_tasks={a: sorted(t) for a, t in self.records.worker_tasks.items()},
+                     lost_tasks={i: sorted(t) for i, t in self.records.lost_tasks.items()},
+                     unfinished=dict(self.records.unfinished),
+                     waiting=sorted(self.records.waiting))
         return plain
 
     # ----- datasets ---------------------------------------------------------------------------
@@ -156,20 +180,18 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
             for record in self.datasets.values():
                 if record.fingerprint == event.fingerprint:
                     return record.dataset_id
-            while str(self.next_dataset_id) in self.datasets:
-                self.next_dataset_id += 1
-            dataset_id = str(self.next_dataset_id)
-            self.next_dataset_id += 1
+            records = self.records
+            while str(records.next_dataset_id) in records.datasets:
+                records.next_dataset_id += 1
+            dataset_id = str(records.next_dataset_id)
+            records.next_dataset_id += 1
         self.datasets[dataset_id] = ev.DatasetRecord(
             dataset_id, event.fingerprint, event.payload, event.compression,
             event.element_spec, event.cardinality, event.num_split_units)
         return dataset_id
 
     def dataset(self, dataset_id: str) -> ev.DatasetRecord:
-        record = self.datasets.get(dataset_id)
-        if record is None:
-            raise NotFoundError(f"Dataset id {dataset_id!r} not found")
-        return record
+        return self.records.dataset(dataset_id)
 
     # ----- jobs and iterations ----------------------------------------------------------------
     def _on_GetOrCreateJob(self, event: ev.GetOrCreateJob) -> int:
@@ -194,7 +216,7 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
         if event.coordinated_rules:
             check_coordinated_job(options.num_consumers, dataset.cardinality, mode,
                                   options.target_workers, options.cross_trainer_cache)
-        job = ev.JobRecord(self._new_id(), event.job_name, event.dataset_id, event.options,
+        job = ev.JobRecord(self.records.new_id(), event.job_name, event.dataset_id, event.options,
                            event.worker_addresses if is_static(mode) else (),
                            event.coordinated_rules and options.num_consumers > 0)
         self.jobs[job.job_id] = job
@@ -208,22 +230,17 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
             raise NotFoundError(f"Job id {event.job_id} not found{RESTART_HINT}")
         iteration_id = self.iteration_keys.get((event.job_id, event.repetition))
         if iteration_id is None:
-            iteration_id = self._new_id()
+            iteration_id = self.records.new_id()
             units = self.datasets[job.dataset_id].num_split_units
             split_size = max(1, min(MAX_SPLIT_SIZE, units // SPLITS_PER_PASS))
             iteration = ev.IterationRecord(iteration_id, job.job_id, event.repetition,
                                            split_size=split_size)
-            self._add_iteration(iteration)
+            self.records.add_iteration(iteration)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
-        client = ev.ClientRecord(self._new_id(), iteration_id, event.now)
+        client = ev.ClientRecord(self.records.new_id(), iteration_id, event.now)
         self.clients[client.client_id] = client
         return iteration_id, client.client_id
-
-    def _add_iteration(self, iteration: ev.IterationRecord) -> None:
-        self.iterations[iteration.iteration_id] = iteration
-        self.iteration_keys[(iteration.job_id, iteration.repetition)] = iteration.iteration_id
-        self._unfinished[iteration.iteration_id] = 0
 
     def _create_task(self, iteration: ev.IterationRecord, address: str) -> None:
         listed = self.jobs[iteration.job_id].worker_addresses
@@ -233,21 +250,13 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
         # DYNAMIC tasks are numbered and run again exactly once (coordinated reads, served
         # in rounds, are not: a restarted worker serves its rounds afresh)
         numbered = options.processing_mode is ShardingPolicy.DYNAMIC and not options.num_consumers
-        task = ev.TaskRecord(self._new_id(), iteration.iteration_id, address,
+        task = ev.TaskRecord(self.records.new_id(), iteration.iteration_id, address,
                              incarnation=int(numbered))
         iteration.tasks[address] = task.task_id
-        self._index_task(task)
-
-    def _index_task(self, task: ev.TaskRecord) -> None:
-        self.tasks[task.task_id] = task
-        if self.iterations[task.iteration_id].tasks.get(task.worker_address) == task.task_id:
-            self._index_runner(task)
-            self._unfinished[task.iteration_id] += not task.finished
-        else:
-            self._lost_tasks.setdefault(task.iteration_id, []).append(task.task_id)
+        self.records.index_task(task)
 
     def iteration_finished(self, iteration: ev.IterationRecord) -> bool:
-        return bool(iteration.tasks) and not self._unfinished[iteration.iteration_id]
+        return self.records.iteration_finished(iteration)
 
     def _on_ClientHeartbeat(self, event: ev.ClientHeartbeat) -> ev.ClientView:
         client = self.clients.get(event.client_id)
@@ -257,28 +266,21 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
                 f"{RESTART_HINT}"
             )
         client.last_seen = event.now
-        self._record_received(client.iteration_id, event.received)
-        for task in self._settled_tasks(event):
-            self._settle(task, client.client_id)
+        self.runs.record_received(client.iteration_id, event.received)
+        for task in self.runs.settled_tasks(event):
+            self.runs.settle(task, client.client_id)
         iteration = self.iterations[client.iteration_id]
         tasks = [self.tasks[t] for t in sorted(iteration.tasks.values())]
-        return ev.ClientView([ev.TaskView(t.task_id, self.runner(t) or t.worker_address,
-                                          t.incarnation, self._held(t))
+        return ev.ClientView([ev.TaskView(t.task_id, self.records.runner(t) or t.worker_address,
+                                          t.incarnation, self.runs.held(t))
                               for t in tasks if not t.finished],
                              self.iteration_finished(iteration))
 
     def _on_ReleaseClient(self, event: ev.ReleaseClient) -> None:
         client = self.clients.get(event.client_id)
         if client is not None:
-            self._record_received(client.iteration_id, event.received)
-        self._forget_client(event.client_id)
-
-    def _forget_client(self, client_id: int) -> None:
-        client = self.clients.pop(client_id, None)
-        if client is None or client.iteration_id not in self.iterations:
-            return
-        for task_id in self.iterations[client.iteration_id].tasks.values():
-            self._settle(self.tasks[task_id], client_id)
+            self.runs.record_received(client.iteration_id, event.received)
+        self.runs.forget_client(event.client_id)
 
     # ----- workers ------------------------------------------------------------------------------
     def _on_WorkerHeartbeat(self, event: ev.WorkerHeartbeat) -> ev.WorkerInstructions:
@@ -286,25 +288,25 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
         if worker is None or worker.uid != event.uid:
             # a new process at a known address: what the old one held is gone
             replaced = [] if worker is None else [
-                task for task in self._worker_tasks.get(event.address, {}).values()
+                task for task in self.records.worker_tasks.get(event.address, {}).values()
                 if task.incarnation and not task.finished]
             self.workers[event.address] = ev.WorkerRecord(event.address, event.uid, event.now)
             self._assign_unfinished_iterations(event.address)
-            self._adopt_waiting(event.address)
+            self.runs.adopt_waiting(event.address)
             for task in replaced:
-                self._run_again(task)
+                self.runs.run_again(task)
         else:
             worker.last_seen = event.now
         for task in self._reported_ends(event):
-            self._finish(task)
+            self.records.finish(task)
         # A new process at the address gets its unfinished tasks again (under OFF it streams
         # its copy afresh; under DYNAMIC it runs the task again, once its clients have
         # reported). A finished task stays finished: its elements were all handed out, and its
         # consumers have stopped reading it.
-        assigned = self._worker_tasks.get(event.address, {})
+        assigned = self.records.worker_tasks.get(event.address, {})
         current = set(event.current_tasks)
         new_tasks = [self._assignment(t) for t in assigned.values()
-                     if t.task_id not in current and not t.finished and not self._held(t)]
+                     if t.task_id not in current and not t.finished and not self.runs.held(t)]
         # finished tasks a worker still runs or reports (this acknowledges the report); tasks
         # it lost when declared lost and came back
         to_delete = sorted(t for t in current if t not in assigned or assigned[t].finished)
@@ -313,7 +315,7 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
     def _reported_ends(self, event: ev.WorkerHeartbeat) -> list[ev.TaskRecord]:
         """The current tasks of the heartbeat's worker that it reports finished (a report of
         any other task is stale: acknowledged, and ignored)."""
-        assigned = self._worker_tasks.get(event.address, {})
+        assigned = self.records.worker_tasks.get(event.address, {})
         return [assigned[t] for t in event.finished_tasks if t in assigned]
 
     def _assign_unfinished_iterations(self, address: str) -> None:
@@ -344,19 +346,30 @@ class DispatcherState(GarbageCollection, TaskRuns, Splits):
                 f"Task {event.task_id} belongs to worker {task.worker_address}, not "
                 f"{event.address}"
             )
-        self._finish(task)
-
-    def _finish(self, task: ev.TaskRecord) -> None:
-        if not task.finished:  # only current tasks are unfinished
-            task.finished = True
-            self._unfinished[task.iteration_id] -= 1
+        self.records.finish(task)
 
     def task_definition(self, task_id: int) -> ev.TaskAssignment:
         return self._assignment(self.known_task(task_id))
 
     def known_task(self, task_id: int) -> ev.TaskRecord:
         """The task ``task_id``; NotFoundError if the state has none."""
-        task = self.tasks.get(task_id)
-        if task is None:
-            raise NotFoundError(f"Task {task_id} not found{RESTART_HINT}")
-        return task
+        return self.records.known_task(task_id)
+
+    # ----- the parts' events --------------------------------------------------------------------
+    def _on_GetSplits(self, event: ev.GetSplits) -> tuple[list[tuple[int, int]], bool]:
+        return self.splits.get_splits(event)
+
+    def _on_CollectGarbage(self, event: ev.CollectGarbage) -> list[str]:
+        """Returns the addresses of workers declared lost."""
+        return self.gc.collect(event)
+
+    def silent_clients(self, now: float, timeout: float, since: float = 0.0
+                       ) -> tuple[int, ...]:
+        return self.gc.silent_clients(now, timeout, since)
+
+    def silent_workers(self, now: float, timeout: float, since: float = 0.0
+                       ) -> tuple[str, ...]:
+        return self.gc.silent_workers(now, timeout, since)
+
+
+_HANDLERS: Handlers[DispatcherState, Any] = Handlers(DispatcherState, ev.EVENTS.values())

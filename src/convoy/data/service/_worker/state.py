@@ -18,10 +18,10 @@ id is started at most once in a worker's life.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from convoy._events import Handlers
 from convoy.data.service._common.config import ShardingPolicy
-from convoy.errors import InvalidArgumentError, UnavailableError
+from convoy.errors import UnavailableError
 
 #: A consumer asking for a task this worker does not know gets "not ready" until a heartbeat
 #: sent after its first request is answered without the task, or for this long at most.
@@ -84,6 +84,9 @@ class TaskEnded:
 
     task_id: int
     now: float
+
+
+Event = Tick | HeartbeatAnswered | HeartbeatFailed | ElementsRequested | TaskEnded
 
 
 # ----- answers to a consumer ---------------------------------------------------------------------
@@ -188,12 +191,9 @@ class WorkerState:
         self.heartbeat_requested = False  # due at once, for a consumer
         self.last_answer = now
 
-    def apply(self, event: Any) -> Result:
+    def apply(self, event: Event) -> Result:
         """Apply one event; returns the answer to a consumer (if it asked) and what to do."""
-        handler = getattr(self, "_on_" + type(event).__name__, None)
-        if handler is None:
-            raise InvalidArgumentError(f"unknown worker event {type(event).__name__}")
-        return handler(event)
+        return _HANDLERS(self, event)
 
     # ----- the control thread -------------------------------------------------------------------
     def _on_Tick(self, event: Tick) -> Result:
@@ -285,3 +285,6 @@ class WorkerState:
         if self.heartbeat_requested and self.heartbeat_at != float("inf"):
             return float("-inf")
         return self.heartbeat_at
+
+
+_HANDLERS: Handlers[WorkerState, Result] = Handlers(WorkerState, Event)
