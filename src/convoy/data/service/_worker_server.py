@@ -27,7 +27,6 @@ from convoy import _rpc
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig
-from convoy.data.service._common.static_policy import task_shard
 from convoy.data.service._common.wire import (
     DISPATCHER,
     DISPATCHER_METHODS,
@@ -40,13 +39,8 @@ from convoy.data.service._common.wire import (
 )
 from convoy.data.service._shm.worker_end import SegmentServer
 from convoy.data.service._worker import state as ws
-from convoy.data.service._worker.round_robin import RoundRobinTask
-from convoy.data.service._worker.task import MAX_BUFFERED_ELEMENTS, Task
-from convoy.data.service._worker.trainer_cache import (
-    DEFAULT_CACHE_BYTES,
-    READ_AHEAD_ELEMENTS,
-    TrainerCache,
-)
+from convoy.data.service._worker.served import ServedTask
+from convoy.data.service._worker.trainer_cache import DEFAULT_CACHE_BYTES
 from convoy.data.service._worker.trainer_window import WindowStats
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
@@ -88,9 +82,7 @@ class WorkerServer(_rpc.ServerBase):
         self._wake = threading.Condition(self._lock)  # for the control thread
         self._answered = threading.Condition(self._lock)  # a heartbeat was answered
         self._state: ws.WorkerState | None = None  # made once the port is bound
-        self._tasks: dict[int, Task] = {}  # the running tasks
-        self._caches: dict[int, TrainerCache] = {}  # of the running tasks that have one
-        self._rounds: dict[int, RoundRobinTask] = {}  # of running coordinated tasks
+        self._running: dict[int, ServedTask] = {}  # the running tasks
         self._outbox: list[ws.Instruction] = []  # calls for the control thread to make
         self._serving = 0  # GetElements calls being answered
         self._served = threading.Condition(self._lock)  # one was answered
@@ -143,11 +135,9 @@ class WorkerServer(_rpc.ServerBase):
             if isinstance(instruction, ws.StartTask):
                 self._start_task(instruction.definition)
             elif isinstance(instruction, ws.StopTask):
-                self._caches.pop(instruction.task_id, None)
-                self._rounds.pop(instruction.task_id, None)
-                task = self._tasks.pop(instruction.task_id, None)
-                if task is not None:
-                    task.stop()
+                served = self._running.pop(instruction.task_id, None)
+                if served is not None:
+                    served.stop()
             elif isinstance(instruction, ws.Shutdown):
                 log.error("worker %s stops: %s", self._address, instruction.reason)
                 self.error = UnavailableError(instruction.reason)
@@ -164,20 +154,10 @@ class WorkerServer(_rpc.ServerBase):
             splits = functools.partial(self._splits, definition.task_id,
                                        definition.iteration_id, definition.incarnation,
                                        itertools.count(1), threading.Lock())
-        shard = task_shard(definition.processing_mode, definition.num_workers,
-                           definition.worker_index)
-        cached = definition.cross_trainer_cache
-        task = self._tasks[definition.task_id] = Task(
-            definition.task_id, definition.dataset, definition.compression, splits, shard,
-            READ_AHEAD_ELEMENTS if cached else MAX_BUFFERED_ELEMENTS, definition.incarnation,
-            definition.skip)
-        if cached:
-            self._caches[task.task_id] = TrainerCache(
-                task, self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES,
-                self._address)
-        if definition.num_consumers:
-            self._rounds[task.task_id] = RoundRobinTask(task, definition.num_consumers)
-        task.start()  # once listed: its splits are asked for only while it is
+        served = self._running[definition.task_id] = ServedTask.of(
+            definition, splits,
+            self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES, self._address)
+        served.start()  # once listed: its splits are asked for only while it is
 
     # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
     def _control_loop(self) -> None:
@@ -240,7 +220,7 @@ class WorkerServer(_rpc.ServerBase):
         the task: request ``n`` of any run of a task gets the same answer, so a run that
         replaces another replays its splits before it gets new ones."""
         # read without the lock: one dict lookup is atomic
-        stopped = lambda: self._stopping or task_id not in self._tasks
+        stopped = lambda: self._stopping or task_id not in self._running
         while True:
             with one_at_a_time:
                 if stopped():  # a pass may be empty: without this, repeat() would spin
@@ -280,15 +260,16 @@ class WorkerServer(_rpc.ServerBase):
 
     def _serve(self, request: pb.GetElementsRequest) -> bytes:
         deadline = time.monotonic() + ELEMENT_WAIT_S
-        answer, task = self._answer(ws.ElementsRequested, request.task_id, deadline)
-        if task is not None and (request.consumer_index >= 0 or task.task_id in self._rounds):
-            return self._serve_rounds(task, request, deadline)
-        if task is not None:
+        answer, served = self._answer(ws.ElementsRequested, request.task_id, deadline)
+        if served is not None and (request.consumer_index >= 0 or served.coordinated):
+            return self._serve_rounds(served, request, deadline)
+        if served is not None:
+            task = served.task
             if request.incarnation and request.incarnation != task.incarnation:
                 raise UnavailableError(
                     f"worker {self._address} runs task {task.task_id} in its run "
                     f"{task.incarnation}, not {request.incarnation}")
-            taken = self._take(task, request, max(0.0, deadline - time.monotonic()))
+            taken = self._take(served, request, max(0.0, deadline - time.monotonic()))
             if taken:
                 numbers, elements = task.numbered(taken)
                 if self._segments.serves(request):
@@ -306,50 +287,44 @@ class WorkerServer(_rpc.ServerBase):
         assert isinstance(answer, ws.Refused)
         raise answer.error
 
-    def _take(self, task: Task, request: pb.GetElementsRequest, wait_s: float
+    def _take(self, served: ServedTask, request: pb.GetElementsRequest, wait_s: float
               ) -> list[Any] | None:
-        """Elements of ``task`` for ``request``, through the task's cross-trainer cache if it
-        has one (as :meth:`Task.take`)."""
-        max_elements = min(request.max_elements, MAX_ELEMENTS_PER_CALL)
-        with self._lock:
-            if task.task_id not in self._tasks:
-                return None  # stopped since it was found: the caller says why
-            cache = self._caches.get(task.task_id)
-        if (cache is None) != (not request.trainer_id):
-            raise InvalidArgumentError(
-                f"task {task.task_id} is read {'without' if cache is None else 'through'} the "
-                f"cross-trainer cache, but the request has trainer_id {request.trainer_id!r}")
-        if cache is None:
-            return task.take(max_elements, request.max_bytes, wait_s)
-        return cache.take(request.trainer_id, max_elements, request.max_bytes, wait_s)
+        """Elements of ``served`` for ``request`` (as :meth:`ServedTask.take`)."""
+        if not self._still_served(served):
+            return None  # stopped since it was found: the caller says why
+        return served.take(request.trainer_id, min(request.max_elements, MAX_ELEMENTS_PER_CALL),
+                           request.max_bytes, wait_s)
+
+    def _still_served(self, served: ServedTask) -> bool:
+        return self._running.get(served.task_id) is served  # one dict lookup: atomic
 
     def cross_trainer_cache_stats(self) -> dict[int, WindowStats]:
         """The cross-trainer caches of the running tasks, by task id: elements produced into
         each, what it holds, and the elements each trainer skipped by falling behind it."""
         with self._lock:
-            caches = dict(self._caches)
-        return {task_id: cache.stats() for task_id, cache in caches.items()}
+            served = list(self._running.values())
+        return {task.task_id: stats for task in served
+                if (stats := task.cache_stats()) is not None}
 
-    def _serve_rounds(self, task: Task, request: pb.GetElementsRequest, deadline: float
-                      ) -> bytes:
+    def _serve_rounds(self, served: ServedTask, request: pb.GetElementsRequest,
+                      deadline: float) -> bytes:
         """Answer a coordinated read: the consumer's elements of the rounds it asks for."""
-        rounds = self._rounds.get(task.task_id)  # one dict lookup: atomic
-        if rounds is None or request.consumer_index < 0:
+        if not self._still_served(served):  # stopped since it was found
             raise InvalidArgumentError(
-                f"task {task.task_id} is {'not ' if rounds is None else ''}a coordinated read, "
-                f"but the request has consumer_index {request.consumer_index}")
+                f"task {served.task_id} is not a coordinated read, but the request has "
+                f"consumer_index {request.consumer_index}")
         try:
-            elements = rounds.rounds(request.consumer_index, request.round_index,
+            elements = served.rounds(request.consumer_index, request.round_index,
                                      min(request.max_elements, MAX_ELEMENTS_PER_CALL),
                                      request.round_timeout_ms / 1000, deadline)
         except ConvoyError:
             with self._lock:
                 self._check_serving()  # a stopped task ends its rounds: say stopping instead
             raise
-        return ELEMENTS + task.encoder.encode(elements) if elements else NOT_READY
+        return ELEMENTS + served.task.encoder.encode(elements) if elements else NOT_READY
 
     def _answer(self, asked: type, task_id: int, deadline: float
-                ) -> tuple[ws.Answer | None, Task | None]:
+                ) -> tuple[ws.Answer | None, ServedTask | None]:
         """The state's answer to ``asked`` (ElementsRequested or TaskEnded) and the task to
         serve from, if running. While the answer waits for a heartbeat (a task not known yet,
         an end not acknowledged yet), waits for it until ``deadline``."""
@@ -361,7 +336,7 @@ class WorkerServer(_rpc.ServerBase):
                 answer = self._apply(ws.ElementsRequested(task_id, time.monotonic())).answer
             self._check_serving()
             if isinstance(answer, ws.Serve):
-                return answer, self._tasks[task_id]
+                return answer, self._running[task_id]
             return answer, None
 
     def _check_serving(self) -> None:
@@ -401,17 +376,15 @@ class WorkerServer(_rpc.ServerBase):
     def _on_stop(self) -> None:
         """Stop every task (again after :meth:`stop`: then there is none left)."""
         with self._lock:
-            tasks, self._tasks = list(self._tasks.values()), {}
-            self._caches = {}
-            self._rounds.clear()
-        for task in tasks:
+            served, self._running = list(self._running.values()), {}
+        for task in served:
             task.stop()
         self._segments.close()
 
     def _num_tasks(self) -> int:
         """How many tasks run here (for tests and introspection)."""
         with self._lock:
-            return len(self._tasks)
+            return len(self._running)
 
     def join(self) -> None:
         """Block until the server stops; raises the error that stopped it, if any."""
