@@ -13,7 +13,7 @@ from convoy import _rpc
 from convoy.data.service import DispatcherConfig, DispatchServer
 from convoy.data.service import service_pb2 as pb
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _maker() -> ModuleType:

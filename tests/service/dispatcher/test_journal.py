@@ -34,13 +34,13 @@ JOURNALED_EVENTS = {"RegisterDataset", "GetOrCreateJob", "GetOrCreateIteration",
 
 #: A journal written at format 1 by the scenario below (compacted every 20 records). Never
 #: regenerate it: it proves that what was written then is still read.
-FIXTURE = Path(__file__).parent / "fixtures" / "journal-format-1"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "journal-format-1"
 
 #: A journal written at format 1 with the fields added since (numbered split requests and
 #: the answers kept for them, ends reported in heartbeats, collections that keep DYNAMIC
 #: iterations): the scenario below compacted every 25 records, then two collections that
 #: forget idle iterations after 50 s. Never regenerate it either.
-FIXTURE_ANSWERS = Path(__file__).parent / "fixtures" / "journal-format-1-answers"
+FIXTURE_ANSWERS = Path(__file__).parents[1] / "fixtures" / "journal-format-1-answers"
 
 #: Ids start here in these tests (a real new journal draws its base at random).
 ID_BASE = 2000
