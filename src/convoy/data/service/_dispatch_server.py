@@ -46,7 +46,7 @@ class _Handlers:
         self.lock = threading.RLock()
         self.closed = False
 
-    def _apply(self, event: Any) -> Any:
+    def _apply(self, event: ev.Event) -> Any:
         with self.lock:
             if self.closed:
                 raise UnavailableError("the dispatcher is stopping")
@@ -72,11 +72,12 @@ class _Handlers:
         iterations without clients for ``iteration_timeout``; returns the workers declared
         lost. The event names them, so replay drops the same ones."""
         with self.lock:
-            return self._apply(ev.CollectGarbage(
+            lost: list[str] = self._apply(ev.CollectGarbage(
                 now, client_timeout, worker_timeout,
                 self.state.silent_clients(now, client_timeout, since),
                 self.state.silent_workers(now, worker_timeout, since), iteration_timeout,
                 keep_dynamic=True, adopt=True))
+        return lost
 
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
         if not r.dataset or not r.fingerprint:

@@ -76,7 +76,8 @@ class _Registration:
             cardinality=self.cardinality, num_split_units=self.num_split_units)
         response = _rpc.retry(lambda: dispatcher.call("RegisterDataset", request), timeout_s,
                               f"registering a dataset with dispatcher {dispatcher.address}")
-        return response.dataset_id
+        registered: str = response.dataset_id
+        return registered
 
 
 def register_dataset(service: str | tuple[str, str], dataset: Dataset,

@@ -220,7 +220,9 @@ class WorkerServer(_rpc.ServerBase):
         the task: request ``n`` of any run of a task gets the same answer, so a run that
         replaces another replays its splits before it gets new ones."""
         # read without the lock: one dict lookup is atomic
-        stopped = lambda: self._stopping or task_id not in self._running
+        def stopped() -> bool:
+            return self._stopping or task_id not in self._running
+
         while True:
             with one_at_a_time:
                 if stopped():  # a pass may be empty: without this, repeat() would spin

@@ -253,6 +253,11 @@ EVENTS: dict[str, type] = {
 }
 
 
+#: Any event of the dispatcher.
+Event = (RegisterDataset | GetOrCreateJob | GetOrCreateIteration | ClientHeartbeat | ReleaseClient
+         | WorkerHeartbeat | TaskFinished | GetSplits | CollectGarbage)
+
+
 # ----- results -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TaskAssignment:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal_format import (
     decode_event,
     decode_meta,
@@ -154,7 +155,8 @@ class Journal:
     def _id_base(self) -> int:
         """The id base of this journal's dispatcher, drawn once when the journal is new."""
         if self.storage.exists("meta"):
-            return self._decode("meta", 0, decode_meta, self._only_record("meta"))
+            base: int = self._decode("meta", 0, decode_meta, self._only_record("meta"))
+            return base
         others = [name for name in ("snapshot", "log-0", "id_base") if self.storage.exists(name)]
         if others:
             raise DataLossError(
@@ -216,7 +218,7 @@ class Journal:
             f"journal file {self.storage.where(name)}, record at offset {offset}: {reason}; "
             f"the dispatcher cannot restore its state from it")
 
-    def append(self, event: Any, state: DispatcherState) -> None:
+    def append(self, event: ev.Event, state: DispatcherState) -> None:
         """Make ``event`` (already applied to ``state``) durable; compact when due."""
         self._log.write(encode_event(event))
         self._log.sync()

@@ -23,7 +23,7 @@ import typing
 from typing import Any
 
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name, policy_name
-from convoy.data.service._dispatcher.events import EVENTS, SavedState
+from convoy.data.service._dispatcher.events import EVENTS, Event, SavedState
 from convoy.data.service._dispatcher.state import DispatcherState
 from convoy.errors import InvalidArgumentError
 
@@ -45,17 +45,18 @@ class _Meta:
     id_base: int
 
 
-def encode_event(event: Any) -> bytes:
+def encode_event(event: Event) -> bytes:
     return _dumps({"kind": _KINDS[type(event)], **_plain(event)})
 
 
-def decode_event(data: bytes) -> Any:
+def decode_event(data: bytes) -> Event:
     """The event ``data`` encodes; :class:`ValueError` if it encodes none."""
     plain = _loads(data)
     kind = plain.pop("kind", None)
     if not isinstance(kind, str) or kind not in EVENTS:
         raise ValueError(f"unknown record kind {kind!r}; known kinds: {sorted(EVENTS)}")
-    return _build(EVENTS[kind], plain, kind)
+    event: Event = _build(EVENTS[kind], plain, kind)
+    return event
 
 
 def encode_snapshot(state: DispatcherState, generation: int) -> bytes:
@@ -77,7 +78,8 @@ def encode_meta(id_base: int) -> bytes:
 
 def decode_meta(data: bytes) -> int:
     """The id base a journal's meta record holds; :class:`ValueError` if it holds none."""
-    return _build(_Meta, _current_format(_loads(data)), "meta").id_base
+    meta: _Meta = _build(_Meta, _current_format(_loads(data)), "meta")
+    return meta.id_base
 
 
 def _current_format(plain: dict[str, Any]) -> dict[str, Any]:

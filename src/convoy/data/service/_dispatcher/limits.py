@@ -7,7 +7,7 @@ dispatcher serves everyone else as before.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.state import DispatcherState
@@ -27,7 +27,7 @@ class Limits(Protocol):
     def max_dataset_bytes(self) -> int: ...
 
 
-def admit(config: Limits, state: DispatcherState, event: Any) -> None:
+def admit(config: Limits, state: DispatcherState, event: ev.Event) -> None:
     """Raise :class:`ResourceExhaustedError`, naming the limit, if applying ``event`` to
     ``state`` would go beyond one of ``config``'s limits."""
     if isinstance(event, ev.RegisterDataset):

@@ -105,12 +105,12 @@ class DispatcherState:
     def next_dataset_id(self) -> int:
         return self.records.next_dataset_id
 
-    def apply(self, event: Any) -> Any:
+    def apply(self, event: ev.Event) -> Any:
         """Apply one event; returns its result. Raises a convoy error for a bad request,
         leaving the state unchanged (TypeError for an object that is no dispatcher event)."""
         return _HANDLERS(self, event)
 
-    def is_durable(self, event: Any) -> bool:
+    def is_durable(self, event: ev.Event) -> bool:
         """Whether ``event`` would change more than last-seen times (which a restart need not
         keep): heartbeats of known clients and workers that report no new end do not, nor
         split requests whose answer the state already holds."""
@@ -372,4 +372,4 @@ class DispatcherState:
         return self.gc.silent_workers(now, timeout, since)
 
 
-_HANDLERS: Handlers[DispatcherState, Any] = Handlers(DispatcherState, ev.EVENTS.values())
+_HANDLERS: Handlers[DispatcherState, Any] = Handlers(DispatcherState, ev.Event)
