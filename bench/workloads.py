@@ -263,14 +263,15 @@ _collected: dict[str, object] = {}  # the state after dispatcher_scale_gc, for t
 
 def _scaled_state() -> object:
     """The dispatcher's state machine after that history (no network, no journal)."""
-    from convoy.data.service import _dispatcher_events as ev
-    from convoy.data.service._dispatcher_state import DispatcherState
+    from convoy.data.service._common.config import ShardingPolicy
+    from convoy.data.service._dispatcher import events as ev
+    from convoy.data.service._dispatcher.state import DispatcherState
 
     state = DispatcherState()
     dataset = state.apply(ev.RegisterDataset("fp", b"pipeline", "", b"", 10, 10))
     for w in range(_SCALE_WORKERS):
         state.apply(ev.WorkerHeartbeat(f"worker-{w}:5000", "uid", (), 0.0))
-    job = state.apply(ev.GetOrCreateJob(dataset, "train", ev.JobOptions("OFF")))
+    job = state.apply(ev.GetOrCreateJob(dataset, "train", ev.JobOptions(ShardingPolicy.OFF)))
     iterations = [state.apply(ev.GetOrCreateIteration(job, epoch, 0.0))
                   for epoch in range(_SCALE_ITERATIONS)]
     for iteration_id, client_id in iterations[:-_SCALE_LIVE]:
@@ -283,7 +284,7 @@ def _scaled_state() -> object:
 def dispatcher_scale_gc() -> float:
     """CPU milliseconds to forget the 990 finished iterations (their 990,000 tasks); target
     below 1,000."""
-    from convoy.data.service import _dispatcher_events as ev
+    from convoy.data.service._dispatcher import events as ev
 
     state = _scaled_state()
     started = time.process_time()
@@ -299,7 +300,7 @@ def dispatcher_scale_gc() -> float:
 def dispatcher_scale_heartbeat(heartbeats: int = 20_000) -> float:
     """CPU microseconds per worker heartbeat, each worker reporting its 10 live tasks, after
     dispatcher_scale_gc; target below 50."""
-    from convoy.data.service import _dispatcher_events as ev
+    from convoy.data.service._dispatcher import events as ev
 
     if "state" not in _collected:
         dispatcher_scale_gc()
@@ -322,7 +323,7 @@ def _journaled_dispatcher(measure: Callable[[Any], float]) -> float:
     import tempfile
 
     from convoy import _rpc
-    from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS
+    from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
     from convoy.testing import ServerProcess
 
     with tempfile.TemporaryDirectory() as work_dir:

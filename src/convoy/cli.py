@@ -18,7 +18,7 @@ from typing import Any
 import convoy
 from convoy import _rpc, errors, monitoring
 from convoy._security import LOOPBACK, MAX_REQUEST_BYTES
-from convoy.data.service._config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
+from convoy.data.service._common.server_config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 
 log = logging.getLogger("convoy.cli")

@@ -17,8 +17,8 @@ import pytest
 import convoy as cv
 from convoy import _rpc
 from convoy._security import TOKEN_ENV, Security
-from convoy.data.service import _protocol as data_protocol
 from convoy.data.service import service_pb2 as pb
+from convoy.data.service._common import wire as data_protocol
 from convoy.distribute import _wire as training_protocol
 from convoy.errors import (
     ConvoyError,

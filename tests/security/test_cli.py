@@ -14,8 +14,8 @@ import pytest
 from convoy import _rpc
 from convoy._security import TOKEN_ENV, Security
 from convoy.cli import build_parser
-from convoy.data.service import _protocol as data_protocol
 from convoy.data.service import service_pb2 as pb
+from convoy.data.service._common import wire as data_protocol
 from convoy.errors import NotFoundError
 from convoy.testing import ServerProcess, free_port
 

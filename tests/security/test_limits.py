@@ -12,8 +12,8 @@ import pytest
 
 import convoy as cv
 from convoy.data.service import DispatcherConfig, DispatchServer
-from convoy.data.service import _protocol as data_protocol
 from convoy.data.service import service_pb2 as pb
+from convoy.data.service._common import wire as data_protocol
 from convoy.errors import ResourceExhaustedError
 from convoy.testing import ProcessCluster, TrainingCluster
 

@@ -12,8 +12,8 @@ import pytest
 import convoy as cv
 from convoy import _rpc
 from convoy._security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
-from convoy.data.service import _protocol as data_protocol
 from convoy.data.service import service_pb2 as pb
+from convoy.data.service._common import wire as data_protocol
 from convoy.errors import NotFoundError, UnavailableError
 from convoy.testing import ProcessCluster
 

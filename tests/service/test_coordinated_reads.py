@@ -16,7 +16,7 @@ import cloudpickle
 import pytest
 
 import convoy as cv
-from convoy.data.service._coordinated import ROUNDS_PER_TURN
+from convoy.data.service._common.coordinated import ROUNDS_PER_TURN
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 from convoy.testing import ProcessCluster, ServerProcess
 

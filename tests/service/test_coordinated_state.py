@@ -1,6 +1,6 @@
 """The decisions of coordinated reads without a network: the worker's rounds
-(:mod:`convoy.data.service._round_robin`), the consumer's reading
-(:mod:`convoy.data.service._coordinated_reader_state`) and the dispatcher's rules."""
+(:mod:`convoy.data.service._worker.round_robin`), the consumer's reading
+(:mod:`convoy.data.service._client.coordinated_reader_state`) and the dispatcher's rules."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from typing import Any
 
 import pytest
 
-from convoy.data.service import _dispatcher_events as dev
-from convoy.data.service import _reader_events as rev
-from convoy.data.service._coordinated import ROUNDS_PER_TURN, turn_of
-from convoy.data.service._coordinated_reader_state import (
+from convoy.data.service._client import reader_events as rev
+from convoy.data.service._client.coordinated_reader_state import (
     CoordinatedReaderState,
     ReadRounds,
     coordinated_config,
 )
-from convoy.data.service._dispatcher_state import DispatcherState
-from convoy.data.service._round_robin import (
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.coordinated import ROUNDS_PER_TURN, turn_of
+from convoy.data.service._dispatcher import events as dev
+from convoy.data.service._dispatcher.state import DispatcherState
+from convoy.data.service._worker.round_robin import (
     Ask,
     Failed,
     Fill,
@@ -238,7 +239,7 @@ def dispatcher_with_dataset(cardinality: int) -> tuple[DispatcherState, str]:
 
 def job_event(dataset_id: str, name: str, num_consumers: int) -> dev.GetOrCreateJob:
     """A job request as this version's dispatcher makes it."""
-    return dev.GetOrCreateJob(dataset_id, name, dev.JobOptions("OFF", num_consumers),
+    return dev.GetOrCreateJob(dataset_id, name, dev.JobOptions(ShardingPolicy.OFF, num_consumers),
                               coordinated_rules=True)
 
 
@@ -267,7 +268,7 @@ def test_journals_of_older_versions_replay_coordinated_jobs_as_they_did():
     # their dispatcher took a coordinated job on a finite dataset, and gave its iterations
     # tasks on every worker (its consumers refused to read it)
     state, dataset_id = dispatcher_with_dataset(5)
-    job = state.apply(dev.GetOrCreateJob(dataset_id, "j", dev.JobOptions("OFF", 2)))
+    job = state.apply(dev.GetOrCreateJob(dataset_id, "j", dev.JobOptions(ShardingPolicy.OFF, 2)))
     iteration, _ = state.apply(dev.GetOrCreateIteration(job, 0, 0.0))
     state.apply(dev.WorkerHeartbeat("w1", "u1", (), 0.0))
     state.apply(dev.WorkerHeartbeat("w2", "u2", (), 0.0))

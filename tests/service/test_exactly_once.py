@@ -19,14 +19,15 @@ from convoy import _rpc
 from convoy.codec import decode
 from convoy.data import Dataset
 from convoy.data._op import seeded
-from convoy.data.service import _dispatcher_events as ev
-from convoy.data.service import _dispatcher_state as st
-from convoy.data.service import _ranges
-from convoy.data.service import _reader_events as rev
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._protocol import DISPATCHER, DISPATCHER_METHODS, NUMBERED, read_numbers
-from convoy.data.service._reader_state import ReaderConfig, ReaderState
-from convoy.data.service._task import Task
+from convoy.data.service._client import reader_events as rev
+from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
+from convoy.data.service._common import ranges as _ranges
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS, NUMBERED, read_numbers
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher import state as st
+from convoy.data.service._worker.task import Task
 from convoy.errors import DataLossError, FailedPreconditionError, InvalidArgumentError
 from convoy.testing import LocalCluster
 
@@ -64,7 +65,8 @@ def dynamic_iteration(state: st.DispatcherState, clients: int = 2) -> tuple[int,
     the clients and w1's task."""
     state.apply(ev.WorkerHeartbeat("w1:1", "old", (), 0.0))
     dataset = state.apply(ev.RegisterDataset("fp", b"ds", "", b"", 100, 100))
-    job_id = state.apply(ev.GetOrCreateJob(dataset, "shared", ev.JobOptions("DYNAMIC")))
+    job_id = state.apply(ev.GetOrCreateJob(dataset, "shared",
+                                           ev.JobOptions(ShardingPolicy.DYNAMIC)))
     ids = [state.apply(ev.GetOrCreateIteration(job_id, 0, 0.0)) for _ in range(clients)]
     iteration_id = ids[0][0]
     return iteration_id, [client for _, client in ids], state.iterations[iteration_id].tasks["w1:1"]

@@ -26,8 +26,7 @@ from convoy import _rpc
 from convoy.data import Dataset
 from convoy.data.service import distribute, from_dataset_id
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._client import _Registration
-from convoy.data.service._protocol import (
+from convoy.data.service._common.wire import (
     DISPATCHER,
     DISPATCHER_METHODS,
     ELEMENTS,
@@ -36,6 +35,7 @@ from convoy.data.service._protocol import (
     WORKER,
     WORKER_METHODS,
 )
+from convoy.data.service._distribute import _Registration
 from convoy.errors import InvalidArgumentError
 from convoy.testing import LocalCluster, ProcessCluster
 

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.data.service import _shm
+from convoy.data.service._common.host import host_identity
+from convoy.data.service._shm import segments as _shm
 from convoy.errors import InvalidArgumentError, UnavailableError
 from convoy.testing import (
     LocalCluster,
@@ -34,7 +35,7 @@ from convoy.testing import (
 # Pipelines defined here run on worker processes, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-pytestmark = [pytest.mark.skipif(not _shm.host_identity(), reason="no POSIX shared memory"),
+pytestmark = [pytest.mark.skipif(not host_identity(), reason="no POSIX shared memory"),
               pytest.mark.timeout(180)]
 
 service = cv.data.service
@@ -162,9 +163,9 @@ import itertools, sys, time
 import convoy as cv
 from convoy import _rpc
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._options import dispatcher_client
-from convoy.data.service._protocol import SHARED_MEMORY, WORKER, WORKER_METHODS
-from convoy.data.service._shm_transfer import reader_identity
+from convoy.data.service._client.options import dispatcher_client
+from convoy.data.service._common.wire import SHARED_MEMORY, WORKER, WORKER_METHODS
+from convoy.data.service._shm.consumer_end import reader_identity
 
 target, dataset_id = sys.argv[1:3]
 reading = iter(cv.data.service.from_dataset_id("parallel_epochs", target, dataset_id,

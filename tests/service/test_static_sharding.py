@@ -25,7 +25,7 @@ from convoy.data.service import (
     WorkerServer,
     distribute,
 )
-from convoy.data.service._static_policy import LocalTasks, is_local_address
+from convoy.data.service._client.local_tasks import LocalTasks, is_local_address
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 from convoy.testing import LocalCluster, ProcessCluster, free_port, free_ports
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from convoy._events import Handlers
 from convoy._rpc import Outcome
 from convoy.distribute import _schedule_messages as msg
 from convoy.errors import CancelledError, FailedPreconditionError, InvalidArgumentError
@@ -68,12 +69,9 @@ class ScheduleState:
 
     def apply(self, event: msg.Event) -> list[msg.Instruction]:
         """Apply one event; its instructions. Raises a convoy error for an event that does not
-        fit the state (a bug of the caller), leaving the state unchanged."""
-        handler = getattr(self, "_on_" + type(event).__name__, None)
-        if handler is None:
-            raise InvalidArgumentError(f"unknown scheduling event {type(event).__name__}")
-        instructions: list[msg.Instruction] = handler(event)
-        return instructions
+        fit the state (a bug of the caller), leaving the state unchanged; TypeError for an
+        object that is no scheduling event."""
+        return _HANDLERS(self, event)
 
     # ----- closures ---------------------------------------------------------------------------
     def _on_Start(self, event: msg.Start) -> list[msg.Instruction]:
@@ -303,3 +301,7 @@ class ScheduleState:
                 record.built.discard(event.resource_id)
                 instructions.append(msg.Free(worker, (event.resource_id,)))
         return instructions
+
+
+_HANDLERS: Handlers[ScheduleState, list[msg.Instruction]] = Handlers(ScheduleState,
+                                                                    msg.Event)

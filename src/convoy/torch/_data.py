@@ -37,8 +37,8 @@ from convoy import _pickling
 from convoy.data import Dataset, DatasetIterator
 from convoy.data._op import Op, derive_key, seeded
 from convoy.data._shuffle import ShuffleOp
-from convoy.data.service._client import DataServiceOp
-from convoy.data.service._options import DEFAULT_SHARED_BUFFER
+from convoy.data.service._client.options import DEFAULT_SHARED_BUFFER
+from convoy.data.service._distribute import DataServiceOp
 from convoy.errors import InvalidArgumentError, UnimplementedError
 from convoy.torch._tensors import to_torch
 

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.data.service._coordinated import ROUNDS_PER_TURN
+from convoy.data.service._common.coordinated import ROUNDS_PER_TURN
 from convoy.errors import FailedPreconditionError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

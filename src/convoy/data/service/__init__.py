@@ -6,15 +6,12 @@ processes run the pipelines; trainers read with :func:`distribute` or
 :func:`register_dataset` + :func:`from_dataset_id`.
 """
 
-from convoy.data.service._client import distribute, from_dataset_id, register_dataset
-from convoy.data.service._config import (
-    DispatcherConfig,
-    ShardingPolicy,
-    WorkerConfig,
-)
-from convoy.data.service._dispatcher import DispatchServer
-from convoy.data.service._options import CrossTrainerCache
-from convoy.data.service._worker import WorkerServer
+from convoy.data.service._client.options import CrossTrainerCache
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.server_config import DispatcherConfig, WorkerConfig
+from convoy.data.service._dispatch_server import DispatchServer
+from convoy.data.service._distribute import distribute, from_dataset_id, register_dataset
+from convoy.data.service._worker_server import WorkerServer
 
 __all__ = [
     "CrossTrainerCache",

@@ -20,25 +20,14 @@ from convoy import _rpc
 from convoy._channel import Channel
 from convoy.codec import decode
 from convoy.data.service import service_pb2 as pb
-from convoy.data.service._config import ShardingPolicy
-from convoy.data.service._coordinated_reader_state import (
+from convoy.data.service._client.coordinated_reader_state import (
     CoordinatedReaderState,
     ReadRounds,
     coordinated_config,
 )
-from convoy.data.service._options import ReadOptions
-from convoy.data.service._protocol import (
-    ELEMENT_WAIT_S,
-    ELEMENTS,
-    END_OF_SEQUENCE,
-    NOT_READY,
-    NUMBERED,
-    SHARED_MEMORY,
-    WORKER,
-    WORKER_METHODS,
-    read_numbers,
-)
-from convoy.data.service._reader_events import (
+from convoy.data.service._client.local_tasks import LocalTasks
+from convoy.data.service._client.options import ReadOptions
+from convoy.data.service._client.reader_events import (
     CancelResults,
     Close,
     ElementsArrived,
@@ -57,9 +46,20 @@ from convoy.data.service._reader_events import (
     Warn,
     WorkerUnreachable,
 )
-from convoy.data.service._reader_state import ReaderConfig, ReaderState
-from convoy.data.service._shm_transfer import SegmentReader, free_orphans, reader_identity
-from convoy.data.service._static_policy import LocalTasks, reads_local_workers
+from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
+from convoy.data.service._common.static_policy import is_static, reads_local_workers
+from convoy.data.service._common.wire import (
+    ELEMENT_WAIT_S,
+    ELEMENTS,
+    END_OF_SEQUENCE,
+    NOT_READY,
+    NUMBERED,
+    SHARED_MEMORY,
+    WORKER,
+    WORKER_METHODS,
+    read_numbers,
+)
+from convoy.data.service._shm.consumer_end import SegmentReader, free_orphans, reader_identity
 from convoy.errors import (
     AbortedError,
     CancelledError,
@@ -96,13 +96,13 @@ class Reader:
             self._state = ReaderState(ReaderConfig(
                 window=options.window, outstanding=options.max_outstanding_requests,
                 unreachable_timeout_s=options.timeout_s,
-                can_skip=options.processing_mode in (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC)))
+                can_skip=not is_static(options.processing_mode)))
         else:
             self._state = CoordinatedReaderState(
                 coordinated_config(options.window, options.timeout_s))
         self._workers: dict[str, _rpc.Client] = {}
         self._wake = threading.Event()  # set to heartbeat now rather than at the next interval
-        policy = options.processing_mode.name
+        policy = options.processing_mode
         self._local = (LocalTasks(policy, options.target_workers)
                        if reads_local_workers(policy, options.target_workers) else None)
         # set: same-host workers answer in shared memory

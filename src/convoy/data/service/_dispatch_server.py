@@ -1,0 +1,250 @@
+"""DispatchServer: the gRPC shell around :class:`DispatcherState`.
+
+Each handler turns a request into an event, applies it under one lock and turns the result
+into a response. A background thread collects garbage (silent clients and workers).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from convoy import _rpc
+from convoy.data.service import service_pb2 as pb
+from convoy.data.service._common.config import WIRE_COMPRESSIONS as _COMPRESSIONS
+from convoy.data.service._common.config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
+from convoy.data.service._common.config import policy_from_name, policy_name
+from convoy.data.service._common.server_config import DispatcherConfig
+from convoy.data.service._common.static_policy import check_listed_worker
+from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.journal import Journal, LocalStorage
+from convoy.data.service._dispatcher.limits import admit
+from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+
+class _Handlers:
+    """Request -> event -> response, for every dispatcher RPC. Guarded by ``lock``.
+
+    With a journal, every event that changed more than a last-seen time is durable before its
+    answer leaves.
+    """
+
+    def __init__(self, journal: Journal | None = None,
+                 config: DispatcherConfig | None = None) -> None:
+        self.journal = journal
+        self.config = config or DispatcherConfig()
+        self.worker_addresses = self.config.worker_addresses or ()  # the fixed list, if any
+        self.state = journal.recover() if journal else DispatcherState(fresh_id_base())
+        self.lock = threading.RLock()
+        self.closed = False
+
+    def _apply(self, event: ev.Event) -> Any:
+        with self.lock:
+            if self.closed:
+                raise UnavailableError("the dispatcher is stopping")
+            admit(self.config, self.state, event)
+            journal = self.journal if self.state.is_durable(event) else None
+            result = self.state.apply(event)
+            if journal is not None:
+                journal.append(event, self.state)
+            return result
+
+    def close(self) -> None:
+        """Take no more events; close the journal."""
+        with self.lock:
+            self.closed = True
+            if self.journal is not None:
+                self.journal.close()
+
+    def collect_garbage(self, now: float, client_timeout: float, worker_timeout: float,
+                        since: float = 0.0, iteration_timeout: float | None = None
+                        ) -> list[str]:
+        """Forget clients and workers silent for their timeouts and since ``since`` (this
+        dispatcher's start: after a restart everyone gets a timeout to come back), and
+        iterations without clients for ``iteration_timeout``; returns the workers declared
+        lost. The event names them, so replay drops the same ones."""
+        with self.lock:
+            lost: list[str] = self._apply(ev.CollectGarbage(
+                now, client_timeout, worker_timeout,
+                self.state.silent_clients(now, client_timeout, since),
+                self.state.silent_workers(now, worker_timeout, since), iteration_timeout,
+                keep_dynamic=True, adopt=True))
+        return lost
+
+    def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
+        if not r.dataset or not r.fingerprint:
+            raise InvalidArgumentError("RegisterDataset needs a dataset and its fingerprint")
+        if r.compression not in _COMPRESSIONS:
+            raise InvalidArgumentError(
+                f"compression must be one of {list(_COMPRESSIONS)}, got {r.compression!r}")
+        dataset_id = self._apply(ev.RegisterDataset(
+            r.fingerprint, r.dataset, r.compression, r.element_spec, r.cardinality,
+            r.num_split_units, r.dataset_id))
+        return pb.RegisterDatasetResponse(dataset_id=dataset_id)
+
+    def GetDatasetInfo(self, r: pb.GetDatasetInfoRequest) -> pb.GetDatasetInfoResponse:
+        with self.lock:
+            record = self.state.dataset(r.dataset_id)
+        return pb.GetDatasetInfoResponse(element_spec=record.element_spec,
+                                         compression=record.compression,
+                                         cardinality=record.cardinality)
+
+    def GetOrCreateJob(self, r: pb.GetOrCreateJobRequest) -> pb.GetOrCreateJobResponse:
+        o = r.options
+        mode = policy_from_name(o.processing_mode)
+        if o.num_consumers < 0:
+            raise InvalidArgumentError(f"num_consumers must be >= 0, got {o.num_consumers}")
+        if o.target_workers not in _TARGET_WORKERS:
+            raise InvalidArgumentError(
+                f"target_workers must be one of {list(_TARGET_WORKERS[1:])}, got "
+                f"{o.target_workers!r}")
+        # The job keeps whether its readers use the cache, not which trainer asked first.
+        options = ev.JobOptions(mode, o.num_consumers, o.target_workers or "AUTO",
+                                ev.CACHE_ENABLED if o.cross_trainer_cache else "")
+        job_id = self._apply(ev.GetOrCreateJob(r.dataset_id, r.job_name, options,
+                                               self.worker_addresses, coordinated_rules=True))
+        return pb.GetOrCreateJobResponse(job_id=job_id)
+
+    def GetOrCreateIteration(self, r: pb.GetOrCreateIterationRequest
+                             ) -> pb.GetOrCreateIterationResponse:
+        if r.repetition < 0:
+            raise InvalidArgumentError(f"repetition must be >= 0, got {r.repetition}")
+        iteration_id, client_id = self._apply(
+            ev.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
+        return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id)
+
+    def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
+        settled = tuple((run.task_id, run.incarnation) for run in r.settled)
+        view = self._apply(ev.ClientHeartbeat(r.client_id, time.time(), settled,
+                                              _received(r.received)))
+        return pb.ClientHeartbeatResponse(
+            tasks=[pb.TaskInfo(task_id=t.task_id, worker_address=t.worker_address,
+                               incarnation=t.incarnation, held=t.held) for t in view.tasks],
+            iteration_finished=view.iteration_finished)
+
+    def ReleaseClient(self, r: pb.ReleaseClientRequest) -> pb.Empty:
+        self._apply(ev.ReleaseClient(r.client_id, _received(r.received)))
+        return pb.Empty()
+
+    def WorkerHeartbeat(self, r: pb.WorkerHeartbeatRequest) -> pb.WorkerHeartbeatResponse:
+        _rpc.check_address(r.worker_address, "worker_address")
+        if not r.worker_uid:
+            raise InvalidArgumentError("WorkerHeartbeat needs a worker_uid")
+        check_listed_worker(self.worker_addresses, r.worker_address)
+        orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
+                                                tuple(r.current_tasks), time.time(),
+                                                tuple(r.finished_tasks)))
+        return pb.WorkerHeartbeatResponse(
+            new_tasks=[_task_def(t) for t in orders.new_tasks],
+            tasks_to_delete=orders.tasks_to_delete)
+
+    def GetSplits(self, r: pb.GetSplitsRequest) -> pb.GetSplitsResponse:
+        if not 0 < r.max_splits <= 1024 or r.repetition < 0:
+            raise InvalidArgumentError(
+                f"GetSplits needs 0 < max_splits <= 1024 and repetition >= 0, got "
+                f"{r.max_splits} and {r.repetition}")
+        if not r.task_id or not r.worker_uid or r.request_number <= 0:
+            raise InvalidArgumentError(
+                f"GetSplits needs a task_id, a worker_uid and a request_number > 0, got "
+                f"{r.task_id}, {r.worker_uid!r} and {r.request_number}")
+        splits, end = self._apply(ev.GetSplits(r.iteration_id, r.repetition, r.max_splits,
+                                               r.task_id, r.worker_uid, r.request_number,
+                                               r.incarnation))
+        return pb.GetSplitsResponse(splits=[pb.Split(start=a, stop=b) for a, b in splits],
+                                    end_of_splits=end)
+
+
+def _received(ranges: Any) -> tuple[tuple[int, int, int], ...]:
+    received = tuple((r.task_id, r.start, r.stop) for r in ranges)
+    if any(start < 0 or stop < start for _, start, stop in received):
+        raise InvalidArgumentError("received ranges need 0 <= start <= stop")
+    return received
+
+
+def _task_def(task: ev.TaskAssignment) -> pb.TaskDef:
+    return pb.TaskDef(task_id=task.task_id, iteration_id=task.iteration_id,
+                      dataset_id=task.dataset.dataset_id, dataset=task.dataset.payload,
+                      processing_mode=policy_name(task.processing_mode),
+                      compression=task.dataset.compression, worker_index=task.worker_index,
+                      num_workers=task.num_workers, incarnation=task.incarnation,
+                      skip=[pb.Split(start=a, stop=b) for a, b in task.skip],
+                      cross_trainer_cache=task.cross_trainer_cache,
+                      num_consumers=task.num_consumers)
+
+
+class DispatchServer(_rpc.ServerBase):
+    """The data service's dispatcher: it tracks datasets, jobs, workers and splits; it never
+    produces elements itself."""
+
+    service = DISPATCHER
+
+    def __init__(self, config: DispatcherConfig | None = None, start: bool = True) -> None:
+        self._config = config or DispatcherConfig()
+        if not isinstance(self._config, DispatcherConfig):
+            raise InvalidArgumentError(
+                f"config must be a DispatcherConfig, got {type(config).__name__}"
+            )
+        super().__init__(self._config.port, security=self._config.security())
+        journal = None
+        if self._config.fault_tolerant_mode:
+            assert self._config.work_dir is not None  # the config checks it
+            journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
+        self._handlers = _Handlers(journal, self._config)
+        self._started = time.time()
+        self._stopped = threading.Event()
+        if start:
+            self.start()
+
+    @property
+    def target(self) -> str:
+        """The address clients use: ``"grpc://<host>:<port>"`` (the host it binds)."""
+        return f"grpc://{self._address}"
+
+    @property
+    def _address(self) -> str:
+        if not self.started:
+            raise FailedPreconditionError("the dispatcher has not been started")
+        return self.bound_address
+
+    def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
+        return {m: getattr(self._handlers, m.name) for m in DISPATCHER_METHODS}
+
+    def _on_start(self) -> None:
+        threading.Thread(target=self._collect_garbage, name="convoy-dispatcher-gc",
+                         daemon=True).start()
+        log.info("dispatcher serving at %s", self._address)
+
+    def _collect_garbage(self) -> None:
+        config = self._config
+        while not self._stopped.wait(config.gc_check_interval_s):
+            try:
+                lost = self._handlers.collect_garbage(
+                    time.time(), config.client_timeout_s, config.worker_timeout_s,
+                    self._started, config.iteration_timeout_s)
+            except UnavailableError:
+                return  # stopping
+            for address in lost:
+                log.warning("worker %s has not sent a heartbeat for %.0f s: dropped",
+                            address, config.worker_timeout_s)
+
+    def _on_stop(self) -> None:
+        self._stopped.set()
+        self._handlers.close()
+
+    def _num_workers(self) -> int:
+        with self._handlers.lock:
+            return len(self._handlers.state.workers)
+
+    def __del__(self) -> None:
+        try:
+            self.stop()
+        except Exception:
+            pass

@@ -1,0 +1,293 @@
+"""The dispatcher's vocabulary: the records it keeps, the events that change them, the results.
+
+Everything here is plain data: frozen dataclasses for events and results, mutable ones for
+records. :data:`EVENTS` names each event kind as the journal writes it; those names are part of
+the journal's format and must not change (add a kind instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from convoy.data.service._common.config import ShardingPolicy, policy_name
+
+#: Added to "not found" errors for ids a client or worker got from a dispatcher.
+RESTART_HINT = ("; the dispatcher may have restarted without fault_tolerant_mode, losing its "
+                "jobs")
+
+
+# ----- records -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class DatasetRecord:
+    dataset_id: str
+    fingerprint: str
+    payload: bytes
+    compression: str
+    element_spec: bytes
+    cardinality: int
+    num_split_units: int
+
+
+#: JobOptions.cross_trainer_cache of a job read through the cross-trainer cache.
+CACHE_ENABLED = "enabled"
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    processing_mode: ShardingPolicy
+    num_consumers: int = 0
+    target_workers: str = "AUTO"
+    cross_trainer_cache: str = ""
+
+    def describe(self) -> str:
+        return (f"processing mode {policy_name(self.processing_mode)}, num_consumers "
+                f"{self.num_consumers}, target_workers {self.target_workers}, cross-trainer cache "
+                f"{'on' if self.cross_trainer_cache else 'off'}")
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: int
+    name: str
+    dataset_id: str
+    options: JobOptions
+    worker_addresses: tuple[str, ...] = ()  # a static job's fixed workers, by index
+    #: A coordinated read's: its iterations keep the workers they got first.
+    fixed_workers: bool = False
+
+
+@dataclass(slots=True)
+class IterationRecord:
+    iteration_id: int
+    job_id: int
+    repetition: int
+    tasks: dict[str, int] = field(default_factory=dict)  # worker address -> task id
+    split_repetition: int = 0
+    split_cursor: int = 0
+    split_size: int = 1
+    idle_since: float | None = None  # when garbage collection first saw it without clients
+
+
+@dataclass(slots=True)
+class SplitsAnswer:
+    """The answer to a task's latest GetSplits request, kept to answer it again if sent
+    again (the first answer may have been lost in flight)."""
+
+    worker_uid: str
+    request_number: int
+    repetition: int
+    splits: list[tuple[int, int]]
+    end_of_splits: bool
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    task_id: int
+    iteration_id: int
+    worker_address: str
+    finished: bool = False
+    last_splits: SplitsAnswer | None = None  # tasks of older versions (incarnation 0) only
+    #: DYNAMIC tasks count their runs from 1: a worker process restarted at the task's address
+    #: runs it again, replaying ``split_log`` and skipping ``delivered`` (0: a task of an older
+    #: version, run again without replay).
+    incarnation: int = 0
+    split_log: list[SplitsAnswer] = field(default_factory=list)  # every answer, in order
+    #: Sequence numbers of the task's elements that its consumers have reported receiving.
+    delivered: list[tuple[int, int]] = field(default_factory=list)
+    #: Clients whose report is awaited before the current run may start (an empty list: it
+    #: may): each may have received elements of the previous run that it has not reported.
+    awaiting: list[int] = field(default_factory=list)
+    #: Who runs it: None, the worker at ``worker_address``; else the address of the worker
+    #: that adopted it when that one was lost ("": none yet).
+    runner: str | None = None
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    address: str
+    uid: str
+    last_seen: float
+
+
+@dataclass(slots=True)
+class ClientRecord:
+    client_id: int
+    iteration_id: int
+    last_seen: float
+
+
+@dataclass
+class SavedState:
+    """Everything the dispatcher holds but its indexes, which are rebuilt from it."""
+
+    next_id: int
+    next_dataset_id: int
+    datasets: list[DatasetRecord]
+    jobs: list[JobRecord]
+    iterations: list[IterationRecord]
+    tasks: list[TaskRecord]
+    workers: list[WorkerRecord]
+    clients: list[ClientRecord]
+
+
+# ----- events ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RegisterDataset:
+    fingerprint: str
+    payload: bytes
+    compression: str
+    element_spec: bytes
+    cardinality: int
+    num_split_units: int
+    requested_id: str = ""
+
+
+@dataclass(frozen=True)
+class GetOrCreateJob:
+    dataset_id: str
+    job_name: str
+    options: JobOptions
+    #: The dispatcher's configured worker list, which a static job keeps.
+    worker_addresses: tuple[str, ...] = ()
+    #: Apply the rules of coordinated reads: refuse a finite dataset, keep each iteration's
+    #: first workers. (Journals of older versions, which did not serve them, lack it: False.)
+    coordinated_rules: bool = False
+
+
+@dataclass(frozen=True)
+class GetOrCreateIteration:
+    job_id: int
+    repetition: int
+    now: float
+
+
+@dataclass(frozen=True)
+class ClientHeartbeat:
+    client_id: int
+    now: float
+    #: ``(task id, run)``: the client has no call in flight to an earlier run of the task,
+    #: and ``received`` holds all it got from it.
+    settled: tuple[tuple[int, int], ...] = ()
+    #: ``(task id, start, stop)``: sequence numbers of elements the client received.
+    received: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReleaseClient:
+    client_id: int
+    received: tuple[tuple[int, int, int], ...] = ()  # as in ClientHeartbeat
+
+
+@dataclass(frozen=True)
+class WorkerHeartbeat:
+    address: str
+    uid: str
+    current_tasks: tuple[int, ...]
+    now: float
+    #: Tasks of this worker whose end a consumer has found.
+    finished_tasks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    """A task's end, reported on its own (journals of older versions hold these; workers
+    now report ends in :class:`WorkerHeartbeat`)."""
+
+    address: str
+    task_id: int
+
+
+@dataclass(frozen=True)
+class GetSplits:
+    """A request for splits. With a ``task_id`` (0 in journals of older versions: no
+    answer kept) it is answered once per ``(worker_uid, request_number)``: the same request
+    again gets the same answer."""
+
+    iteration_id: int
+    repetition: int
+    max_splits: int
+    task_id: int = 0
+    worker_uid: str = ""
+    request_number: int = 0
+    #: The asking run of the task (0: a worker of an older version; its task's latest answer
+    #: only is kept, per worker process).
+    incarnation: int = 0
+
+
+@dataclass(frozen=True)
+class CollectGarbage:
+    """Forget silent clients and workers (a lost worker's tasks are over: what it held is
+    lost): those named in ``clients`` and ``workers``, else those silent for
+    ``client_timeout`` and ``worker_timeout``. Heartbeats that only move a last-seen time are
+    not journaled, so the dispatcher names them (:meth:`DispatcherState.silent_clients`,
+    ``silent_workers``) and replay drops exactly the same."""
+
+    now: float
+    client_timeout: float
+    worker_timeout: float
+    clients: tuple[int, ...] | None = None
+    workers: tuple[str, ...] | None = None
+    #: Forget iterations without clients for this long (None: never). A consumer asking for
+    #: a forgotten iteration again gets a new one, as in TensorFlow.
+    iteration_timeout: float | None = None
+    #: Keep unfinished iterations of named DYNAMIC jobs however long they are idle (journals
+    #: of older versions, which forgot them too, lack it: False).
+    keep_dynamic: bool = False
+    #: A lost worker's unfinished DYNAMIC tasks are adopted by other workers and run again
+    #: (journals of older versions, whose lost tasks ended, lack it: False).
+    adopt: bool = False
+
+
+#: Every event kind by the name the journal writes for it (spelled out: renaming a class
+#: must not rename its records).
+EVENTS: dict[str, type] = {
+    "RegisterDataset": RegisterDataset,
+    "GetOrCreateJob": GetOrCreateJob,
+    "GetOrCreateIteration": GetOrCreateIteration,
+    "ClientHeartbeat": ClientHeartbeat,
+    "ReleaseClient": ReleaseClient,
+    "WorkerHeartbeat": WorkerHeartbeat,
+    "TaskFinished": TaskFinished,
+    "GetSplits": GetSplits,
+    "CollectGarbage": CollectGarbage,
+}
+
+
+#: Any event of the dispatcher.
+Event = (RegisterDataset | GetOrCreateJob | GetOrCreateIteration | ClientHeartbeat | ReleaseClient
+         | WorkerHeartbeat | TaskFinished | GetSplits | CollectGarbage)
+
+
+# ----- results -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskAssignment:
+    task_id: int
+    iteration_id: int
+    dataset: DatasetRecord
+    processing_mode: ShardingPolicy
+    worker_index: int
+    num_workers: int
+    incarnation: int = 0
+    skip: tuple[tuple[int, int], ...] = ()  # sequence numbers its consumers already have
+    cross_trainer_cache: bool = False
+    num_consumers: int = 0  # of a coordinated read
+
+
+@dataclass(frozen=True)
+class WorkerInstructions:
+    new_tasks: list[TaskAssignment]
+    tasks_to_delete: list[int]
+
+
+@dataclass(frozen=True)
+class TaskView:
+    task_id: int
+    worker_address: str
+    incarnation: int = 0
+    held: bool = False  # run again soon: not to be read until the clients have reported
+
+
+@dataclass(frozen=True)
+class ClientView:
+    tasks: list[TaskView]  # the unfinished tasks
+    iteration_finished: bool

@@ -1,0 +1,112 @@
+"""Garbage collection of the dispatcher's state: silent clients, lost workers, idle iterations.
+
+A part of :class:`~.state.DispatcherState`, over its :class:`~.records.Records`: what the
+``CollectGarbage`` event does, and the queries the dispatcher asks before it, to name whom the
+event forgets.
+"""
+
+from __future__ import annotations
+
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.records import Records
+from convoy.data.service._dispatcher.runs import TaskRuns
+
+
+class GarbageCollection:
+    """The ``CollectGarbage`` event of :class:`~.state.DispatcherState`."""
+
+    def __init__(self, records: Records, runs: TaskRuns) -> None:
+        self._records = records
+        self._runs = runs
+
+    def silent_clients(self, now: float, timeout: float, since: float = 0.0
+                       ) -> tuple[int, ...]:
+        """The clients not seen for ``timeout`` by ``now``, counting ``since`` as seen."""
+        return tuple(client_id for client_id, client in self._records.clients.items()
+                     if now - max(client.last_seen, since) > timeout)
+
+    def silent_workers(self, now: float, timeout: float, since: float = 0.0
+                       ) -> tuple[str, ...]:
+        """The workers not seen for ``timeout`` by ``now``, counting ``since`` as seen."""
+        return tuple(address for address, worker in self._records.workers.items()
+                     if now - max(worker.last_seen, since) > timeout)
+
+    def collect(self, event: ev.CollectGarbage) -> list[str]:
+        """Returns the addresses of workers declared lost."""
+        silent = (event.clients if event.clients is not None
+                  else self.silent_clients(event.now, event.client_timeout))
+        for client_id in silent:
+            self._runs.forget_client(client_id)
+        named = (event.workers if event.workers is not None
+                 else self.silent_workers(event.now, event.worker_timeout))
+        lost = [address for address in dict.fromkeys(named) if address in self._records.workers]
+        for address in lost:
+            del self._records.workers[address]
+        self._release_tasks_of(lost, event.adopt)
+        if event.iteration_timeout is not None:
+            self._forget_idle_iterations(event.now, event.iteration_timeout, event.keep_dynamic)
+        return lost
+
+    def _release_tasks_of(self, lost: list[str], adopt: bool) -> None:
+        """With ``adopt``, a lost worker's unfinished DYNAMIC tasks are adopted by other
+        workers, which run them again. Its other tasks are over: they leave their unfinished
+        iterations, which can end without them. Back again, it is a new worker. Finished
+        iterations are left alone."""
+        records = self._records
+        tasks = [task for address in lost
+                 for task in records.worker_tasks.get(address, {}).values()]
+        running = {task.iteration_id for task in tasks
+                   if not records.iteration_finished(records.iterations[task.iteration_id])}
+        for task in tasks:
+            if adopt and task.iteration_id in running and task.incarnation and not task.finished:
+                self._runs.adopt(task)
+            elif task.iteration_id in running:
+                del records.iterations[task.iteration_id].tasks[task.worker_address]
+                records.unindex_runner(task)
+                records.lost_tasks.setdefault(task.iteration_id, []).append(task.task_id)
+                records.finish(task)
+
+    def _forget_idle_iterations(self, now: float, timeout: float, keep_dynamic: bool
+                                ) -> None:
+        """Drop iterations that have had no client for ``timeout`` (workers then get their
+        tasks deleted by their next heartbeat); keeps the dispatcher's state bounded. With
+        ``keep_dynamic``, an unfinished iteration of a named DYNAMIC job is kept, as in
+        TensorFlow: a consumer that joins the job again must not be handed its splits a
+        second time (an anonymous job cannot be joined again, so its iteration goes)."""
+        attached = {client.iteration_id for client in self._records.clients.values()}
+        for iteration_id, iteration in list(self._records.iterations.items()):
+            if iteration_id in attached or (keep_dynamic and self._visits_once(iteration)):
+                iteration.idle_since = None
+                continue
+            if iteration.idle_since is None:
+                iteration.idle_since = now
+            if now - iteration.idle_since >= timeout:
+                self._forget(iteration)
+
+    def _visits_once(self, iteration: ev.IterationRecord) -> bool:
+        """Whether forgetting ``iteration`` could hand its splits out again."""
+        job = self._records.jobs[iteration.job_id]
+        return (bool(job.name) and job.options.processing_mode is ShardingPolicy.DYNAMIC
+                and not self._records.iteration_finished(iteration))
+
+    def _forget(self, iteration: ev.IterationRecord) -> None:
+        """Drop ``iteration`` and its tasks; costs what it drops, not what is held."""
+        records = self._records
+        del records.iterations[iteration.iteration_id]
+        del records.iteration_keys[(iteration.job_id, iteration.repetition)]
+        tasks, worker_tasks = records.tasks, records.worker_tasks
+        for address, task_id in iteration.tasks.items():  # Records.unindex_runner, inlined: hot
+            runner = tasks.pop(task_id).runner
+            if runner is None:
+                runner = address
+            elif not runner:
+                del records.waiting[task_id]
+                continue
+            held = worker_tasks[runner]
+            del held[task_id]
+            if not held:
+                del worker_tasks[runner]
+        for task_id in records.lost_tasks.pop(iteration.iteration_id, ()):
+            del tasks[task_id]
+        del records.unfinished[iteration.iteration_id]

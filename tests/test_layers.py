@@ -1,0 +1,162 @@
+"""The data service's import contract, read from the source (an AST walk, nothing imported).
+
+``convoy/data/service`` is a shared core (``_common``), four wings that import only the core
+(``_dispatcher``, ``_worker``, ``_client``, ``_shm``; the generated ``service_pb2`` counts as
+core) and, at the top, the shells that join
+wings (the gRPC servers, the consumer's threads, ``distribute``) and the public face. The
+dispatcher's wing is pure: none of its modules, nor any service module they import, opens a
+socket or speaks gRPC. No service module takes part in an import cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).parents[1] / "src"
+SERVICE = "convoy.data.service"
+CORE = "_common"
+WINGS = ("_dispatcher", "_worker", "_client", "_shm")
+#: What a module under ``_dispatcher/`` may not import: sockets, gRPC and the RPC layer (which
+#: imports gRPC), and the generated messages.
+NETWORK = ("socket", "grpc", "convoy._rpc", "convoy._stream", "convoy._security",
+           "convoy._channel", f"{SERVICE}.service_pb2")
+
+
+def modules(root: Path, package: str) -> dict[str, Path]:
+    """Every module of ``package`` under ``root``, by dotted name."""
+    base = root / package.replace(".", "/")
+    found = {}
+    for path in base.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules ``name`` imports (anywhere in it): ``from p import m`` counts as ``p.m``
+    when that is a service module, else as ``p`` (and, outside the service, as ``p.m`` too:
+    it may be a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+                if not base.startswith(SERVICE):
+                    found.add(sub)
+    return found
+
+
+def graph(root: Path = SOURCE) -> dict[str, set[str]]:
+    known = modules(root, SERVICE)
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def part(module: str) -> str:
+    """The core, the wing or "shell" (the top) that ``module`` belongs to; "" if none."""
+    if module == SERVICE:
+        return "shell"  # the public face
+    if module == f"{SERVICE}.service_pb2":
+        return CORE  # the generated wire messages, beside service.proto for `make proto`
+    if not module.startswith(SERVICE + "."):
+        return ""
+    first = module[len(SERVICE) + 1:].split(".")[0]
+    return first if first in (CORE, *WINGS) else "shell"
+
+
+def violations(edges: dict[str, set[str]]) -> Iterator[str]:
+    """Every import that breaks the contract, as a sentence."""
+    for module, targets in sorted(edges.items()):
+        mine = part(module)
+        for target in sorted(targets):
+            theirs = part(target)
+            if mine == CORE and theirs not in ("", CORE):
+                yield f"{module} (the core) imports {target}"
+            elif mine in WINGS and theirs not in ("", CORE, mine):
+                yield f"{module} (wing {mine}) imports {target}"
+        if mine == "_dispatcher":
+            for path, bad in _network(module, edges):
+                yield f"{module} reaches {bad} through {' -> '.join(path)}"
+
+
+def _network(start: str, edges: dict[str, set[str]]) -> Iterator[tuple[list[str], str]]:
+    """The network modules ``start`` imports, directly or through service modules."""
+    seen, stack = {start}, [[start]]
+    while stack:
+        path = stack.pop()
+        for target in sorted(edges.get(path[-1], ())):
+            if any(target == bad or target.startswith(bad + ".") for bad in NETWORK):
+                yield path, target
+            elif target in edges and target not in seen:
+                seen.add(target)
+                stack.append([*path, target])
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles among the service's modules (each found once, from its first
+    module)."""
+    found, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for target in sorted(edges[module] & edges.keys()):
+            if target in path:
+                found.append([*path[path.index(target):], target])
+            elif target not in done:
+                visit(target, [*path, target])
+        done.add(module)
+
+    for module in sorted(edges):
+        if module not in done:
+            visit(module, [module])
+    return found
+
+
+def test_the_service_is_a_core_wings_and_shells() -> None:
+    edges = graph()
+    assert {part(m) for m in edges} == {CORE, *WINGS, "shell"}
+    assert list(violations(edges)) == []
+
+
+def test_the_service_has_no_import_cycle() -> None:
+    assert cycles(graph()) == []
+
+
+@pytest.mark.parametrize(("module", "source", "broken"), [
+    ("_common/x.py", "from convoy.data.service._worker import state", "(the core) imports"),
+    ("_client/x.py", "from convoy.data.service._shm.segments import Process", "(wing _client)"),
+    ("_worker/x.py", "import convoy.data.service._reader", "(wing _worker) imports"),
+    ("_dispatcher/x.py", "import socket", "reaches socket"),
+    ("_dispatcher/x.py", "from convoy import _rpc", "reaches convoy._rpc"),
+    ("_dispatcher/x.py", "from . import y", "reaches grpc through"),
+])
+def test_the_contract_catches_what_it_forbids(tmp_path: Path, module: str, source: str,
+                                              broken: str) -> None:
+    service = tmp_path / SERVICE.replace(".", "/")
+    for wing in (CORE, *WINGS):
+        (service / wing).mkdir(parents=True)
+        (service / wing / "__init__.py").write_text("")
+    (service / "__init__.py").write_text("")
+    (service / "_reader.py").write_text("")
+    (service / "_dispatcher" / "y.py").write_text("import grpc\n")
+    (service / module).write_text(source + "\n")
+    assert any(broken in line for line in violations(graph(tmp_path)))
+
+
+def test_cycles_are_found(tmp_path: Path) -> None:
+    service = tmp_path / SERVICE.replace(".", "/")
+    service.mkdir(parents=True)
+    (service / "a.py").write_text("from convoy.data.service import b\n")
+    (service / "b.py").write_text("import convoy.data.service.a\n")
+    assert cycles(graph(tmp_path)) == [[f"{SERVICE}.a", f"{SERVICE}.b", f"{SERVICE}.a"]]
