@@ -410,6 +410,9 @@ CASES = [
     Case("unique", lambda f: Dataset.from_tensor_slices(
         np.array([3, 1, 3, 2, 1, 5, 2, 7], dtype=np.int64)).unique()),
     Case("ignore_errors", lambda f: R(12).map(lambda x: 10 // (x % 4)).ignore_errors()),
+    Case("zip_ignore_errors", lambda f: Dataset.zip((
+        R(12), R(12).map(lambda x: 10 // (x % 4)), R(100, 112).shuffle(4, seed=3)))
+         .ignore_errors()),
     Case("assert_cardinality", lambda f: R(8).filter(lambda x: True).apply(
         experimental.assert_cardinality(8))),
     Case("counter", lambda f: Dataset.counter(5, -2).take(9)),

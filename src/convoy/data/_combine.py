@@ -54,7 +54,7 @@ class ZipOp(Op):
 
     def iterator(self, state: Any, key: int) -> Node:
         node = _MultiNode(_open_all(self, state, key), None)
-        rows = zip(*(n.gen for n in node.inputs))
+        rows = _zip_rows([n.gen for n in node.inputs])
         if type(self.structure) is tuple and not any(map(nest.is_nested, self.structure)):
             node.gen = rows  # a flat tuple of datasets: the rows are the elements already
         else:
@@ -66,6 +66,34 @@ class ZipOp(Op):
         if any(s is None for s in specs):
             return None
         return nest.pack_sequence_as(self.structure, specs)
+
+
+def _zip_rows(gens: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
+    """One element of each of ``gens`` per row. As in TensorFlow's zip, an input that raises
+    does not leave the inputs after it behind: they are advanced past the failed row too, so
+    an ``ignore_errors`` above resumes with the inputs in step."""
+    # advanced[i]: the last row input i gave an element for, kept at C speed by a map beside
+    # each input; it tells which input raised, so that the ones after it can be advanced
+    advanced = [-1] * len(gens)
+    marked = [map(_first, zip(gen, map(advanced.__setitem__, itertools.repeat(i),
+                                       itertools.count())))
+              for i, gen in enumerate(gens)]
+    try:
+        yield from zip(*marked)
+    except Exception:
+        failed = advanced.count(advanced[0]) if advanced[0] != advanced[-1] else 0
+        for gen in gens[failed + 1:]:
+            try:
+                next(gen)
+            except StopIteration:
+                break
+            except Exception:  # the first error of the row is the one raised
+                continue
+        raise
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
 
 
 class ConcatenateOp(Op):
