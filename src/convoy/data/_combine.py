@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import copy
 import itertools
+import operator
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -72,17 +73,13 @@ def _zip_rows(gens: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
     """One element of each of ``gens`` per row. As in TensorFlow's zip, an input that raises
     does not leave the inputs after it behind: they are advanced past the failed row too, so
     an ``ignore_errors`` above resumes with the inputs in step."""
-    # advanced[i]: the last row input i gave an element for, kept at C speed by a map beside
-    # each input; it tells which input raised, so that the ones after it can be advanced
-    advanced = [-1] * len(gens)
-    marked = [map(_first, zip(gen, map(advanced.__setitem__, itertools.repeat(i),
-                                       itertools.count())))
-              for i, gen in enumerate(gens)]
+    # One counter, ticked at C speed after each input gives an element: when input k raises,
+    # the inputs before it have ticked in this row, so the count modulo len(gens) is k.
+    ticks = itertools.count()
     try:
-        yield from zip(*marked)
+        yield from zip(*[map(_FIRST, zip(gen, ticks)) for gen in gens])
     except Exception:
-        failed = advanced.count(advanced[0]) if advanced[0] != advanced[-1] else 0
-        for gen in gens[failed + 1:]:
+        for gen in gens[next(ticks) % len(gens) + 1:]:
             try:
                 next(gen)
             except StopIteration:
@@ -92,8 +89,7 @@ def _zip_rows(gens: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
         raise
 
 
-def _first(pair: tuple[Any, Any]) -> Any:
-    return pair[0]
+_FIRST = operator.itemgetter(0)
 
 
 class ConcatenateOp(Op):
