@@ -9,9 +9,9 @@ import pytest
 import convoy
 
 PUBLIC = {
-    convoy: {"IndexedSlices", "RaggedTensor", "SparseTensor", "Variable", "__version__", "data",
-             "distribute", "errors", "io", "metrics", "monitoring", "nest", "nn", "optimizers",
-             "train"},
+    convoy: {"IndexedSlices", "RaggedTensor", "RaggedTensorSpec", "SparseTensor",
+             "SparseTensorSpec", "Variable", "__version__", "data", "distribute", "errors", "io",
+             "metrics", "monitoring", "nest", "nn", "optimizers", "train"},
     convoy.io: {"BytesList", "Example", "Feature", "FeatureList", "FeatureLists", "Features",
                 "FixedLenFeature", "FixedLenSequenceFeature", "FloatList", "Int64List",
                 "RaggedFeature", "SequenceExample", "SparseFeature", "VarLenFeature",
@@ -19,7 +19,8 @@ PUBLIC = {
                 "parse_single_example", "parse_single_sequence_example", "parse_tensor",
                 "serialize_tensor"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
-                  "Dataset", "DatasetIterator", "DatasetSpec", "Options", "TFRecordDataset",
+                  "Dataset", "DatasetIterator", "DatasetSpec", "Options", "RaggedTensorSpec",
+                  "SparseTensorSpec", "TFRecordDataset",
                   "TFRecordWriter", "TensorSpec", "TextLineDataset", "experimental", "service"},
     convoy.data.experimental: {"AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
                                "CsvDataset", "Optional", "assert_cardinality", "cardinality",

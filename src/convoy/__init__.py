@@ -13,6 +13,7 @@ from convoy import data, distribute, errors, io, metrics, monitoring, nest, nn, 
 from convoy._slices import IndexedSlices
 from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.distribute.variables import Variable
+from convoy.nest import RaggedTensorSpec, SparseTensorSpec
 from convoy.train import optimizers
 
 __version__ = "0.1.0"
@@ -20,7 +21,9 @@ __version__ = "0.1.0"
 __all__ = [
     "IndexedSlices",
     "RaggedTensor",
+    "RaggedTensorSpec",
     "SparseTensor",
+    "SparseTensorSpec",
     "Variable",
     "__version__",
     "data",

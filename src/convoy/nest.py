@@ -14,9 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.errors import InvalidArgumentError
 
 __all__ = [
+    "RaggedTensorSpec",
+    "SparseTensorSpec",
     "TensorSpec",
     "assert_same_structure",
     "flatten",
@@ -189,6 +192,51 @@ def _dtype_of(value: Any) -> np.dtype:
     return np.asarray(value).dtype
 
 
+def _spec_shape(shape: Any, kind: str) -> tuple[int | None, ...] | None:
+    if shape is None:
+        return None
+    try:
+        dims = tuple(None if d is None else int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"{kind} shape must be a sequence of sizes (int or None) or None, got {shape!r}"
+        ) from None
+    if any(d is not None and d < 0 for d in dims):
+        raise InvalidArgumentError(f"{kind} shape must hold sizes >= 0 or None, got {dims}")
+    return dims
+
+
+def _spec_dtype(dtype: Any, kind: str) -> np.dtype:
+    try:
+        return _STRING if dtype in (str, bytes, "string") else np.dtype(dtype)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{kind} dtype must be a numpy dtype, str or bytes, got {dtype!r}"
+        ) from None
+
+
+def _shapes_compatible(a: tuple[int | None, ...] | None,
+                       b: tuple[int | None, ...] | None) -> bool:
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def _common_shape(a: tuple[int | None, ...] | None,
+                  b: tuple[int | None, ...] | None) -> tuple[int | None, ...] | None:
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if x == y else None for x, y in zip(a, b))
+
+
+def _shape_repr(shape: tuple[int | None, ...] | None) -> str:
+    return "<unknown>" if shape is None else str(list(shape))
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return "string" if dtype == _STRING else dtype.name
+
+
 class TensorSpec:
     """The shape and dtype of one component of an element; ``None`` marks an unknown size."""
 
@@ -196,25 +244,8 @@ class TensorSpec:
 
     def __init__(self, shape: Sequence[int | None] | None, dtype: Any = np.float32,
                  name: str | None = None) -> None:
-        if shape is not None:
-            try:
-                shape = tuple(None if d is None else int(d) for d in shape)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(
-                    f"TensorSpec shape must be a sequence of sizes (int or None) or None, "
-                    f"got {shape!r}"
-                ) from None
-            if any(d is not None and d < 0 for d in shape):
-                raise InvalidArgumentError(
-                    f"TensorSpec shape must hold sizes >= 0 or None, got {shape}"
-                )
-        self.shape: tuple[int | None, ...] | None = shape
-        try:
-            self.dtype = _STRING if dtype in (str, bytes, "string") else np.dtype(dtype)
-        except TypeError:
-            raise InvalidArgumentError(
-                f"TensorSpec dtype must be a numpy dtype, str or bytes, got {dtype!r}"
-            ) from None
+        self.shape: tuple[int | None, ...] | None = _spec_shape(shape, "TensorSpec")
+        self.dtype = _spec_dtype(dtype, "TensorSpec")
         self.name = name
 
     @property
@@ -224,24 +255,13 @@ class TensorSpec:
     def is_compatible_with(self, value: Any) -> bool:
         """Whether ``value`` (a spec or a leaf) fits this spec."""
         other = value if isinstance(value, TensorSpec) else spec_from_value(value)
-        if other.dtype != self.dtype:
-            return False
-        if self.shape is None or other.shape is None:
-            return True
-        if len(self.shape) != len(other.shape):
-            return False
-        return all(a is None or b is None or a == b for a, b in zip(self.shape, other.shape))
+        return (isinstance(other, TensorSpec) and other.dtype == self.dtype
+                and _shapes_compatible(self.shape, other.shape))
 
     def most_specific_common(self, other: TensorSpec) -> TensorSpec:
         """The tightest spec that both ``self`` and ``other`` fit (sizes that differ -> None)."""
-        if self.shape is None or other.shape is None or len(self.shape) != len(other.shape):
-            shape = None
-        else:
-            shape = tuple(a if a == b else None for a, b in zip(self.shape, other.shape))
-        return TensorSpec(shape, self.dtype if self.dtype == other.dtype else _STRING)
-
-    def _dtype_name(self) -> str:
-        return "string" if self.dtype == _STRING else self.dtype.name
+        return TensorSpec(_common_shape(self.shape, other.shape),
+                          self.dtype if self.dtype == other.dtype else _STRING)
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -254,13 +274,128 @@ class TensorSpec:
         return hash((self.shape, self.dtype))
 
     def __repr__(self) -> str:
-        shape = "<unknown>" if self.shape is None else list(self.shape)
-        return f"TensorSpec(shape={shape}, dtype={self._dtype_name()})"
+        return f"TensorSpec(shape={_shape_repr(self.shape)}, dtype={_dtype_name(self.dtype)})"
+
+
+class SparseTensorSpec:
+    """The dense shape and dtype of a :class:`~convoy.SparseTensor` component, as TensorFlow's
+    ``tf.SparseTensorSpec``; ``None`` marks an unknown size."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: Sequence[int | None] | None = None,
+                 dtype: Any = np.float32) -> None:
+        self.shape: tuple[int | None, ...] | None = _spec_shape(shape, "SparseTensorSpec")
+        self.dtype = _spec_dtype(dtype, "SparseTensorSpec")
+
+    @classmethod
+    def from_value(cls, value: SparseTensor) -> SparseTensorSpec:
+        return cls(value.shape, value.dtype)
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    def is_compatible_with(self, value: Any) -> bool:
+        """Whether ``value`` (a spec or a SparseTensor) fits this spec."""
+        other = value if isinstance(value, SparseTensorSpec) else spec_from_value(value)
+        return (isinstance(other, SparseTensorSpec) and other.dtype == self.dtype
+                and _shapes_compatible(self.shape, other.shape))
+
+    def most_specific_common(self, other: SparseTensorSpec) -> SparseTensorSpec:
+        """The tightest spec that both ``self`` and ``other`` fit (sizes that differ -> None)."""
+        return SparseTensorSpec(_common_shape(self.shape, other.shape),
+                                self.dtype if self.dtype == other.dtype else _STRING)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, SparseTensorSpec) and self.shape == other.shape
+                and self.dtype == other.dtype)
+
+    def __hash__(self) -> int:
+        return hash(("sparse", self.shape, self.dtype))
+
+    def __repr__(self) -> str:
+        return (f"SparseTensorSpec(shape={_shape_repr(self.shape)}, "
+                f"dtype={_dtype_name(self.dtype)})")
+
+
+class RaggedTensorSpec:
+    """The shape, dtype and ragged rank of a :class:`~convoy.RaggedTensor` component, as
+    TensorFlow's ``tf.RaggedTensorSpec``: ``shape`` is ``[nrows, None, ..., *uniform inner
+    sizes]``; ``ragged_rank`` (how many dimensions after the first are ragged) defaults to
+    ``rank - 1``."""
+
+    __slots__ = ("shape", "dtype", "ragged_rank", "row_splits_dtype")
+
+    def __init__(self, shape: Sequence[int | None] | None = None, dtype: Any = np.float32,
+                 ragged_rank: int | None = None, row_splits_dtype: Any = np.int64) -> None:
+        self.shape: tuple[int | None, ...] | None = _spec_shape(shape, "RaggedTensorSpec")
+        self.dtype = _spec_dtype(dtype, "RaggedTensorSpec")
+        rank = None if self.shape is None else len(self.shape)
+        if ragged_rank is None:
+            if rank is None:
+                raise InvalidArgumentError(
+                    "RaggedTensorSpec needs ragged_rank when the shape's rank is unknown")
+            ragged_rank = rank - 1
+        if ragged_rank < 0 or (rank is not None and ragged_rank >= max(rank, 1)):
+            raise InvalidArgumentError(
+                f"RaggedTensorSpec ragged_rank must be >= 0 and < rank {rank}, got "
+                f"{ragged_rank}")
+        self.ragged_rank = int(ragged_rank)
+        self.row_splits_dtype = np.dtype(row_splits_dtype)
+        if self.row_splits_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise InvalidArgumentError(
+                f"RaggedTensorSpec row_splits_dtype must be int32 or int64, got "
+                f"{self.row_splits_dtype}")
+
+    @classmethod
+    def from_value(cls, value: RaggedTensor) -> RaggedTensorSpec:
+        return cls(value.shape, value.dtype, value.ragged_rank, value.row_splits.dtype)
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    def is_compatible_with(self, value: Any) -> bool:
+        """Whether ``value`` (a spec or a RaggedTensor) fits this spec."""
+        other = value if isinstance(value, RaggedTensorSpec) else spec_from_value(value)
+        return (isinstance(other, RaggedTensorSpec) and other.dtype == self.dtype
+                and other.ragged_rank == self.ragged_rank
+                and _shapes_compatible(self.shape, other.shape))
+
+    def most_specific_common(self, other: RaggedTensorSpec) -> RaggedTensorSpec:
+        """The tightest spec that both ``self`` and ``other`` fit (sizes that differ -> None)."""
+        if other.ragged_rank != self.ragged_rank:
+            raise InvalidArgumentError(
+                f"RaggedTensorSpecs of ragged_rank {self.ragged_rank} and "
+                f"{other.ragged_rank} have no common spec")
+        return RaggedTensorSpec(_common_shape(self.shape, other.shape),
+                                self.dtype if self.dtype == other.dtype else _STRING,
+                                self.ragged_rank, self.row_splits_dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, RaggedTensorSpec) and self.shape == other.shape
+                and self.dtype == other.dtype and self.ragged_rank == other.ragged_rank
+                and self.row_splits_dtype == other.row_splits_dtype)
+
+    def __hash__(self) -> int:
+        return hash(("ragged", self.shape, self.dtype, self.ragged_rank))
+
+    def __repr__(self) -> str:
+        return (f"RaggedTensorSpec(shape={_shape_repr(self.shape)}, "
+                f"dtype={_dtype_name(self.dtype)}, ragged_rank={self.ragged_rank}, "
+                f"row_splits_dtype={self.row_splits_dtype.name})")
 
 
 def spec_from_value(value: Any) -> Any:
-    """The structure of :class:`TensorSpec` that describes ``value``."""
+    """The structure of specs that describes ``value``: :class:`TensorSpec` for arrays and
+    scalars, :class:`SparseTensorSpec` and :class:`RaggedTensorSpec` for sparse and ragged
+    values."""
     if is_nested(value):
         return map_structure(spec_from_value, value)
+    if isinstance(value, SparseTensor):
+        return SparseTensorSpec.from_value(value)
+    if isinstance(value, RaggedTensor):
+        return RaggedTensorSpec.from_value(value)
     shape = value.shape if isinstance(value, np.ndarray | np.generic) else ()
     return TensorSpec(shape, _dtype_of(value))

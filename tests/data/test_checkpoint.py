@@ -27,6 +27,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
+from convoy import RaggedTensor, SparseTensor
 from convoy.data import (
     AUTOTUNE,
     Dataset,
@@ -37,6 +38,7 @@ from convoy.data import (
     TFRecordWriter,
     experimental,
 )
+from convoy.testing import assert_equal
 
 Point = namedtuple("Point", ["x", "y"])
 
@@ -56,6 +58,8 @@ def assert_elements_equal(actual: Any, expected: Any, path: str = "element") -> 
             f"{path}: keys {sorted(actual)} != {sorted(expected)}")
         for k in expected:
             assert_elements_equal(actual[k], expected[k], f"{path}[{k!r}]")
+    elif isinstance(expected, (SparseTensor, RaggedTensor)):
+        assert_equal(actual, expected, path)
     elif isinstance(expected, np.ndarray):
         assert isinstance(actual, np.ndarray), f"{path}: {type(actual)} is not an ndarray"
         assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
@@ -271,6 +275,14 @@ def _parse(record: bytes) -> dict[str, Any]:
     return {"length": np.int64(len(record)), "head": record[:8]}
 
 
+def _sparse_of(i: Any) -> SparseTensor:
+    return SparseTensor(indices=[[0]], values=[i], dense_shape=[1])
+
+
+def _ragged_of(i: Any) -> RaggedTensor:
+    return RaggedTensor.from_row_lengths(np.arange(i), [i])
+
+
 def _square_pair(x: Any) -> tuple[Any, Any]:
     return x, x * x
 
@@ -410,6 +422,13 @@ CASES = [
     Case("unique", lambda f: Dataset.from_tensor_slices(
         np.array([3, 1, 3, 2, 1, 5, 2, 7], dtype=np.int64)).unique()),
     Case("ignore_errors", lambda f: R(12).map(lambda x: 10 // (x % 4)).ignore_errors()),
+    # batch_test.py, BatchCheckpointTest: testSparse, testNestedSparse (and ragged likewise)
+    Case("batch_sparse", lambda f: R(10).map(_sparse_of).batch(5)),
+    Case("batch_sparse_nested", lambda f: R(10).map(_sparse_of).batch(5).batch(2)),
+    Case("batch_ragged", lambda f: R(10).map(_ragged_of).batch(3)),
+    Case("zip_ignore_errors", lambda f: Dataset.zip((
+        R(12), R(12).map(lambda x: 10 // (x % 4)), R(100, 112).shuffle(4, seed=3)))
+         .ignore_errors()),
     Case("assert_cardinality", lambda f: R(8).filter(lambda x: True).apply(
         experimental.assert_cardinality(8))),
     Case("counter", lambda f: Dataset.counter(5, -2).take(9)),

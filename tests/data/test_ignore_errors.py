@@ -57,13 +57,22 @@ def test_read_file_ignore_error(tmp_path):
     assert list(ds) == ["1", "2", "3"]
 
 
-@pytest.mark.xfail(strict=True, reason="zip stops at the first input that raises: the other "
-                   "inputs are not advanced past the failed pair as TensorFlow's zip is")
 def test_zip_ignore_error():
     """testZipIgnoreError: an error in one input of a zip drops that pair."""
     a = Dataset.from_tensor_slices(np.array([1.0, 2.0, 3.0, np.nan, 5.0])).map(_check_numerics)
     ds = Dataset.zip((a, Dataset.range(5))).ignore_errors()
     assert [(float(x), int(y)) for x, y in ds] == [(1.0, 0), (2.0, 1), (3.0, 2), (5.0, 4)]
+
+
+def test_zip_error_in_a_middle_input():
+    """Our words: whichever input of a zip fails, the inputs before and after it both move past
+    the failed row, and an input that ends during a failed row ends the zip."""
+    failing = Dataset.range(6).map(lambda x: 10 // (x % 3))
+    ds = Dataset.zip((Dataset.range(6), failing, Dataset.range(100, 106))).ignore_errors()
+    assert [tuple(int(v) for v in row) for row in ds] == [
+        (1, 10, 101), (2, 5, 102), (4, 10, 104), (5, 5, 105)]
+    short = Dataset.zip((Dataset.range(6).map(lambda x: 1 // (x - 2)), Dataset.range(2)))
+    assert [tuple(int(v) for v in row) for row in short.ignore_errors()] == [(-1, 0), (-1, 1)]
 
 
 def test_cardinality_is_unknown():

@@ -106,6 +106,19 @@ def assert_enumerated_per_worker(local: list[Any], got: list[Any], workers: int)
     assert max(multiset([i for i, _ in got]).values()) <= workers
 
 
+def assert_endless_input_per_worker(filler: int) -> Callable[..., None]:
+    """choose_from_datasets over an endless input: every worker reads the whole choice
+    dataset and has its own share of the endless input, so ``filler`` (its element) comes
+    once per worker for each choice of it; the other input's elements exactly once."""
+    def check(local: list[Any], got: list[Any], workers: int) -> None:
+        def split(elements: list[Any]) -> tuple[Counter, int]:
+            values = [int(e) for e in elements]
+            return multiset([v for v in values if v != filler]), values.count(filler)
+        (got_rest, got_fill), (local_rest, local_fill) = split(got), split(local)
+        assert got_rest == local_rest and got_fill == local_fill * workers
+    return check
+
+
 # ----- the table ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -201,10 +214,11 @@ ROWS = [
     # ----- refused
     Row("cache to a file", lambda f: D.range(6).cache(str(f / "cache")).map(lambda x: x),
         None, "cache"),
-    Row("endless repeat inside zip", lambda f: D.zip(D.range(6), D.from_tensors(0).repeat()),
-        None, "repeat"),
-    Row("endless repeats inside sample_from_datasets", lambda f: D.sample_from_datasets(
-        [D.from_tensors(0).repeat(), D.from_tensors(1).repeat()]), None, "repeat"),
+    # ----- an endless repeat inside a combining op copies its input's units without end
+    Row("endless repeat inside zip", lambda f: D.zip(D.range(7), D.range(3).repeat())),
+    Row("endless repeat inside choose_from_datasets", lambda f: D.choose_from_datasets(
+        [D.range(6), D.from_tensors(-1).repeat()], D.from_tensor_slices(np.array([0, 1] * 8)),
+        stop_on_empty_dataset=False), assert_endless_input_per_worker(-1)),
 ]
 
 
@@ -269,7 +283,7 @@ def test_a_service_read_is_refused_at_distribute(cluster: LocalCluster) -> None:
 
 @pytest.mark.timeout(60)
 def test_from_dataset_id_refuses_at_job_creation(cluster: LocalCluster) -> None:
-    unsplittable = D.zip(D.range(4), D.from_tensors(7).repeat())
+    unsplittable = D.zip(D.range(4), D.counter())
     dataset_id = cv.data.service.register_dataset(cluster.target, unsplittable)
     reader = cv.data.service.from_dataset_id(DYNAMIC, cluster.target, dataset_id)
     with pytest.raises(UnimplementedError, match="DYNAMIC sharding needs"):

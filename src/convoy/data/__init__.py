@@ -8,7 +8,7 @@ from convoy.data._file_datasets import TextLineDataset, TFRecordDataset
 from convoy.data._iterator import DatasetIterator
 from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, SHARD_HINT, UNKNOWN_CARDINALITY
 from convoy.data.tfrecord import TFRecordWriter
-from convoy.nest import TensorSpec
+from convoy.nest import RaggedTensorSpec, SparseTensorSpec, TensorSpec
 
 __all__ = [
     "AUTOTUNE",
@@ -19,6 +19,8 @@ __all__ = [
     "DatasetSpec",
     "DatasetIterator",
     "Options",
+    "RaggedTensorSpec",
+    "SparseTensorSpec",
     "TFRecordDataset",
     "TFRecordWriter",
     "TensorSpec",

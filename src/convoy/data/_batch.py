@@ -10,6 +10,13 @@ from typing import Any
 import numpy as np
 
 from convoy import nest
+from convoy.data._composite import (
+    COMPOSITE,
+    batched_spec,
+    stack_composite,
+    unbatched_spec,
+    unstack_composite,
+)
 from convoy.data._op import Node, Op, PassNode
 from convoy.data._rows import (
     Chunk,
@@ -25,8 +32,10 @@ from convoy.errors import InvalidArgumentError
 _SCALARS = (int, float, bool, np.generic)
 
 
-def _stack_leaves(values: list[Any], component: int) -> np.ndarray:
+def _stack_leaves(values: list[Any], component: int) -> Any:
     first = values[0]
+    if isinstance(first, COMPOSITE):  # a sparse or ragged batch, as TensorFlow makes
+        return stack_composite(values, component)
     if isinstance(first, (bytes, str)):
         array = np.empty(len(values), dtype=object)
         array[:] = values
@@ -70,9 +79,7 @@ def _batches(upstream: Iterator[Any], size: int, drop_remainder: bool) -> Iterat
 def _batched_spec(spec: Any, size: int | None) -> Any:
     if spec is None:
         return None
-    return nest.map_structure(
-        lambda s: nest.TensorSpec(None if s.shape is None else (size, *s.shape), s.dtype), spec
-    )
+    return nest.map_structure(lambda s: batched_spec(s, size), spec)
 
 
 class BatchOp(Op):
@@ -281,9 +288,7 @@ class UnbatchOp(Op):
         spec = self.input.static_spec()
         if spec is None:
             return None
-        return nest.map_structure(
-            lambda s: nest.TensorSpec(None if s.shape is None else s.shape[1:], s.dtype), spec
-        )
+        return nest.map_structure(unbatched_spec, spec)
 
 
 def unstack(batch: Any) -> list[Any]:
@@ -300,6 +305,8 @@ def unstack(batch: Any) -> list[Any]:
 
 
 def _rows(value: Any, component: int) -> Any:
+    if isinstance(value, COMPOSITE):
+        return unstack_composite(value)
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     if array.ndim == 0:
         raise InvalidArgumentError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import copy
 import itertools
+import operator
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -54,7 +55,7 @@ class ZipOp(Op):
 
     def iterator(self, state: Any, key: int) -> Node:
         node = _MultiNode(_open_all(self, state, key), None)
-        rows = zip(*(n.gen for n in node.inputs))
+        rows = _zip_rows([n.gen for n in node.inputs])
         if type(self.structure) is tuple and not any(map(nest.is_nested, self.structure)):
             node.gen = rows  # a flat tuple of datasets: the rows are the elements already
         else:
@@ -66,6 +67,29 @@ class ZipOp(Op):
         if any(s is None for s in specs):
             return None
         return nest.pack_sequence_as(self.structure, specs)
+
+
+def _zip_rows(gens: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
+    """One element of each of ``gens`` per row. As in TensorFlow's zip, an input that raises
+    does not leave the inputs after it behind: they are advanced past the failed row too, so
+    an ``ignore_errors`` above resumes with the inputs in step."""
+    # One counter, ticked at C speed after each input gives an element: when input k raises,
+    # the inputs before it have ticked in this row, so the count modulo len(gens) is k.
+    ticks = itertools.count()
+    try:
+        yield from zip(*[map(_FIRST, zip(gen, ticks)) for gen in gens])
+    except Exception:
+        for gen in gens[next(ticks) % len(gens) + 1:]:
+            try:
+                next(gen)
+            except StopIteration:
+                break
+            except Exception:  # the first error of the row is the one raised
+                continue
+        raise
+
+
+_FIRST = operator.itemgetter(0)
 
 
 class ConcatenateOp(Op):

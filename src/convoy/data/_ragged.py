@@ -11,33 +11,9 @@ import numpy as np
 from convoy import nest
 from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.data._batch import BatchOp, stack
+from convoy.data._composite import batched_spec, stack_ragged
 from convoy.data._op import Node, Op, PassNode
 from convoy.errors import InvalidArgumentError
-
-
-def _ragged_rows(rows: list[Any]) -> RaggedTensor:
-    """Rows (arrays of rank >= 1, or ragged tensors) as one ragged tensor, a row each."""
-    if isinstance(rows[0], RaggedTensor):
-        flat = np.concatenate([r.flat_values for r in rows])
-        levels = []
-        for level in range(rows[0].ragged_rank):
-            parts, offset = [np.zeros(1, np.int64)], 0
-            for r in rows:
-                splits = r.nested_row_splits[level]
-                parts.append(splits[1:] + offset)
-                offset += int(splits[-1])
-            levels.append(np.concatenate(parts))
-        lengths = [r.nrows() for r in rows]
-        return RaggedTensor.from_row_lengths(
-            RaggedTensor.from_nested_row_splits(flat, levels), lengths)
-    arrays = [np.asarray(r) for r in rows]
-    inner = {a.shape[1:] for a in arrays}
-    if len(inner) > 1:
-        raise InvalidArgumentError(
-            f"ragged_batch: the elements' dimensions after the first must agree, got shapes "
-            f"{[list(a.shape) for a in arrays]}")
-    values = np.concatenate(arrays) if arrays else np.empty((0,))
-    return RaggedTensor.from_row_lengths(values, [len(a) for a in arrays])
 
 
 def ragged_stack(elements: list[Any]) -> Any:
@@ -45,10 +21,10 @@ def ragged_stack(elements: list[Any]) -> Any:
     first = elements[0]
     columns = list(zip(*map(nest.flatten, elements), strict=True))
     out = []
-    for column in columns:
+    for i, column in enumerate(columns):
         leaf = column[0]
         if isinstance(leaf, RaggedTensor) or np.ndim(leaf) >= 1:
-            out.append(_ragged_rows(list(column)))
+            out.append(stack_ragged(list(column), i))
         else:
             out.append(stack(list(column)))
     return out[0] if not nest.is_nested(first) else nest.pack_sequence_as(first, out)
@@ -67,7 +43,18 @@ class RaggedBatchOp(BatchOp):
             yield ragged_stack(chunk)
 
     def static_spec(self) -> Any:
-        return None
+        spec = self.input.static_spec()
+        if spec is None or any(s.rank is None for s in nest.flatten(spec)):
+            return None
+        size = self.batch_size if self.drop_remainder else None
+        return nest.map_structure(lambda s: _ragged_batch_spec(s, size), spec)
+
+
+def _ragged_batch_spec(spec: Any, size: int | None) -> Any:
+    """A component of rank >= 1 batches into a ragged tensor whose rows are its elements."""
+    if isinstance(spec, nest.TensorSpec) and spec.shape:
+        return nest.RaggedTensorSpec((size, None, *spec.shape[1:]), spec.dtype, 1)
+    return batched_spec(spec, size)
 
 
 class SparseBatchOp(BatchOp):
@@ -114,4 +101,8 @@ class SparseBatchOp(BatchOp):
                             [len(arrays), *shape])
 
     def static_spec(self) -> Any:
-        return None
+        spec = self.input.static_spec()
+        if not isinstance(spec, nest.TensorSpec):
+            return None
+        return nest.SparseTensorSpec(
+            (None, *(d if d >= 0 else None for d in self.row_shape)), spec.dtype)

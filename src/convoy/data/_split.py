@@ -10,7 +10,10 @@ from_generator. Ops that combine datasets lay their inputs' units out in one num
   unit ``u`` is unit ``u`` of every input that has one (their count is the largest input's);
   the choice dataset of ``choose_from_datasets`` is read whole by every worker, as in
   TensorFlow, so each worker makes its own choices;
-- ``repeat(count)`` inside one of them: ``count`` copies of its input's units, one per epoch.
+- ``repeat(count)`` inside one of them: ``count`` copies of its input's units, one per epoch;
+  an endless ``repeat()`` inside one of them copies them without end (:data:`ENDLESS_UNITS`
+  in all), so the pass never ends and every worker goes on reading its own share of every
+  input, as TensorFlow's repeated split providers do.
 
 Every other transformation runs on each worker over the units that worker was handed (so
 ``take``, ``batch``, ``enumerate`` ... apply per worker, as in TensorFlow). A ``repeat`` that
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import re
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
@@ -43,6 +47,10 @@ from convoy.errors import FailedPreconditionError, InvalidArgumentError, Unimple
 
 #: ``supplier(repetition)`` yields the splits of one pass over the pipeline's units.
 SplitSupplier = Callable[[int], Iterator[tuple[int, int]]]
+
+#: The units of a pass that never ends (an endless ``repeat`` inside a combining op): more than
+#: any job reads, and within the dispatcher's int64 cursor.
+ENDLESS_UNITS = 2 ** 62
 
 _COMBINING = (ConcatenateOp, ZipOp, SampleOp, ChooseOp)
 _PUBLIC_NAMES = {
@@ -103,7 +111,7 @@ def _units(op: Op, within: str) -> int:
     if isinstance(op, GeneratorOp):
         return 1  # the whole generator, run by the worker handed unit 0
     if isinstance(op, ConcatenateOp):
-        return sum(_units(i, "concatenate") for i in op.inputs)
+        return min(ENDLESS_UNITS, sum(_units(i, "concatenate") for i in op.inputs))
     if isinstance(op, _COMBINING):
         return max(_units(i, op_name(op)) for i in _split_inputs(op))
     if isinstance(op, CacheOp) and op.filename:
@@ -111,11 +119,9 @@ def _units(op: Op, within: str) -> int:
                           "the splits it was handed; cache in memory (filename='') or use OFF",
                       " to a file")
     if isinstance(op, RepeatOp) and within:
-        if op.count < 0:
-            raise _refuse(op, f"each pass of `{within}` needs a finite number of units; "
-                              f"give repeat a count, or repeat after `{within}`",
-                          f" without a count inside `{within}`")
-        return op.count * _units(op.input, within)
+        units = _units(op.input, within)
+        # an endless repeat of nothing ends at once, as in TensorFlow
+        return min(ENDLESS_UNITS, units * (op.count if op.count >= 0 else ENDLESS_UNITS))
     if not op.inputs and op.cardinality() == INFINITE_CARDINALITY:
         raise _refuse(op, "it is an infinite source, whose elements cannot be handed out in "
                           "splits; use OFF, or a finite source such as range")
@@ -164,10 +170,10 @@ def _rebuild(op: Op, feed: _Feed, start: int, shifts: tuple[_Shift, ...]) -> Op:
         split = _split_inputs(op)
         kept = op.inputs[:len(op.inputs) - len(split)]
         return op.with_inputs((*kept, *(_rebuild(i, feed, start, shifts) for i in split)))
-    if isinstance(op, RepeatOp):  # inside a combining op, so with a count (split_units checked)
+    if isinstance(op, RepeatOp):  # inside a combining op
         shift = _Shift()
         return _EpochsOp(_rebuild(op.input, feed, start, (*shifts, shift)), op.count,
-                         _inner_units(op.input), shift)
+                         _inner_units(op.input), shift, feed, start, shifts)
     return op.with_inputs((_rebuild(op.input, feed, start, shifts),))
 
 
@@ -196,26 +202,31 @@ class _Pass:
         self.supplier = supplier
         self.repetition = repetition
         self.splits: list[tuple[int, int]] = []
+        self.stops: list[int] = []  # the splits' stops, increasing as the splits come in order
         self.ended = False
-        self.closed: list[tuple[int, int]] = []  # windows whose reader stopped early
         self.lock = threading.Lock()
 
     def window(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
         """The parts of this pass's splits within units ``[start, stop)``, shifted to count
         from ``start``."""
-        index = 0
+        index = bisect_right(self.stops, start)
         while start < stop:
             split = self._split(index)
             if split is None:
                 return
             index += 1
             if split[0] >= stop:  # later splits all come after the window too
-                with self.lock:
-                    self.closed.append((start, stop))
                 return
             a, b = max(split[0], start), min(split[1], stop)
             if a < b:
                 yield a - start, b - start
+
+    def next_unit(self, unit: int) -> int | None:
+        """The first unit from ``unit`` on in this worker's splits (pulling them as needed), or
+        None when none is left."""
+        index = bisect_right(self.stops, unit)
+        split = self._split(index)
+        return None if split is None else max(unit, split[0])
 
     def _split(self, index: int) -> tuple[int, int] | None:
         if index < len(self.splits):
@@ -228,16 +239,17 @@ class _Pass:
                     return None
                 self._check_in_order(split)
                 self.splits.append(split)
+                self.stops.append(split[1])
             return self.splits[index]
 
     def _check_in_order(self, split: tuple[int, int]) -> None:
-        for start, stop in self.closed:
-            if split[0] < stop and start < split[1]:
-                raise FailedPreconditionError(
-                    f"split {list(split)} of repetition {self.repetition} came after a later "
-                    f"one, when the reader of units [{start}, {stop}) had already finished: "
-                    f"this pipeline needs its splits in increasing order"
-                )
+        # Readers stop at the first split past their window, so a split that comes after a
+        # later one could be missed: refuse it rather than lose units.
+        if self.splits and split[0] < self.splits[-1][1]:
+            raise FailedPreconditionError(
+                f"split {list(split)} of repetition {self.repetition} came after the later "
+                f"{list(self.splits[-1])}: this pipeline needs its splits in increasing order"
+            )
 
 
 class _Shift:
@@ -306,27 +318,43 @@ def _unit_reader(source: Op) -> Callable[[int, int, int], Iterator[Any]]:
 
 
 class _EpochsOp(Op):
-    """``repeat(count)`` inside a combining op: epoch ``e`` reads the units ``e * stride``
-    further on."""
+    """``repeat(count)`` inside a combining op (endless if ``count < 0``): epoch ``e`` reads
+    the units ``e * stride`` further on. Epochs without units on this worker are skipped, and
+    the repeat ends when this worker's splits do."""
 
-    def __init__(self, input: Op, count: int, stride: int, shift: _Shift) -> None:
+    def __init__(self, input: Op, count: int, stride: int, shift: _Shift, feed: _Feed,
+                 start: int, shifts: tuple[_Shift, ...]) -> None:
         self.inputs = (input,)
         self.count = count
         self.stride = stride
         self.shift = shift
+        self.feed = feed
+        self.start = start
+        self.shifts = shifts
 
     def iterator(self, state: Any, key: int) -> Node:
         _refuse_state(state)
         return _UnsavableNode(self._epochs(key))
 
     def _epochs(self, key: int) -> Iterator[Any]:
-        for epoch in range(self.count):
+        if self.stride == 0:
+            return
+        base = self.start + sum(shift.offset for shift in self.shifts)
+        epoch = 0
+        while self.count < 0 or epoch < self.count:
+            unit = self.feed.current.next_unit(base + epoch * self.stride)
+            if unit is None:
+                return
+            epoch = (unit - base) // self.stride
+            if 0 <= self.count <= epoch:
+                return
             self.shift.offset = epoch * self.stride
             node = self.input.iterator(None, derive_key(key, epoch))
             try:
                 yield from node.gen
             finally:
                 node.close()
+            epoch += 1
 
     def static_spec(self) -> Any:
         return self.input.static_spec()

@@ -4,6 +4,11 @@ An array is shared with its tensor (no copy) when numpy lets it be written; a re
 (the data service hands out views on gRPC messages and on shared memory) is copied, so every
 tensor can be changed in place and ``torch.from_numpy`` never warns. Byte-string arrays become
 (nested) lists of ``bytes``; numpy and Python numbers become 0-d tensors.
+
+A :class:`~convoy.SparseTensor` becomes a sparse COO tensor. A :class:`~convoy.RaggedTensor` of
+``ragged_rank`` 1 becomes a nested tensor of the jagged layout (PyTorch's nested tensors have one
+ragged dimension), its rows; a deeper one a list of its rows, each converted so. Sparse and ragged
+byte strings become what ``to_list()`` gives (ragged) or stay as they are (sparse).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import numpy as np
 import torch
 
 from convoy import nest
+from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.errors import InvalidArgumentError
 
 #: numpy dtypes and the torch dtypes they become, one to one. torch 2.13 stores uint16,
@@ -53,10 +59,44 @@ def _leaf(value: Any) -> Any:
         if isinstance(value, (np.bytes_, np.str_)):
             return value.item()
         return _array(np.asarray(value))
+    if isinstance(value, SparseTensor):
+        return _sparse(value)
+    if isinstance(value, RaggedTensor):
+        return _ragged(value)
     dtype = _PYTHON_DTYPES.get(type(value))
     if dtype is not None:
         return torch.tensor(value, dtype=dtype)
     return value  # torch tensors, bytes, str and what torch has no form for
+
+
+def _sparse(value: SparseTensor) -> Any:
+    if value.dtype.kind in "OSU":
+        return value  # torch has no sparse tensors of strings
+    return torch.sparse_coo_tensor(_array(value.indices.T), _array(value.values),
+                                   value.shape, check_invariants=True,
+                                   is_coalesced=_in_order(value))
+
+
+def _in_order(value: SparseTensor) -> bool:
+    """Whether the entries are in row-major order without repeats (as TensorFlow's ops make
+    them): torch calls that coalesced, and lets ``values()`` and ``indices()`` be read."""
+    if len(value.values) < 2:
+        return True
+    try:
+        flat = np.ravel_multi_index(tuple(value.indices.T), value.shape)
+    except ValueError:  # an index out of bounds (torch names it) or a shape beyond int64
+        return False
+    return bool((np.diff(flat) > 0).all())
+
+
+def _ragged(value: RaggedTensor) -> Any:
+    if value.dtype.kind in "OSU":
+        return value.to_list()
+    if value.ragged_rank > 1:
+        return [_ragged(row) for row in value]
+    values = value.values
+    assert isinstance(values, np.ndarray)  # ragged_rank 1
+    return torch.nested.nested_tensor_from_jagged(_array(values), _array(value.row_splits))
 
 
 def _array(array: np.ndarray) -> Any:
