@@ -119,6 +119,39 @@ def assert_endless_input_per_worker(filler: int) -> Callable[..., None]:
     return check
 
 
+def assert_same_values(local: list[Any], got: list[Any], workers: int) -> None:
+    """unique per worker: each worker's values once, so together the same set of values."""
+    assert set(map(canon, got)) == set(map(canon, local))
+    if workers == 1:
+        assert multiset(got) == multiset(local)
+
+
+def assert_ragged_rows_once(local: list[Any], got: list[Any], workers: int) -> None:
+    def ragged_rows(batches: list[Any]) -> Counter:
+        return Counter(tuple(row) for batch in batches for row in batch.to_list())
+    assert ragged_rows(got) == ragged_rows(local)
+
+
+def assert_sparse_rows_once(local: list[Any], got: list[Any], workers: int) -> None:
+    def sparse_rows(batches: list[Any]) -> Counter:
+        return Counter(tuple(int(v) for v in row[: int(np.count_nonzero(row)) + 1])
+                       for batch in batches for row in batch.to_dense())
+    assert sparse_rows(got) == sparse_rows(local)
+
+
+def fails_on_fives(x: Any) -> Any:
+    if x % 5 == 0:
+        raise ValueError(f"{x} is a multiple of five")
+    return x
+
+
+def saved(files: Path) -> str:
+    path = files / "saved"
+    if not path.exists():
+        D.range(6).save(str(path))
+    return str(path)
+
+
 # ----- the table ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -211,9 +244,30 @@ ROWS = [
     Row("shard", lambda f: D.range(30).shard(3, 1), assert_no_repeats_within(list(range(30)))),
     Row("enumerate", lambda f: D.range(15).map(lambda x: x * 2).enumerate(),
         assert_enumerated_per_worker),
+    # ----- grouping and stateful transformations, applied per worker to its units
+    Row("group_by_window", lambda f: D.range(20).group_by_window(
+        lambda x: x % 2, lambda key, window: window.batch(3), window_size=3), assert_rows_once(3)),
+    Row("bucket_by_sequence_length", lambda f: D.range(1, 12).map(arange_of)
+        .bucket_by_sequence_length(lambda x: np.int32(len(x)), [4, 8], [3, 3, 3]),
+        assert_padded_rows_once),
+    Row("window", lambda f: D.range(20).window(3).flat_map(lambda w: w.batch(3)),
+        assert_rows_once(3)),
+    Row("scan", lambda f: D.range(20).scan(np.int64(0), lambda count, x: (count + 1, x))),
+    Row("unique", lambda f: D.range(20).map(lambda x: x % 7).unique(), assert_same_values),
+    Row("ignore_errors", lambda f: D.range(20).map(fails_on_fives).ignore_errors()),
+    Row("ragged_batch", lambda f: D.range(10).map(arange_of).ragged_batch(3),
+        assert_ragged_rows_once),
+    Row("sparse_batch", lambda f: D.range(10).map(arange_of).sparse_batch(3, [10]),
+        assert_sparse_rows_once),
     # ----- refused
     Row("cache to a file", lambda f: D.range(6).cache(str(f / "cache")).map(lambda x: x),
         None, "cache"),
+    Row("counter", lambda f: D.counter().take(5), None, "counter"),  # infinite sources
+    Row("random", lambda f: D.random(seed=1).take(5), None, "random"),
+    Row("rejection_resample", lambda f: D.range(10).rejection_resample(  # made of random
+        lambda x: x % 2, [0.5, 0.5], seed=1), None, "random"),
+    Row("load", lambda f: D.load(saved(f)), None, "load"),
+    Row("snapshot", lambda f: D.range(12).snapshot(str(f / "snapshot")), None, "snapshot"),
     # ----- an endless repeat inside a combining op copies its input's units without end
     Row("endless repeat inside zip", lambda f: D.zip(D.range(7), D.range(3).repeat())),
     Row("endless repeat inside choose_from_datasets", lambda f: D.choose_from_datasets(
@@ -265,11 +319,14 @@ def test_every_op_has_a_row() -> None:
            "TextLineDataset", "from_generator", "concatenate", "zip", "sample_from_datasets",
            "choose_from_datasets", "interleave", "flat_map", "map", "filter", "prefetch",
            "shuffle", "cache", "with_options", "take_while", "repeat", "batch", "padded_batch",
-           "unbatch", "rebatch", "take", "skip", "shard", "enumerate"}
+           "unbatch", "rebatch", "take", "skip", "shard", "enumerate", "group_by_window",
+           "bucket_by_sequence_length", "window", "scan", "unique", "ignore_errors",
+           "ragged_batch", "sparse_batch", "snapshot", "counter", "random",
+           "rejection_resample", "load"}
     assert ops <= names
     transformations = {name for name in dir(D) if not name.startswith("_")}
     not_ops = {"apply", "as_numpy_iterator", "cardinality", "element_spec", "options",
-               "reduce"}
+               "reduce", "get_single_element", "save"}
     assert transformations - not_ops <= ops
 
 

@@ -7,6 +7,7 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
+from convoy.data._map import MapOp
 from convoy.data._op import INFINITE_CARDINALITY, Node, Op
 from convoy.errors import FailedPreconditionError, UnimplementedError
 
@@ -17,9 +18,10 @@ _END = object()
 class IgnoreErrorsOp(Op):
     """The input's elements, skipping those whose computation raised.
 
-    An error can end the input's Python generators, so the input is rebuilt from its state
-    right after the error: the element that failed is consumed, as in tf.data. An input
-    that fails again from the same state, with no element in between, ends the dataset.
+    A sequential ``map`` right below reads on after its function raised. Any other error
+    can end the input's Python generators, so the input is rebuilt from its state right
+    after the error: the element that failed is consumed, as in tf.data. An input that fails
+    again from the same state, with no element in between, ends the dataset.
     """
 
     def __init__(self, input: Op, log_warning: bool) -> None:
@@ -27,7 +29,12 @@ class IgnoreErrorsOp(Op):
         self.log_warning = log_warning
 
     def iterator(self, state: Any, key: int) -> Node:
-        return _IgnoreErrorsNode(self, self.input.iterator(state, key), key)
+        return _IgnoreErrorsNode(self, self._input_iterator(state, key), key)
+
+    def _input_iterator(self, state: Any, key: int) -> Node:
+        if isinstance(self.input, MapOp):
+            return self.input.recoverable_iterator(state, key)
+        return self.input.iterator(state, key)
 
     def static_spec(self) -> Any:
         return self.input.static_spec()
@@ -53,6 +60,8 @@ class _IgnoreErrorsNode(Node):
             except Exception as error:
                 if self.op.log_warning:
                     _log.warning("Ignoring error: %s", error)
+                if getattr(self.input.gen, "upstream_failed", True) is False:
+                    continue  # the map's function failed: its iterator reads on
                 try:
                     after = self.input.state_dict()
                 except UnimplementedError:  # an input that cannot resume (DYNAMIC splits)
@@ -62,7 +71,7 @@ class _IgnoreErrorsNode(Node):
                     return  # the same error again from the same place: it would never end
                 stuck_at = position
                 self.input.close()
-                self.input = self.op.input.iterator(after, self.key)
+                self.input = self.op._input_iterator(after, self.key)
 
     def state_dict(self) -> Any:
         return self.input.state_dict()

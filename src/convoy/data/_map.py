@@ -49,6 +49,39 @@ def _mapped(fn: Callable[..., Any], upstream: Iterator[Any]) -> Iterator[Any]:
         return
 
 
+class _RecoverableMap:
+    """``fn`` over ``upstream``, one call per ``next``, that outlives an error of ``fn``.
+
+    A generator is over once it raises; this iterator is not, so ``ignore_errors`` can skip
+    a failed call and read on from the same upstream, even one that cannot be rebuilt from a
+    saved state (DYNAMIC splits). ``upstream_failed`` tells an error of the upstream (which
+    may have ended it) from an error of ``fn``.
+    """
+
+    __slots__ = ("fn", "upstream", "unpack", "upstream_failed")
+
+    def __init__(self, fn: Callable[..., Any], upstream: Iterator[Any]) -> None:
+        self.fn = fn
+        self.upstream = upstream
+        self.unpack: bool | None = None
+        self.upstream_failed = False
+
+    def __iter__(self) -> _RecoverableMap:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            element = next(self.upstream)
+        except StopIteration:
+            raise
+        except BaseException:
+            self.upstream_failed = True
+            raise
+        if self.unpack is None:
+            self.unpack = type(element) is tuple
+        return self.fn(*element) if self.unpack else self.fn(element)
+
+
 class MapOp(Op):
     def __init__(self, input: Op, fn: Callable[..., Any], num_parallel_calls: int | None,
                  deterministic: bool | None) -> None:
@@ -69,6 +102,16 @@ class MapOp(Op):
         if self.parallelism <= 0:
             input = self.input.iterator(state, key)
             return PassNode(input, _mapped(self.fn, input.gen))
+        return self._parallel_iterator(state, key)
+
+    def recoverable_iterator(self, state: Any, key: int) -> Node:
+        """An iterator that reads on after a call of ``fn`` raised (for ``ignore_errors``)."""
+        if self.parallelism <= 0:
+            input = self.input.iterator(state, key)
+            return PassNode(input, _RecoverableMap(self.fn, input.gen))
+        return self._parallel_iterator(state, key)
+
+    def _parallel_iterator(self, state: Any, key: int) -> Node:
         state = state or {"input": None, "pending": []}
         return ParallelMapNode(self.input.iterator(state["input"], key), self.fn,
                                self.parallelism, self.deterministic, state["pending"])

@@ -42,6 +42,7 @@ from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
 from convoy.data._file_reader_ops import FileReaderOp
 from convoy.data._op import INFINITE_CARDINALITY, Node, Op, derive_key
 from convoy.data._slicing import RepeatOp
+from convoy.data._snapshot import SnapshotOp
 from convoy.data._sources import GeneratorOp, IndexSource
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 
@@ -118,6 +119,10 @@ def _units(op: Op, within: str) -> int:
         raise _refuse(op, "every worker would fill and replay the same file, holding only "
                           "the splits it was handed; cache in memory (filename='') or use OFF",
                       " to a file")
+    if isinstance(op, SnapshotOp):
+        raise _refuse(op, "every worker would write and then read the same snapshot "
+                          "directory, holding only the splits it was handed; snapshot before "
+                          "distributing, or use OFF")
     if isinstance(op, RepeatOp) and within:
         units = _units(op.input, within)
         # an endless repeat of nothing ends at once, as in TensorFlow
