@@ -1,18 +1,8 @@
-"""PyTorch on the workers: pull variables into tensors, run autograd, push the gradients.
-
-A training step reads as ordinary PyTorch::
-
-    def step(ids, labels):
-        with cv.torch.pull(dense=[w, b], rows={embedding: ids}) as pulled:
-            logits = model(pulled[embedding], *pulled)   # gathered rows; then w, b
-            loss = F.binary_cross_entropy_with_logits(logits, labels)
-            loss.backward()
-        optimizer.apply_gradients(pulled.gradients())
-        return float(loss)
+"""Pull variables into torch tensors for one step; their gradients go back as a push.
 
 :func:`pull` reads every dense variable and every gathered row block in one call per
-parameter server; the gradients of gathered rows come back as :class:`IndexedSlices`, so
-the push (``apply_gradients``) is one sparse update per server.
+parameter server; :meth:`Pulled.gradients` turns gathered rows' gradients into
+:class:`IndexedSlices`, so the push (``apply_gradients``) is one sparse update per server.
 """
 
 from __future__ import annotations
@@ -27,14 +17,8 @@ import torch
 
 from convoy._slices import IndexedSlices, put_rows
 from convoy.distribute._protocol import execute_all
-from convoy.distribute.server import worker_context
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
-
-if worker_context() is not None:
-    # A training worker shares its machine with other tasks and runs several steps at once:
-    # PyTorch's intra-op threads would only contend (10x slower steps seen on 2 cores).
-    torch.set_num_threads(1)
 
 
 class Pulled:
