@@ -1,6 +1,19 @@
-"""PyTorch on the workers: pull variables into tensors, run autograd, push the gradients.
+"""PyTorch on the workers: modules whose parameters live on the parameter servers, or
+variables pulled into tensors by hand; autograd computes the gradients, which go back as a push.
 
-A training step reads as ordinary PyTorch::
+A module placed under ``strategy.scope()`` trains as in any PyTorch loop::
+
+    with strategy.scope():
+        model = cv.torch.place(Net())        # parameters -> variables on the ps
+        optimizer = cv.optimizers.SGD(0.1)
+
+    def step(iterator):                      # scheduled on the workers
+        ids, labels = next(iterator)
+        loss = F.binary_cross_entropy_with_logits(model(ids), labels)
+        loss.backward()
+        optimizer.apply_gradients(model.gradients())
+
+Variables pulled by hand read the same way::
 
     def step(ids, labels):
         with cv.torch.pull(dense=[w, b], rows={embedding: ids}) as pulled:
@@ -18,6 +31,7 @@ the push (``apply_gradients``) is one sparse update per server.
 import torch
 
 from convoy.distribute.server import worker_context
+from convoy.torch._place import place
 from convoy.torch._pull import Pulled, pull
 
 if worker_context() is not None:
@@ -25,4 +39,4 @@ if worker_context() is not None:
     # PyTorch's intra-op threads would only contend (10x slower steps seen on 2 cores).
     torch.set_num_threads(1)
 
-__all__ = ["Pulled", "pull"]
+__all__ = ["Pulled", "place", "pull"]
