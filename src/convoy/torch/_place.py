@@ -18,6 +18,7 @@ nothing: a pull's tensors are held by the autograd graph alone until a backward 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from collections import deque
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -342,14 +344,32 @@ def _find_ids(module: nn.Module, state: _Thread, limit: int, args: tuple,
 
 
 def _reduce_ex(self: nn.Module, protocol: Any) -> Any:
-    # Rebuilt from the module's own class; empty hook tables are remade, not sent.
+    # Rebuilt from the module's own class, pickled once per process (a class defined in a
+    # script pickles by value, slowly); empty hook tables are remade, not sent.
     base = type(self).__bases__[0]
     state = {k: v for k, v in self.__dict__.items()
              if not (isinstance(v, (dict, set)) and not v and k != "_convoy_slots")}
-    return (_rebuild, (base, tuple(self.__dict__["_convoy_slots"]), _is_root(self)), state)
+    return (_rebuild, (_pickled_class(base), tuple(self.__dict__["_convoy_slots"]),
+                       _is_root(self)), state)
 
 
-def _rebuild(base: type, names: tuple[str, ...], root: bool) -> nn.Module:
+_pickled_classes: dict[type, tuple[bytes, bytes]] = {}
+_unpickled_classes: dict[bytes, type] = {}
+
+
+def _pickled_class(cls: type) -> tuple[bytes, bytes]:
+    """(digest, cloudpickled class), made once per class."""
+    pickled = _pickled_classes.get(cls)
+    if pickled is None:
+        data = cloudpickle.dumps(cls)
+        pickled = _pickled_classes[cls] = (hashlib.sha1(data).digest(), data)
+    return pickled
+
+
+def _rebuild(pickled: tuple[bytes, bytes], names: tuple[str, ...], root: bool) -> nn.Module:
+    base = _unpickled_classes.get(pickled[0])
+    if base is None:
+        base = _unpickled_classes[pickled[0]] = cloudpickle.loads(pickled[1])
     module = base.__new__(base)
     nn.Module.__init__(module)
     module.__class__ = _placed_class(base, names, root)
