@@ -367,7 +367,7 @@ def _pickled_class(cls: type) -> tuple[bytes, bytes]:
 
 
 def _rebuild(pickled: tuple[bytes, bytes], names: tuple[str, ...], root: bool) -> nn.Module:
-    base = _unpickled_classes.get(pickled[0])
+    base: Any = _unpickled_classes.get(pickled[0])
     if base is None:
         base = _unpickled_classes[pickled[0]] = cloudpickle.loads(pickled[1])
     module = base.__new__(base)
@@ -382,7 +382,8 @@ def _is_root(module: nn.Module) -> bool:
 
 def _save_to_state_dict(self: nn.Module, destination: dict[str, Any], prefix: str,
                         keep_vars: bool) -> None:
-    type(self).__bases__[0]._save_to_state_dict(self, destination, prefix, keep_vars)
+    base: Any = type(self).__bases__[0]
+    base._save_to_state_dict(self, destination, prefix, keep_vars)
     for name, slot in self.__dict__["_convoy_slots"].items():
         destination[prefix + name] = torch.from_numpy(np.asarray(slot.variable.read_value()))
 
@@ -390,9 +391,9 @@ def _save_to_state_dict(self: nn.Module, destination: dict[str, Any], prefix: st
 def _load_from_state_dict(self: nn.Module, state_dict: dict[str, Any], prefix: str,
                           local_metadata: Any, strict: bool, missing_keys: list[str],
                           unexpected_keys: list[str], error_msgs: list[str]) -> None:
-    type(self).__bases__[0]._load_from_state_dict(self, state_dict, prefix, local_metadata,
-                                                  strict, missing_keys, unexpected_keys,
-                                                  error_msgs)
+    base: Any = type(self).__bases__[0]
+    base._load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                               unexpected_keys, error_msgs)
     for name, slot in self.__dict__["_convoy_slots"].items():
         key = prefix + name
         if key in unexpected_keys:

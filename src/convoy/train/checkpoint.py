@@ -5,8 +5,9 @@
 is saved as one logical tensor, so it restores into any number of shards, or into an
 unsharded variable. Optimizer slots are saved beside their variable as
 ``<path>/.slots/<slot>``. A module placed with ``cv.torch.place`` is saved as its variables,
-by ``state_dict`` key (``model/fc.weight``), and its buffers. Any other object with ``state_dict()``/``load_state_dict()`` (a
-``torch.nn.Module``, a torch optimizer, a dataset iterator, a metric) is saved through them:
+by ``state_dict`` key (``model/fc.weight``), and its buffers. Any other object with
+``state_dict()``/``load_state_dict()`` (a ``torch.nn.Module``, a torch optimizer, a dataset
+iterator, a metric) is saved through them:
 the arrays and tensors of its state as tensors under its path, the rest of its state (numbers,
 strings, the structure) in the file's metadata.
 
