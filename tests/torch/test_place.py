@@ -120,6 +120,36 @@ def test_padding_offsets_and_per_sample_weights_as_pytorch_computes_them():
                                    plain.weight.grad.numpy(), atol=1e-6)
 
 
+def test_bags_of_equal_length_in_every_mode():
+    torch.manual_seed(2)
+    ids = torch.tensor([[1, 4, 4], [0, 9, 3]])
+    for mode, weights in (("sum", torch.rand(2, 3)), ("sum", None), ("max", None)):
+        plain = nn.EmbeddingBag(10, 3, mode=mode)
+        placed = nn.EmbeddingBag(10, 3, mode=mode)
+        placed.load_state_dict(plain.state_dict())
+        cv.torch.place(placed)
+        out, expected = placed(ids, per_sample_weights=weights), \
+            plain(ids, per_sample_weights=weights)
+        torch.testing.assert_close(out, expected)
+        (out * torch.arange(3.0)).sum().backward()
+        (expected * torch.arange(3.0)).sum().backward()
+        np.testing.assert_allclose(dense_gradients(placed.gradients())["weight"],
+                                   plain.weight.grad.numpy(), atol=1e-6)
+
+
+def test_an_embedding_output_may_change_in_place():
+    plain, placed = twins(TwoLookups)
+    users = torch.tensor([[1, 2]])
+    out = placed.table(users)
+    out *= 2  # as on PyTorch's own output
+    out.sum().backward()
+    expected = plain.table(users)
+    expected *= 2
+    expected.sum().backward()
+    np.testing.assert_allclose(dense_gradients(placed.gradients())["table.weight"],
+                               plain.table.weight.grad.numpy(), atol=1e-6)
+
+
 def test_one_pull_per_call_when_ids_must_be_found_first(pulls):
     plain, placed = twins(TwoLookups)
     users, items = torch.tensor([[0, 3], [4, 5]]), torch.tensor([[7, 0], [8, 9]])

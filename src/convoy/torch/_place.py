@@ -267,8 +267,10 @@ def _embedding_forward(self: nn.Embedding, input: torch.Tensor) -> torch.Tensor:
         return torch.zeros((), dtype=self.__dict__["_convoy_slots"]["weight"].dtype).expand(
             (*input.shape, self.embedding_dim))
     assert call.block is not None
-    positions = torch.arange(call.start, call.start + ids.size).reshape(input.shape)
-    return F.embedding(positions, call.block)
+    # The call's rows, in order, are a slice of the block: copied (clone's backward is
+    # free), so the output is no view of a leaf and may be changed in place, as PyTorch's.
+    rows = call.block.narrow(0, call.start, ids.size)
+    return rows.reshape((*input.shape, *rows.shape[1:])).clone()
 
 
 def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
@@ -282,6 +284,19 @@ def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
             (bags, self.embedding_dim))
     assert call.block is not None
     weight, padding_idx = call.block, None
+    if input.dim() == 2 and offsets is None and self.padding_idx is None:
+        # Bags of equal length over the call's rows in order: a reduction over a view, whose
+        # backward costs much less than embedding_bag's.
+        rows = weight.narrow(0, call.start, ids.size).reshape(
+            (*input.shape, *weight.shape[1:]))
+        if per_sample_weights is not None:
+            if self.mode != "sum":
+                raise InvalidArgumentError(f"per_sample_weights needs mode 'sum', not "
+                                           f"{self.mode!r}")
+            return (rows * per_sample_weights.unsqueeze(-1)).sum(dim=1)
+        if self.mode == "mean":
+            return rows.mean(dim=1)
+        return rows.sum(dim=1) if self.mode == "sum" else rows.amax(dim=1)
     positions = torch.arange(call.start, call.start + ids.size).reshape(input.shape)
     if self.padding_idx is not None:
         padded = torch.from_numpy(ids == self.padding_idx)
@@ -316,7 +331,7 @@ def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return nn.Module.__call__(self, *args, **kwargs)
     state.new_step()
     step = _Step(self, state)
-    key = f"{step.token}:{self.__dict__['_convoy_path']}"
+    key = self.__dict__["_convoy_plan"]
     plan = _plans.get(key)
     if plan is not None and plan[1]:
         step.prefetch(_find_ids(self, state, plan[0], args, kwargs))
@@ -584,7 +599,8 @@ def place(module: nn.Module) -> nn.Module:
         if not tree and not root:
             del submodule.__dict__["_convoy_slots"]
             continue
-        submodule.__dict__.update(_convoy_tree=tree, _convoy_token=token, _convoy_path=path)
+        submodule.__dict__.update(_convoy_tree=tree, _convoy_token=token,
+                                  _convoy_plan=f"{token}:{path}")
         submodule.__class__ = _placed_class(type(submodule),
                                             tuple(submodule.__dict__["_convoy_slots"]), root)
     return module
