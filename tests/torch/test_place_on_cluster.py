@@ -95,6 +95,22 @@ def test_a_placed_module_trains_in_scheduled_functions(make):
     assert accuracy > 0.75
 
 
+@pytest.mark.timeout(60)
+def test_a_placed_module_is_pickled_again_only_once_it_changed(make):
+    _, model, _ = make()
+    first = cloudpickle.loads(cloudpickle.dumps(model))
+    assert cloudpickle.loads(cloudpickle.dumps(model)) is first  # what a worker reuses
+    assert type(first) is type(model) and first.training
+    model.eval()
+    evaluating = cloudpickle.loads(cloudpickle.dumps(model))
+    assert evaluating is not first and not evaluating.training
+    model.temperature = 2.0
+    assert cloudpickle.loads(cloudpickle.dumps(model)).temperature == 2.0
+    ids = torch.from_numpy(make_batch(0)[0])
+    with torch.no_grad():
+        torch.testing.assert_close(evaluating(ids), model(ids))
+
+
 def count_messages(step, ids, labels):
     """Runs ``step`` on a worker, counting the operation lists this thread sends to each
     parameter server: {"pull ps0": n, "push ps1": n, ...}."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from collections import deque
+import weakref
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +121,7 @@ _local = _Local()
 
 #: (module token) -> (embedding calls, look for ids first) learned from the last call.
 _plans: dict[str, tuple[int, bool]] = {}
+_PLANS_KEPT = 4096
 
 
 class _Step:
@@ -195,6 +197,7 @@ class _Step:
         tensor.register_post_accumulate_grad_hook(reached)
 
     def prefetch(self, calls: list[_Call]) -> None:
+        calls = [c for c in calls if c.slot in self.slots]  # not another placed module's
         self.fetch(True, calls)
         for call in calls:
             self.ready.setdefault(call.slot, deque()).append(call)
@@ -340,6 +343,8 @@ def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         output = nn.Module.__call__(self, *args, **kwargs)
     finally:
         state.steps.pop()
+    if len(_plans) > _PLANS_KEPT:  # modules placed again and again
+        _plans.clear()
     _plans[key] = step.plan()
     return output
 
@@ -358,7 +363,43 @@ def _find_ids(module: nn.Module, state: _Thread, limit: int, args: tuple,
     return recording.calls
 
 
+class _Pickling(threading.local):
+    whole = False  # pickling a placed module's tree itself, not its cached form
+
+
+_pickling = _Pickling()
+#: The pickled form of each placed module sent from here, with what it was made from.
+_sent: weakref.WeakKeyDictionary[nn.Module, tuple[Any, bytes, bytes]] = \
+    weakref.WeakKeyDictionary()
+#: Placed modules received here: token -> (digest of their pickle, module), newest last.
+_received: OrderedDict[str, tuple[bytes, nn.Module]] = OrderedDict()
+_RECEIVED_KEPT = 64
+_edits: dict[str, int] = {}  # token -> attribute assignments in its placed modules
+
+
+def _fingerprint(root: nn.Module) -> Any:
+    """Changes when the module tree's attributes, modes or buffers may have changed."""
+    return (_edits.get(root.__dict__["_convoy_token"], 0),
+            tuple((id(m), m.training, tuple((id(b), b._version) for b in m._buffers.values()
+                                           if b is not None))
+                  for m in root.modules()))
+
+
 def _reduce_ex(self: nn.Module, protocol: Any) -> Any:
+    if _is_root(self) and not _pickling.whole:
+        # A root module travels as its pickle, made again only when it changed: a
+        # scheduled function's arguments are pickled for every call, and a worker then
+        # reuses the module it has (its calls keep their state per thread).
+        fingerprint = _fingerprint(self)
+        sent = _sent.get(self)
+        if sent is None or sent[0] != fingerprint:
+            _pickling.whole = True
+            try:
+                data = cloudpickle.dumps(self)
+            finally:
+                _pickling.whole = False
+            sent = _sent[self] = (fingerprint, hashlib.sha1(data).digest(), data)
+        return (_received_module, (self.__dict__["_convoy_token"], sent[1], sent[2]))
     # Rebuilt from the module's own class, pickled once per process (a class defined in a
     # script pickles by value, slowly); empty hook tables are remade, not sent.
     base = type(self).__bases__[0]
@@ -381,14 +422,42 @@ def _pickled_class(cls: type) -> tuple[bytes, bytes]:
     return pickled
 
 
+def _received_module(token: str, digest: bytes, data: bytes) -> nn.Module:
+    """The module a pickle of ``digest`` holds: the one received before, if the same."""
+    known = _received.get(token)
+    if known is not None and known[0] == digest:
+        return known[1]
+    module = cloudpickle.loads(data)
+    _received[token] = (digest, module)
+    _received.move_to_end(token)
+    while len(_received) > _RECEIVED_KEPT:
+        _received.popitem(last=False)
+    return module
+
+
+def _setattr(self: nn.Module, name: str, value: Any) -> None:
+    _edits[self.__dict__["_convoy_token"]] = _edits.get(self.__dict__["_convoy_token"], 0) + 1
+    type(self).__bases__[0].__setattr__(self, name, value)
+
+
+def _delattr(self: nn.Module, name: str) -> None:
+    _edits[self.__dict__["_convoy_token"]] = _edits.get(self.__dict__["_convoy_token"], 0) + 1
+    type(self).__bases__[0].__delattr__(self, name)
+
+
 def _rebuild(pickled: tuple[bytes, bytes], names: tuple[str, ...], root: bool) -> nn.Module:
     base: Any = _unpickled_classes.get(pickled[0])
     if base is None:
         base = _unpickled_classes[pickled[0]] = cloudpickle.loads(pickled[1])
     module = base.__new__(base)
-    nn.Module.__init__(module)
+    module.__dict__.update({key: empty.copy() for key, empty in _EMPTY_STATE.items()})
     module.__class__ = _placed_class(base, names, root)
     return module
+
+
+#: The tables an ``nn.Module`` starts with empty (its hooks...), which a pickle leaves out.
+_EMPTY_STATE = {key: value for key, value in nn.Module().__dict__.items()
+                if isinstance(value, (dict, set)) and not value}
 
 
 def _is_root(module: nn.Module) -> bool:
@@ -512,7 +581,8 @@ def _placed_class(base: type, names: tuple[str, ...], root: bool) -> type:
     if cls is not None:
         return cls
     namespace: dict[str, Any] = {name: _parameter(name) for name in names}
-    namespace.update(__call__=_placed_call, __reduce_ex__=_reduce_ex,
+    namespace.update(__call__=_placed_call, __reduce_ex__=_reduce_ex, __setattr__=_setattr,
+                     __delattr__=_delattr,
                      _save_to_state_dict=_save_to_state_dict,
                      _load_from_state_dict=_load_from_state_dict,
                      __doc__=base.__doc__, __module__=base.__module__)
@@ -565,7 +635,9 @@ def place(module: nn.Module) -> nn.Module:
     variables; ``parameters()`` is empty, and ``state_dict()``/``load_state_dict()`` read and
     write the variables. Buffers (batch-norm statistics) stay in the module, each process
     with its own. ``cv.train.Checkpoint(model=model)`` saves the variables (with their
-    optimizer slots) and the buffers.
+    optimizer slots) and the buffers. Sent to workers (captured by a scheduled function or
+    passed as its argument), the module is pickled again only once its attributes, modes
+    (``train()``/``eval()``) or buffers changed; a worker reuses the copy it has.
     """
     if not isinstance(module, nn.Module):
         raise InvalidArgumentError(f"place takes a torch.nn.Module, got "
