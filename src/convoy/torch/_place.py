@@ -272,7 +272,8 @@ def _embedding_forward(self: nn.Embedding, input: torch.Tensor) -> torch.Tensor:
     assert call.block is not None
     # The call's rows, in order, are a slice of the block: copied (clone's backward is
     # free), so the output is no view of a leaf and may be changed in place, as PyTorch's.
-    rows = call.block.narrow(0, call.start, ids.size)
+    rows = call.block if ids.size == call.block.shape[0] else \
+        call.block.narrow(0, call.start, ids.size)
     return rows.reshape((*input.shape, *rows.shape[1:])).clone()
 
 
@@ -290,8 +291,9 @@ def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
     if input.dim() == 2 and offsets is None and self.padding_idx is None:
         # Bags of equal length over the call's rows in order: a reduction over a view, whose
         # backward costs much less than embedding_bag's.
-        rows = weight.narrow(0, call.start, ids.size).reshape(
-            (*input.shape, *weight.shape[1:]))
+        rows = weight if ids.size == weight.shape[0] else \
+            weight.narrow(0, call.start, ids.size)
+        rows = rows.reshape((*input.shape, *weight.shape[1:]))
         if per_sample_weights is not None:
             if self.mode != "sum":
                 raise InvalidArgumentError(f"per_sample_weights needs mode 'sum', not "
