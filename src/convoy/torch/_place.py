@@ -439,12 +439,14 @@ def _received_module(token: str, digest: bytes, data: bytes) -> nn.Module:
 
 def _setattr(self: nn.Module, name: str, value: Any) -> None:
     _edits[self.__dict__["_convoy_token"]] = _edits.get(self.__dict__["_convoy_token"], 0) + 1
-    type(self).__bases__[0].__setattr__(self, name, value)
+    base: Any = type(self).__bases__[0]
+    base.__setattr__(self, name, value)
 
 
 def _delattr(self: nn.Module, name: str) -> None:
     _edits[self.__dict__["_convoy_token"]] = _edits.get(self.__dict__["_convoy_token"], 0) + 1
-    type(self).__bases__[0].__delattr__(self, name)
+    base: Any = type(self).__bases__[0]
+    base.__delattr__(self, name)
 
 
 def _rebuild(pickled: tuple[bytes, bytes], names: tuple[str, ...], root: bool) -> nn.Module:
