@@ -29,6 +29,10 @@ TF_TIMEOUT_S = 120.0
 TF_TIMEOUT_PER_REPEAT_S = 120.0
 
 
+#: Workloads also reported as a ratio to another convoy workload.
+RELATIVE = {"ps_embedding_module": "ps_embedding"}
+
+
 class Summary:
     """Median, lowest and highest of repeated throughputs."""
 
@@ -89,9 +93,11 @@ def main() -> int:
     print(header)
     print("-" * len(header))
     failures = []
+    medians: dict[str, float] = {}
     try:
         for workload in selected:
             ours = _convoy(workload.convoy, args.repeats)
+            medians[workload.name] = ours.median
             line = f"{workload.name:<22}{workload.unit:<12}{ours.cells()}"
             if with_tf and workload.name in tf_workloads.WORKLOADS:
                 theirs = _tensorflow(workload.name, args.repeats)
@@ -103,6 +109,9 @@ def main() -> int:
             print(line, flush=True)
     finally:
         workloads.stop_clusters()
+    for name, baseline in RELATIVE.items():
+        if name in medians and baseline in medians:
+            print(f"{name} / {baseline}: {medians[name] / medians[baseline]:.2f}x (medians)")
     for failure in failures:
         print(failure)
     return 1 if failures else 0

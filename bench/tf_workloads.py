@@ -414,6 +414,7 @@ WORKLOADS: dict[str, Callable[[int], list[float]]] = {
     "coordinated_2x2": coordinated_2x2,
     "coordinated_1x2": coordinated_1x2,
     "ps_embedding": ps_embedding,
+    "ps_embedding_module": ps_embedding,  # the same model and step in TensorFlow
     "ps_embedding_tfstyle": ps_embedding_tfstyle,
     "parse_example": parse_example,
 }

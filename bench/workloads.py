@@ -13,6 +13,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from readers import run_readers
+from torch import nn
 
 import convoy as cv
 
@@ -412,6 +413,32 @@ def _embedding_step(iterator, table, weights, bias, optimizer):  # runs on a wor
     optimizer.apply_gradients(pulled.gradients())
 
 
+class EmbeddingModel(nn.Module):
+    """ps_embedding's model as a PyTorch user writes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bag = nn.EmbeddingBag(100_000, 64, mode="mean")
+        self.head = nn.Linear(64, 1)
+        nn.init.normal_(self.bag.weight, 0, 0.05)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, ids: Any) -> Any:
+        return self.head(self.bag(ids)).squeeze(-1)
+
+
+def _module_step(iterator, model, optimizer):  # runs on a worker
+    import torch
+
+    ids, labels = next(iterator)
+    logits = model(torch.from_numpy(np.asarray(ids)))
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, torch.from_numpy(np.array(labels)))
+    loss.backward()
+    optimizer.apply_gradients(model.gradients())
+
+
 def _embedding_step_tfstyle(iterator, table, weights, bias):  # runs on a worker
     """The same step as a TensorFlow program ports it: a read per variable, gradients by hand,
     then a sparse update of the table and dense updates of the head."""
@@ -434,28 +461,38 @@ def _embedding_dataset():
     return cv.data.Dataset.from_tensor_slices((ids, labels)).batch(256).repeat()
 
 
-def _embedding_rate(step: Callable[..., None], with_optimizer: bool, steps: int) -> float:
-    """Steps/s of ``step`` scheduled ``steps`` times on 2 workers, with the embedding model
-    sharded over 2 ps."""
+def _embedding_variables(with_optimizer: bool) -> tuple[Any, ...]:
+    rng = np.random.default_rng(0)
+    table = cv.Variable(rng.normal(0, 0.05, (100_000, 64)).astype(np.float32), name="table")
+    weights = cv.Variable(np.zeros(64, np.float32), name="weights")
+    bias = cv.Variable(np.zeros((), np.float32), name="bias")
+    return (table, weights, bias, cv.optimizers.SGD(LEARNING_RATE)) if with_optimizer else \
+        (table, weights, bias)
+
+
+def _embedding_module() -> tuple[Any, ...]:
+    import torch
+
+    torch.manual_seed(0)
+    return cv.torch.place(EmbeddingModel()), cv.optimizers.SGD(LEARNING_RATE)
+
+
+def _embedding_rate(step: Callable[..., None], make: Callable[[], tuple[Any, ...]],
+                    steps: int) -> float:
+    """Steps/s of ``step(iterator, *make())`` scheduled ``steps`` times on 2 workers, with
+    the embedding model (made under the strategy's scope) sharded over 2 ps."""
     from convoy.testing import TrainingCluster
 
     with TrainingCluster(num_workers=2, num_ps=2) as cluster:
         strategy = cv.distribute.ParameterServerStrategy(
             cluster.resolver(),
             variable_partitioner=cv.distribute.partitioners.FixedShardsPartitioner(2))
-        rng = np.random.default_rng(0)
         with strategy.scope():
-            table = cv.Variable(rng.normal(0, 0.05, (100_000, 64)).astype(np.float32),
-                                name="table")
-            weights = cv.Variable(np.zeros(64, np.float32), name="weights")
-            bias = cv.Variable(np.zeros((), np.float32), name="bias")
-            optimizer = cv.optimizers.SGD(LEARNING_RATE) if with_optimizer else None
+            made = make()
         coordinator = cv.distribute.ClusterCoordinator(strategy)
         try:
             iterator = iter(coordinator.create_per_worker_dataset(_embedding_dataset))
-            args = (iterator, table, weights, bias)
-            if optimizer is not None:
-                args += (optimizer,)
+            args = (iterator, *made)
             for _ in range(20):  # warm up: imports and connections on the workers
                 coordinator.schedule(step, args)
             coordinator.join()
@@ -469,11 +506,15 @@ def _embedding_rate(step: Callable[..., None], with_optimizer: bool, steps: int)
 
 
 def ps_embedding(steps: int = 2000) -> float:
-    return _embedding_rate(_embedding_step, with_optimizer=True, steps=steps)
+    return _embedding_rate(_embedding_step, lambda: _embedding_variables(True), steps)
+
+
+def ps_embedding_module(steps: int = 2000) -> float:
+    return _embedding_rate(_module_step, _embedding_module, steps)
 
 
 def ps_embedding_tfstyle(steps: int = 2000) -> float:
-    return _embedding_rate(_embedding_step_tfstyle, with_optimizer=False, steps=steps)
+    return _embedding_rate(_embedding_step_tfstyle, lambda: _embedding_variables(False), steps)
 
 
 # ----- tf.train.Example parsing ----------------------------------------------------------------
@@ -549,6 +590,7 @@ ALL = [
     Workload("coordinated_2x2", "rounds/s", coordinated_2x2),
     Workload("coordinated_1x2", "rounds/s", coordinated_1x2),
     Workload("ps_embedding", "steps/s", ps_embedding),
+    Workload("ps_embedding_module", "steps/s", ps_embedding_module),
     Workload("ps_embedding_tfstyle", "steps/s", ps_embedding_tfstyle),
     Workload("parse_example", "records/s", parse_example),
     Workload("dispatcher_scale_gc", "CPU ms", dispatcher_scale_gc),

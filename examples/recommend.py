@@ -2,13 +2,15 @@
 
 The cluster is real processes: a data-service dispatcher and two data workers, two
 parameter servers and two training workers; this process is the chief (the coordinator).
-The model is a sharded embedding table (users and items hashed into one table) plus a small
-MLP; the data is generated with a known signal (each id has a hidden preference, and a
+The model is a PyTorch module, an embedding table (users and items hashed into one table)
+plus a small MLP, placed on the parameter servers with ``cv.torch.place`` (the table sharded
+over both); the data is generated with a known signal (each id has a hidden preference, and a
 click is more likely when user and item preferences agree). The chief registers the dataset
-once; each training worker reads it with ``from_dataset_id`` on a shared job. Gradients come
-from PyTorch on the workers; Adam with sparse row updates runs on the parameter servers. At
-the end it reports AUC on held-out data, saves a checkpoint and restores it into a model with
-a different number of shards.
+once; each training worker reads it with ``from_dataset_id`` on a shared job. The training
+step is ordinary PyTorch; Adam with sparse row updates runs on the parameter servers, and so
+does the AUC (``cv.metrics.AUC``), updated by the workers. At the end it reports the AUC on
+held-out data, saves a checkpoint and restores it into a model with a different number of
+shards.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import tempfile
 import time
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 import convoy as cv
 from convoy.testing import ProcessCluster, TrainingCluster
@@ -26,6 +31,23 @@ NUM_IDS = 2_000
 DIM = 16
 HIDDEN = 16
 BATCH = 256
+
+
+class Recommender(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(NUM_IDS, DIM)
+        self.hidden = nn.Linear(3 * DIM, HIDDEN, bias=False)
+        self.output = nn.Linear(HIDDEN, 1, bias=False)
+        nn.init.normal_(self.embedding.weight, 0, 0.1)
+        nn.init.normal_(self.hidden.weight, 0, 0.3)
+        nn.init.normal_(self.output.weight, 0, 0.3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.embedding(ids)
+        users, items = rows[:, 0], rows[:, 1]
+        features = torch.cat([users, items, users * items], dim=1)
+        return self.output(torch.relu(self.hidden(features))).squeeze(-1)
 
 
 def make_records(num: int, seed: int) -> dict[str, np.ndarray]:
@@ -41,51 +63,12 @@ def make_records(num: int, seed: int) -> dict[str, np.ndarray]:
     return {"ids": np.stack([users, items], axis=1), "label": clicks}
 
 
-def build_model(strategy: cv.distribute.ParameterServerStrategy) -> dict[str, object]:
-    rng = np.random.default_rng(0)
+def build(strategy: cv.distribute.ParameterServerStrategy) -> tuple[nn.Module, object]:
+    torch.manual_seed(0)
     with strategy.scope():
-        return {
-            "embedding": cv.Variable(rng.normal(0, 0.1, (NUM_IDS, DIM)).astype(np.float32),
-                                     name="embedding"),
-            "hidden": cv.Variable(rng.normal(0, 0.3, (3 * DIM, HIDDEN)).astype(np.float32),
-                                  name="hidden"),
-            "output": cv.Variable(rng.normal(0, 0.3, (HIDDEN,)).astype(np.float32),
-                                  name="output"),
-        }
-
-
-def train_step(iterator, model, optimizer):  # runs on a training worker
-    import torch
-
-    batch = next(iterator)
-    ids, labels = batch["ids"], torch.from_numpy(np.array(batch["label"]))
-    embedding, hidden, output = model["embedding"], model["hidden"], model["output"]
-    with cv.torch.pull(dense=[hidden, output], rows={embedding: ids}) as pulled:
-        users, items = pulled[embedding][:, 0], pulled[embedding][:, 1]
-        features = torch.cat([users, items, users * items], dim=1)
-        logits = torch.relu(features @ pulled[0]) @ pulled[1]
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-        loss.backward()
-    optimizer.apply_gradients(pulled.gradients())
-    return loss.item()
-
-
-def predict(model: dict[str, object], ids: np.ndarray) -> np.ndarray:
-    rows = cv.nn.embedding_lookup(model["embedding"], ids)
-    users, items = rows[:, 0], rows[:, 1]
-    features = np.concatenate([users, items, users * items], axis=1)
-    hidden = np.maximum(features @ np.asarray(model["hidden"]), 0)
-    return hidden @ np.asarray(model["output"])
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve (rank statistic)."""
-    order = np.argsort(scores)
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    positives = labels > 0.5
-    n_pos, n_neg = positives.sum(), (~positives).sum()
-    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+        model = cv.torch.place(Recommender())
+        optimizer = cv.optimizers.Adam(learning_rate=0.01)  # its step counter lives on a ps
+    return model, optimizer
 
 
 def progress(done: int, total: int, loss: float, started: float) -> None:
@@ -107,10 +90,10 @@ def main() -> int:
             cluster.resolver(),
             variable_partitioner=cv.distribute.partitioners.MinSizePartitioner(
                 min_shard_bytes=64 << 10, max_shards=2))
-        model = build_model(strategy)
-        print("embedding:", model["embedding"])
-        with strategy.scope():  # its step counter lives on a ps, as in TensorFlow
-            optimizer = cv.optimizers.Adam(learning_rate=0.01)
+        model, optimizer = build(strategy)
+        with strategy.scope():
+            held_out_auc = cv.metrics.AUC(name="held_out_auc")
+        print("embedding:", model.variables[0])
         coordinator = cv.distribute.ClusterCoordinator(strategy)
 
         train = make_records(args.steps * BATCH, seed=1)
@@ -124,9 +107,21 @@ def main() -> int:
                 processing_mode="distributed_epoch", service=service, dataset_id=dataset_id,
                 job_name="train").repeat()
 
+        def train_step(iterator):  # runs on a training worker
+            batch = next(iterator)
+            logits = model(torch.tensor(batch["ids"]))
+            loss = F.binary_cross_entropy_with_logits(logits, torch.tensor(batch["label"]))
+            loss.backward()
+            optimizer.apply_gradients(model.gradients())
+            return loss.item()
+
+        def evaluate(ids, labels):  # runs on a training worker
+            with torch.no_grad():
+                held_out_auc.update_state(labels, torch.sigmoid(model(torch.from_numpy(ids))))
+
         iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
         started = time.perf_counter()
-        losses = [coordinator.schedule(train_step, args=(iterator, model, optimizer))
+        losses = [coordinator.schedule(train_step, args=(iterator,))
                   for _ in range(args.steps)]
         while not coordinator.done():
             finished = [r for r in losses if r.done()]
@@ -139,22 +134,28 @@ def main() -> int:
         print()
 
         held_out = make_records(20_000, seed=2)
-        score = auc(predict(model, held_out["ids"]), held_out["label"])
+        for start in range(0, 20_000, 2_000):
+            coordinator.schedule(evaluate, args=(held_out["ids"][start:start + 2_000],
+                                                 held_out["label"][start:start + 2_000]))
+        coordinator.join()
+        score = float(held_out_auc.result())
         print(f"held-out AUC: {score:.3f} (0.5 is chance)")
 
+        ids = torch.from_numpy(held_out["ids"])
         with tempfile.TemporaryDirectory(prefix="convoy-ckpt-") as directory:
-            manager = cv.train.CheckpointManager(cv.train.Checkpoint(model=model), directory,
-                                                 max_to_keep=2)
+            manager = cv.train.CheckpointManager(
+                cv.train.Checkpoint(model=model, optimizer=optimizer), directory, max_to_keep=2)
             path = manager.save()
             resharded = cv.distribute.ParameterServerStrategy(
                 cluster.resolver(),
                 variable_partitioner=cv.distribute.partitioners.FixedShardsPartitioner(3))
-            restored = build_model(resharded)
-            cv.train.Checkpoint(model=restored).read(path)
-            same = np.allclose(predict(restored, held_out["ids"]),
-                               predict(model, held_out["ids"]))
+            restored, restored_optimizer = build(resharded)
+            cv.train.Checkpoint(model=restored, optimizer=restored_optimizer).read(
+                path).assert_consumed()
+            with torch.no_grad():  # on the chief, the modules read the parameter servers
+                same = torch.allclose(restored(ids), model(ids))
             print(f"checkpoint {path.rsplit('/', 1)[-1]} restored into "
-                  f"{len(restored['embedding'].variables)} shards: "
+                  f"{len(restored.variables[0].variables)} shards: "
                   f"{'same predictions' if same else 'MISMATCH'}")
         coordinator.shutdown()
     return 0 if score > 0.6 and same else 1

@@ -2,9 +2,10 @@
 docstrings, ported to convoy (``tf`` -> ``cv``, ``@tf.function`` dropped), with their
 assertions.
 
-Where an example uses something convoy does not offer (Keras models and metrics, ``tf.Module``,
-``tf.GradientTape``, an optimizer ``iterations`` counter), the closest plain-variable
-equivalent is written and a comment says so. All tests share one cluster of 3 ps and 2
+Where an example uses something convoy does not offer (``tf.Module``, ``tf.GradientTape``),
+the closest equivalent is written and a comment says so; the training-loop example runs
+twice, with plain variables and as written, with a PyTorch module placed by
+``cv.torch.place`` and ``cv.metrics``. All tests share one cluster of 3 ps and 2
 workers (the placement example needs 3 ps).
 """
 
@@ -50,6 +51,7 @@ def make():
         coordinators.append(coordinator)
         return strategy, coordinator
 
+    build.adopt = lambda coordinator: coordinators.append(coordinator) or coordinator
     yield build
     for coordinator in coordinators:
         coordinator.shutdown()
@@ -196,6 +198,90 @@ def test_coordinator_training_loop_example(cluster, make, tmp_path):
     assert float(np.abs(model.w.numpy()).sum()) == 0.0  # fresh initial value before restore
     assert load_checkpoint(checkpoint_manager) == num_epoch
     np.testing.assert_array_equal(model.w.numpy(), trained)
+
+
+class Regression(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1, bias=False)
+        torch.nn.init.zeros_(self.linear.weight)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+@pytest.mark.timeout(120)
+def test_coordinator_training_loop_example_with_a_module_and_metrics(cluster, make, tmp_path):
+    # The same example as written, with its placeholders filled the PyTorch way: `model` an
+    # nn.Module placed on the ps with cv.torch.place, `optimizer, metrics` a cv optimizer and
+    # a cv.metrics.Mean, gradients from loss.backward(). Keras 3 names `reset_states`
+    # `reset_state`; `load_checkpoint` infers the epoch from `optimizer.iterations`.
+    num_epoch, steps_per_epoch, checkpoint_dir = 3, 40, tmp_path / "ckpt"
+    x, y, true_w = _regression_data(1)
+
+    def dataset_fn():
+        return cv.data.Dataset.from_tensor_slices((x, y)).shuffle(64).repeat().batch(8)
+
+    def load_checkpoint(manager):
+        if manager.restore_or_initialize() is None:
+            return None
+        return int(optimizer.iterations.numpy()) // steps_per_epoch
+
+    strategy = cv.distribute.experimental.ParameterServerStrategy(
+        cluster_resolver=cluster.resolver(),
+        variable_partitioner=cv.distribute.experimental.partitioners.FixedShardsPartitioner(2))
+    coordinator = make.adopt(cv.distribute.experimental.coordinator.ClusterCoordinator(
+        strategy=strategy))
+    distributed_dataset = coordinator.create_per_worker_dataset(dataset_fn=dataset_fn)
+
+    with strategy.scope():
+        model = cv.torch.place(Regression())
+        optimizer, metrics = cv.optimizers.SGD(learning_rate=0.05, momentum=0.5), \
+            cv.metrics.Mean(name="loss")
+        checkpoint = cv.train.Checkpoint(model=model, optimizer=optimizer)
+        checkpoint_manager = cv.train.CheckpointManager(
+            checkpoint, checkpoint_dir, max_to_keep=2)
+        initial_epoch = load_checkpoint(checkpoint_manager) or 0
+
+    def worker_fn(iterator):
+
+        def replica_fn(inputs):
+            batch_data, labels = inputs
+            loss = torch.nn.functional.mse_loss(model(torch.from_numpy(batch_data)),
+                                                torch.from_numpy(labels))
+            loss.backward()
+            optimizer.apply_gradients(model.gradients())
+            metrics.update_state(loss.item())
+
+        strategy.run(replica_fn, args=(next(iterator),))
+
+    results = []
+    for _epoch in range(initial_epoch, num_epoch):
+        distributed_iterator = iter(distributed_dataset)  # Reset iterator state.
+        for _step in range(steps_per_epoch):
+            coordinator.schedule(worker_fn, args=(distributed_iterator,))
+        coordinator.join()
+        results.append(float(metrics.result()))
+        metrics.reset_state()
+        checkpoint_manager.save()
+
+    assert initial_epoch == 0 and int(optimizer.iterations.numpy()) == 120
+    assert results[-1] < results[0] / 10
+    np.testing.assert_allclose(model.linear.weight.numpy().T, true_w, atol=0.2)
+
+    # A restarted coordinator builds the same model, restores the latest checkpoint into it
+    # (variables, momentum slots, iterations) and infers that no epoch is left.
+    trained = model.linear.weight.numpy()
+    strategy = cv.distribute.experimental.ParameterServerStrategy(
+        cluster_resolver=cluster.resolver())
+    with strategy.scope():
+        model = cv.torch.place(Regression())
+        optimizer = cv.optimizers.SGD(learning_rate=0.05, momentum=0.5)
+        checkpoint_manager = cv.train.CheckpointManager(
+            cv.train.Checkpoint(model=model, optimizer=optimizer), checkpoint_dir, max_to_keep=2)
+        assert float(np.abs(model.linear.weight.numpy()).sum()) == 0.0
+        assert load_checkpoint(checkpoint_manager) == num_epoch
+    np.testing.assert_array_equal(model.linear.weight.numpy(), trained)
 
 
 SERVER_PROGRAM = """

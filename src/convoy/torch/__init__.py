@@ -1,9 +1,22 @@
 """PyTorch glue: convoy datasets as PyTorch datasets, and PyTorch on the workers.
 
 :class:`IterableDataset` feeds a ``DataLoader`` from any convoy dataset, local or on the data
-service. On the workers, pull variables into tensors, run autograd, push the gradients.
+service. On the workers, modules whose parameters live on the parameter servers, or variables
+pulled into tensors by hand; autograd computes the gradients, which go back as a push.
 
-A training step reads as ordinary PyTorch::
+A module placed under ``strategy.scope()`` trains as in any PyTorch loop::
+
+    with strategy.scope():
+        model = cv.torch.place(Net())        # parameters -> variables on the ps
+        optimizer = cv.optimizers.SGD(0.1)
+
+    def step(iterator):                      # scheduled on the workers
+        ids, labels = next(iterator)
+        loss = F.binary_cross_entropy_with_logits(model(ids), labels)
+        loss.backward()
+        optimizer.apply_gradients(model.gradients())
+
+Variables pulled by hand read the same way::
 
     def step(ids, labels):
         with cv.torch.pull(dense=[w, b], rows={embedding: ids}) as pulled:
@@ -22,6 +35,7 @@ import torch
 
 from convoy.distribute.server import worker_context
 from convoy.torch._data import IterableDataset
+from convoy.torch._place import place
 from convoy.torch._pull import Pulled, pull
 
 if worker_context() is not None:
@@ -29,4 +43,4 @@ if worker_context() is not None:
     # PyTorch's intra-op threads would only contend (10x slower steps seen on 2 cores).
     torch.set_num_threads(1)
 
-__all__ = ["IterableDataset", "Pulled", "pull"]
+__all__ = ["IterableDataset", "Pulled", "place", "pull"]

@@ -4,8 +4,10 @@
 (attributes, dicts, lists) and names it by its path (``model/embedding``). A sharded variable
 is saved as one logical tensor, so it restores into any number of shards, or into an
 unsharded variable. Optimizer slots are saved beside their variable as
-``<path>/.slots/<slot>``. Any other object with ``state_dict()``/``load_state_dict()`` (a
-``torch.nn.Module``, a torch optimizer, a dataset iterator, a metric) is saved through them:
+``<path>/.slots/<slot>``. A module placed with ``cv.torch.place`` is saved as its variables,
+by ``state_dict`` key (``model/fc.weight``), and its buffers. Any other object with
+``state_dict()``/``load_state_dict()`` (a ``torch.nn.Module``, a torch optimizer, a dataset
+iterator, a metric) is saved through them:
 the arrays and tensors of its state as tensors under its path, the rest of its state (numbers,
 strings, the structure) in the file's metadata.
 
@@ -80,6 +82,9 @@ class _Graph:
         self._by_path[path] = key
         if isinstance(value, (Variable, ShardedVariable)):
             self.variables[path] = value
+        elif callable(getattr(value, "_checkpoint_children", None)):  # a placed torch module
+            for item, child in sorted(value._checkpoint_children().items()):
+                self._walk(child, f"{path}/{item}")
         elif _has_state(value):
             self.states[path] = value
         elif isinstance(value, (dict, Checkpoint)):

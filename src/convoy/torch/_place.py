@@ -1,0 +1,682 @@
+"""``place(module)``: a ``torch.nn.Module`` whose parameters are variables on the parameter
+servers.
+
+:func:`place` changes the module in place (as ``torch.nn.utils.parametrize`` and FSDP's
+``fully_shard`` do: each module holding parameters gets a subclass of its own class) and
+returns it. Its parameters become ``cv.Variable`` s, made through the strategy whose scope is
+active (so its partitioner splits them as it splits any variable); the weights of
+``nn.Embedding`` and ``nn.EmbeddingBag`` are read by rows, the others whole.
+
+Each call of the module pulls the parameters it needs into fresh tensors of the calling
+thread, one call per parameter server: the embeddings' ids are found first, by running the
+forward without values up to its last embedding call when the previous call showed they are
+not all known at its first parameter use (see :class:`_Step`). ``model.gradients()`` then
+returns the ``(gradient, variable)`` pairs of this thread's pulls whose tensors received
+gradients since its last call, and releases them. A forward without ``backward()`` keeps
+nothing: a pull's tensors are held by the autograd graph alone until a backward reaches them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from convoy._slices import IndexedSlices
+from convoy.distribute._worker_calls import current_call
+from convoy.distribute.variables import ShardedVariable, Variable
+from convoy.errors import InvalidArgumentError
+from convoy.torch._pull import pull
+
+_ROW_READ = (nn.Embedding, nn.EmbeddingBag)
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One placed parameter: its variable, and how a step reads it."""
+
+    variable: Variable | ShardedVariable
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    rows: bool  # read by rows (an embedding's weight)
+
+    def zeros(self) -> torch.Tensor:
+        """A zero tensor of the parameter's shape that allocates no memory (the forward
+        that only looks for ids computes with it)."""
+        return torch.zeros((), dtype=self.dtype).expand(self.shape)
+
+
+@dataclass(eq=False)
+class _Call:
+    """An embedding call a step serves: the ids, and where their rows are in a pulled
+    block."""
+
+    slot: _Slot
+    ids: np.ndarray
+    padding_idx: int | None
+    block: torch.Tensor | None = None
+    start: int = 0
+
+
+class _Enough(BaseException):  # not an Exception: a forward's own handlers let it pass
+    """Ends a forward that looks for ids once it has seen as many embedding calls as the
+    previous call of the module made."""
+
+
+@dataclass(eq=False)
+class _Recording:
+    limit: int
+    calls: list[_Call] = field(default_factory=list)
+
+
+class _Thread:
+    """A thread's steps in progress, its gradients waiting for ``gradients()``, and which
+    scheduled function they belong to."""
+
+    def __init__(self) -> None:
+        self.steps: list[_Step] = []
+        self.recording: _Recording | None = None
+        self.grads: dict[str, list[tuple[torch.Tensor, _Slot, np.ndarray | None,
+                                         np.ndarray | None]]] = {}
+        self.call: Any = None
+
+    def covering(self, tree: tuple[_Slot, ...]) -> _Step | None:
+        for step in reversed(self.steps):
+            if step.slots.issuperset(tree):
+                return step
+        return None
+
+    def step_of(self, slot: _Slot) -> _Step | None:
+        for step in reversed(self.steps):
+            if slot in step.slots:
+                return step
+        return None
+
+    def new_step(self) -> None:
+        """Gradients nobody asked for in an earlier scheduled function of this thread are
+        dropped: they must not be applied by a later one."""
+        call = current_call()
+        if call is not self.call:
+            self.call = call
+            self.grads.clear()
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.state = _Thread()
+
+
+_local = _Local()
+
+#: (module token) -> (embedding calls, look for ids first) learned from the last call.
+_plans: dict[str, tuple[int, bool]] = {}
+_PLANS_KEPT = 4096
+
+
+class _Step:
+    """One call of a placed module (the entry: the outermost placed module called) in one
+    thread: the tensors pulled for it, served to the parameters and embedding calls of the
+    modules under it.
+
+    Pulls are lazy: the first use of a parameter pulls every dense parameter, together with
+    the rows of the embedding call that caused it, if one did. That is one pull per parameter
+    server when the forward calls one embedding before using other parameters. Otherwise (the
+    previous call says so) the ids are found first: the forward runs without gradients on
+    zeros until it has made as many embedding calls as last time, and everything is pulled at
+    once before the real forward; a call whose ids differ from those found pulls on its own.
+    """
+
+    def __init__(self, module: nn.Module, state: _Thread) -> None:
+        self.tree: tuple[_Slot, ...] = module.__dict__["_convoy_tree"]
+        self.slots = frozenset(self.tree)
+        self.token: str = module.__dict__["_convoy_token"]
+        self.state = state
+        self.dense: dict[_Slot, torch.Tensor] | None = None
+        self.whole: dict[_Slot, torch.Tensor] = {}
+        self.ready: dict[_Slot, deque[_Call]] = {}
+        self.first: str | None = None  # "dense" or "rows": what the forward used first
+        self.embedding_calls = 0
+
+    def plan(self) -> tuple[int, bool]:
+        lazy_is_one_pull = self.embedding_calls == 0 or (
+            self.embedding_calls == 1 and self.first == "rows")
+        return self.embedding_calls, not lazy_is_one_pull
+
+    def fetch(self, dense: bool, calls: list[_Call]) -> None:
+        """Pull (one call per parameter server) every dense parameter if ``dense``, and the
+        rows of ``calls``, placing each call's rows in a block of its table's."""
+        dense_slots = [s for s in self.tree if not s.rows] if dense else []
+        by_slot: dict[_Slot, list[_Call]] = {}
+        for call in calls:
+            by_slot.setdefault(call.slot, []).append(call)
+        rows = {slot: np.concatenate([c.ids.reshape(-1) for c in slot_calls])
+                if len(slot_calls) > 1 else slot_calls[0].ids.reshape(-1)
+                for slot, slot_calls in by_slot.items()}
+        with pull(dense=[s.variable for s in dense_slots],
+                  rows={s.variable: ids for s, ids in rows.items()}) as pulled:
+            pass
+        track = torch.is_grad_enabled()
+        if dense:
+            self.dense = {}
+            for slot, (tensor, _) in zip(dense_slots, pulled.dense, strict=True):
+                self.dense[slot] = tensor
+                if track:
+                    self._track(tensor, slot, None, None)
+        for slot, slot_calls in by_slot.items():
+            block = pulled.rows[slot.variable]
+            start = 0
+            for call in slot_calls:
+                call.block, call.start = block, start
+                start += call.ids.size
+            if track:
+                keep = _kept(slot_calls)
+                self._track(block, slot, rows[slot], keep)
+
+    def _track(self, tensor: torch.Tensor, slot: _Slot, ids: np.ndarray | None,
+               keep: np.ndarray | None) -> None:
+        """Once a backward reaches ``tensor``, hold it for ``gradients()``. The hook holds
+        no reference to the tensor: until then only the autograd graph does."""
+        grads, token, taken = self.state.grads, self.token, [False]
+
+        def reached(leaf: torch.Tensor) -> None:
+            if not taken[0]:
+                taken[0] = True
+                grads.setdefault(token, []).append((leaf, slot, ids, keep))
+
+        tensor.register_post_accumulate_grad_hook(reached)
+
+    def prefetch(self, calls: list[_Call]) -> None:
+        calls = [c for c in calls if c.slot in self.slots]  # not another placed module's
+        self.fetch(True, calls)
+        for call in calls:
+            self.ready.setdefault(call.slot, deque()).append(call)
+
+    def dense_value(self, slot: _Slot) -> torch.Tensor:
+        self.first = self.first or "dense"
+        if slot.rows:  # an embedding's table used whole (e.g. tied to an output layer)
+            if slot not in self.whole:
+                with pull(dense=[slot.variable]) as pulled:
+                    pass
+                self.whole[slot] = pulled.dense[0][0]
+                if torch.is_grad_enabled():
+                    self._track(self.whole[slot], slot, None, None)
+            return self.whole[slot]
+        if self.dense is None:
+            self.fetch(True, [])
+        assert self.dense is not None
+        return self.dense[slot]
+
+    def rows(self, slot: _Slot, ids: np.ndarray, padding_idx: int | None) -> _Call:
+        self.first = self.first or "rows"
+        self.embedding_calls += 1
+        ready = self.ready.get(slot)
+        if ready and ready[0].ids.shape == ids.shape and np.array_equal(ready[0].ids, ids):
+            return ready.popleft()
+        call = _Call(slot, ids, padding_idx)
+        self.fetch(self.dense is None, [call])
+        return call
+
+
+def _kept(calls: list[_Call]) -> np.ndarray | None:
+    """Which rows of a block get gradients: all but those of padding ids."""
+    if all(c.padding_idx is None for c in calls):
+        return None
+    return np.concatenate([(c.ids != c.padding_idx).reshape(-1) if c.padding_idx is not None
+                           else np.ones(c.ids.size, bool) for c in calls])
+
+
+def _ids(input: torch.Tensor, copy: bool) -> np.ndarray:
+    if not isinstance(input, torch.Tensor) or input.dtype not in (torch.int32, torch.int64):
+        raise InvalidArgumentError(f"an embedding takes a tensor of int32 or int64 ids, got "
+                                   f"{getattr(input, 'dtype', type(input).__name__)}")
+    array = input.detach().cpu().numpy()
+    return array.copy() if copy else array
+
+
+# ----- the forwards and attributes of placed modules -------------------------------------------
+def _served(module: nn.Module, input: torch.Tensor) -> tuple[_Call | None, np.ndarray]:
+    """For an embedding's forward: the call serving ``input``'s rows; None while the forward
+    only looks for ids (the call is recorded)."""
+    slot: _Slot = module.__dict__["_convoy_slots"]["weight"]
+    padding_idx = module.padding_idx
+    state = _local.state
+    recording = state.recording
+    if recording is not None:
+        ids = _ids(input, copy=True)
+        recording.calls.append(_Call(slot, ids, padding_idx))
+        if len(recording.calls) >= recording.limit:
+            raise _Enough
+        return None, ids
+    step = state.step_of(slot)
+    assert step is not None  # the module's own __call__ made one
+    ids = _ids(input, copy=False)
+    return step.rows(slot, ids, padding_idx), ids
+
+
+def _embedding_forward(self: nn.Embedding, input: torch.Tensor) -> torch.Tensor:
+    call, ids = _served(self, input)
+    if call is None:
+        return torch.zeros((), dtype=self.__dict__["_convoy_slots"]["weight"].dtype).expand(
+            (*input.shape, self.embedding_dim))
+    assert call.block is not None
+    # The call's rows, in order, are a slice of the block: copied (clone's backward is
+    # free), so the output is no view of a leaf and may be changed in place, as PyTorch's.
+    rows = call.block if ids.size == call.block.shape[0] else \
+        call.block.narrow(0, call.start, ids.size)
+    return rows.reshape((*input.shape, *rows.shape[1:])).clone()
+
+
+def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
+                           offsets: torch.Tensor | None = None,
+                           per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+    call, ids = _served(self, input)
+    if call is None:
+        bags = input.shape[0] if input.dim() == 2 else (
+            (offsets.numel() if offsets is not None else 0) - int(self.include_last_offset))
+        return torch.zeros((), dtype=self.__dict__["_convoy_slots"]["weight"].dtype).expand(
+            (bags, self.embedding_dim))
+    assert call.block is not None
+    weight, padding_idx = call.block, None
+    if input.dim() == 2 and offsets is None and self.padding_idx is None:
+        # Bags of equal length over the call's rows in order: a reduction over a view, whose
+        # backward costs much less than embedding_bag's.
+        rows = weight if ids.size == weight.shape[0] else \
+            weight.narrow(0, call.start, ids.size)
+        rows = rows.reshape((*input.shape, *weight.shape[1:]))
+        if per_sample_weights is not None:
+            if self.mode != "sum":
+                raise InvalidArgumentError(f"per_sample_weights needs mode 'sum', not "
+                                           f"{self.mode!r}")
+            return (rows * per_sample_weights.unsqueeze(-1)).sum(dim=1)
+        if self.mode == "mean":
+            return rows.mean(dim=1)
+        return rows.sum(dim=1) if self.mode == "sum" else rows.amax(dim=1)
+    positions = torch.arange(call.start, call.start + ids.size).reshape(input.shape)
+    if self.padding_idx is not None:
+        padded = torch.from_numpy(ids == self.padding_idx)
+        if bool(padded.any()):  # padding ids read a zero row, which bags leave out
+            padding_idx = weight.shape[0]
+            weight = torch.cat([weight, weight.new_zeros((1, *weight.shape[1:]))])
+            positions = torch.where(padded, padding_idx, positions)
+    return F.embedding_bag(positions, weight, offsets, mode=self.mode,
+                           per_sample_weights=per_sample_weights,
+                           include_last_offset=self.include_last_offset,
+                           padding_idx=padding_idx)
+
+
+def _parameter(name: str) -> property:
+    def get(self: nn.Module) -> torch.Tensor:
+        slot: _Slot = self.__dict__["_convoy_slots"][name]
+        state = _local.state
+        if state.recording is not None:
+            return slot.zeros()
+        step = state.step_of(slot)
+        if step is None:  # outside a call of the module: the value on the ps, now
+            return torch.from_numpy(np.asarray(slot.variable.read_value()))
+        return step.dense_value(slot)
+
+    return property(get, doc=f"The placed parameter {name!r}: inside a call of the module, "
+                             f"the tensor pulled for it; elsewhere its value on the ps.")
+
+
+def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    state = _local.state
+    if state.recording is not None or state.covering(self.__dict__["_convoy_tree"]):
+        return nn.Module.__call__(self, *args, **kwargs)
+    state.new_step()
+    step = _Step(self, state)
+    key = self.__dict__["_convoy_plan"]
+    plan = _plans.get(key)
+    if plan is not None and plan[1]:
+        step.prefetch(_find_ids(self, state, plan[0], args, kwargs))
+    state.steps.append(step)
+    try:
+        output = nn.Module.__call__(self, *args, **kwargs)
+    finally:
+        state.steps.pop()
+    if len(_plans) > _PLANS_KEPT:  # modules placed again and again
+        _plans.clear()
+    _plans[key] = step.plan()
+    return output
+
+
+def _find_ids(module: nn.Module, state: _Thread, limit: int, args: tuple,
+              kwargs: dict) -> list[_Call]:
+    """The embedding calls of a forward without values, up to the ``limit``-th."""
+    recording = state.recording = _Recording(limit)
+    try:
+        with torch.no_grad():
+            nn.Module.__call__(module, *args, **kwargs)
+    except (_Enough, Exception):  # a failure on zeros: the real forward decides
+        pass
+    finally:
+        state.recording = None
+    return recording.calls
+
+
+class _Pickling(threading.local):
+    whole = False  # pickling a placed module's tree itself, not its cached form
+
+
+_pickling = _Pickling()
+#: The pickled form of each placed module sent from here, with what it was made from.
+_sent: weakref.WeakKeyDictionary[nn.Module, tuple[Any, bytes, bytes]] = \
+    weakref.WeakKeyDictionary()
+#: Placed modules received here: token -> (digest of their pickle, module), newest last.
+_received: OrderedDict[str, tuple[bytes, nn.Module]] = OrderedDict()
+_RECEIVED_KEPT = 64
+_edits: dict[str, int] = {}  # token -> attribute assignments in its placed modules
+
+
+def _fingerprint(root: nn.Module) -> Any:
+    """Changes when the module tree's attributes, modes or buffers may have changed."""
+    return (_edits.get(root.__dict__["_convoy_token"], 0),
+            tuple((id(m), m.training, tuple((id(b), b._version) for b in m._buffers.values()
+                                           if b is not None))
+                  for m in root.modules()))
+
+
+def _reduce_ex(self: nn.Module, protocol: Any) -> Any:
+    if _is_root(self) and not _pickling.whole:
+        # A root module travels as its pickle, made again only when it changed: a
+        # scheduled function's arguments are pickled for every call, and a worker then
+        # reuses the module it has (its calls keep their state per thread).
+        fingerprint = _fingerprint(self)
+        sent = _sent.get(self)
+        if sent is None or sent[0] != fingerprint:
+            _pickling.whole = True
+            try:
+                data = cloudpickle.dumps(self)
+            finally:
+                _pickling.whole = False
+            sent = _sent[self] = (fingerprint, hashlib.sha1(data).digest(), data)
+        return (_received_module, (self.__dict__["_convoy_token"], sent[1], sent[2]))
+    # Rebuilt from the module's own class, pickled once per process (a class defined in a
+    # script pickles by value, slowly); empty hook tables are remade, not sent.
+    base = type(self).__bases__[0]
+    state = {k: v for k, v in self.__dict__.items()
+             if not (isinstance(v, (dict, set)) and not v and k != "_convoy_slots")}
+    return (_rebuild, (_pickled_class(base), tuple(self.__dict__["_convoy_slots"]),
+                       _is_root(self)), state)
+
+
+_pickled_classes: dict[type, tuple[bytes, bytes]] = {}
+_unpickled_classes: dict[bytes, type] = {}
+
+
+def _pickled_class(cls: type) -> tuple[bytes, bytes]:
+    """(digest, cloudpickled class), made once per class."""
+    pickled = _pickled_classes.get(cls)
+    if pickled is None:
+        data = cloudpickle.dumps(cls)
+        pickled = _pickled_classes[cls] = (hashlib.sha1(data).digest(), data)
+    return pickled
+
+
+def _received_module(token: str, digest: bytes, data: bytes) -> nn.Module:
+    """The module a pickle of ``digest`` holds: the one received before, if the same."""
+    known = _received.get(token)
+    if known is not None and known[0] == digest:
+        return known[1]
+    module = cloudpickle.loads(data)
+    _received[token] = (digest, module)
+    _received.move_to_end(token)
+    while len(_received) > _RECEIVED_KEPT:
+        _received.popitem(last=False)
+    return module
+
+
+def _setattr(self: nn.Module, name: str, value: Any) -> None:
+    _edits[self.__dict__["_convoy_token"]] = _edits.get(self.__dict__["_convoy_token"], 0) + 1
+    base: Any = type(self).__bases__[0]
+    base.__setattr__(self, name, value)
+
+
+def _delattr(self: nn.Module, name: str) -> None:
+    _edits[self.__dict__["_convoy_token"]] = _edits.get(self.__dict__["_convoy_token"], 0) + 1
+    base: Any = type(self).__bases__[0]
+    base.__delattr__(self, name)
+
+
+def _rebuild(pickled: tuple[bytes, bytes], names: tuple[str, ...], root: bool) -> nn.Module:
+    base: Any = _unpickled_classes.get(pickled[0])
+    if base is None:
+        base = _unpickled_classes[pickled[0]] = cloudpickle.loads(pickled[1])
+    module = base.__new__(base)
+    module.__dict__.update({key: empty.copy() for key, empty in _EMPTY_STATE.items()})
+    module.__class__ = _placed_class(base, names, root)
+    return module
+
+
+#: The tables an ``nn.Module`` starts with empty (its hooks...), which a pickle leaves out.
+_EMPTY_STATE = {key: value for key, value in nn.Module().__dict__.items()
+                if isinstance(value, (dict, set)) and not value}
+
+
+def _is_root(module: nn.Module) -> bool:
+    return "gradients" in type(module).__dict__
+
+
+def _save_to_state_dict(self: nn.Module, destination: dict[str, Any], prefix: str,
+                        keep_vars: bool) -> None:
+    base: Any = type(self).__bases__[0]
+    base._save_to_state_dict(self, destination, prefix, keep_vars)
+    for name, slot in self.__dict__["_convoy_slots"].items():
+        destination[prefix + name] = torch.from_numpy(np.asarray(slot.variable.read_value()))
+
+
+def _load_from_state_dict(self: nn.Module, state_dict: dict[str, Any], prefix: str,
+                          local_metadata: Any, strict: bool, missing_keys: list[str],
+                          unexpected_keys: list[str], error_msgs: list[str]) -> None:
+    base: Any = type(self).__bases__[0]
+    base._load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                               unexpected_keys, error_msgs)
+    for name, slot in self.__dict__["_convoy_slots"].items():
+        key = prefix + name
+        if key in unexpected_keys:
+            unexpected_keys.remove(key)
+        if key not in state_dict:
+            missing_keys.append(key)
+            continue
+        value = state_dict[key]
+        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else \
+            np.asarray(value)
+        if tuple(array.shape) != slot.shape:
+            error_msgs.append(f"size mismatch for {key}: copying a param with shape "
+                              f"{tuple(array.shape)}, the parameter has {slot.shape}")
+            continue
+        slot.variable.assign(array)
+
+
+# ----- what the root module offers ---------------------------------------------------------
+def _gradients(self: nn.Module) -> list[tuple[Any, Any]]:
+    """The ``(gradient, variable)`` pairs of this thread's pulls for this module that
+    received gradients since the last call, for ``optimizer.apply_gradients``: arrays for
+    parameters read whole, :class:`~convoy.IndexedSlices` of the rows looked up for
+    embeddings. Releases those tensors."""
+    taken = _local.state.grads.pop(self.__dict__["_convoy_token"], [])
+    dense: dict[int, tuple[np.ndarray, Any]] = {}
+    sparse: dict[int, list[tuple[np.ndarray, np.ndarray, Any]]] = {}
+    for tensor, slot, ids, keep in taken:
+        if tensor.grad is None:
+            continue
+        grad = tensor.grad.numpy()
+        if ids is None:
+            key = id(slot.variable)
+            dense[key] = (dense[key][0] + grad, slot.variable) if key in dense else \
+                (grad, slot.variable)
+            continue
+        grad = grad.reshape((ids.size, *slot.shape[1:]))
+        if keep is not None:
+            grad, ids = grad[keep], ids[keep]
+        sparse.setdefault(id(slot.variable), []).append((grad, ids, slot.variable))
+    pairs: list[tuple[Any, Any]] = [(g, v) for g, v in dense.values()]
+    for parts in sparse.values():
+        values = np.concatenate([g for g, _, _ in parts]) if len(parts) > 1 else parts[0][0]
+        indices = np.concatenate([i for _, i, _ in parts]) if len(parts) > 1 else parts[0][1]
+        pairs.append((IndexedSlices(values, indices), parts[0][2]))
+    return pairs
+
+
+def _variables(self: nn.Module) -> list[Any]:
+    return [slot.variable for slot in self.__dict__["_convoy_tree"]]
+
+
+def _trainable_variables(self: nn.Module) -> list[Any]:
+    return [v for v in _variables(self) if v.trainable]
+
+
+class _Buffers:
+    """A placed module's persistent buffers (they stay in the module), for checkpoints."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self._module = module
+
+    def _named(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for prefix, module in self._module.named_modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None and name not in module._non_persistent_buffers_set:
+                    yield (f"{prefix}.{name}" if prefix else name), buffer
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: buffer.detach().clone() for name, buffer in self._named()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for name, buffer in self._named():
+                if name in state_dict:
+                    buffer.copy_(torch.as_tensor(state_dict[name]))
+
+
+def _checkpoint_children(self: nn.Module) -> dict[str, Any]:
+    """What a Checkpoint saves of the module: each variable under its ``state_dict`` key (a
+    tied parameter under its first), and the persistent buffers, if any."""
+    children: dict[str, Any] = {}
+    seen: set[int] = set()
+    for prefix, module in self.named_modules():
+        for name, slot in module.__dict__.get("_convoy_slots", {}).items():
+            if id(slot) not in seen:
+                seen.add(id(slot))
+                children[f"{prefix}.{name}" if prefix else name] = slot.variable
+    buffers = _Buffers(self)
+    if any(True for _ in buffers._named()):
+        children["buffers"] = buffers
+    return children
+
+
+_classes: dict[tuple[type, tuple[str, ...], bool], type] = {}
+
+
+def _placed_class(base: type, names: tuple[str, ...], root: bool) -> type:
+    """The subclass of ``base`` a placed module of it becomes (one per base and names)."""
+    key = (base, names, root)
+    cls = _classes.get(key)
+    if cls is not None:
+        return cls
+    namespace: dict[str, Any] = {name: _parameter(name) for name in names}
+    namespace.update(__call__=_placed_call, __reduce_ex__=_reduce_ex, __setattr__=_setattr,
+                     __delattr__=_delattr,
+                     _save_to_state_dict=_save_to_state_dict,
+                     _load_from_state_dict=_load_from_state_dict,
+                     __doc__=base.__doc__, __module__=base.__module__)
+    if "weight" in names and issubclass(base, nn.EmbeddingBag):
+        namespace["forward"] = _embedding_bag_forward
+    elif "weight" in names and issubclass(base, nn.Embedding):
+        namespace["forward"] = _embedding_forward
+    if root:
+        namespace.update(gradients=_gradients, variables=property(_variables),
+                         trainable_variables=property(_trainable_variables),
+                         _checkpoint_children=_checkpoint_children)
+    cls = _classes[key] = type(base.__name__, (base,), namespace)
+    cls.__qualname__ = base.__qualname__
+    return cls
+
+
+# ----- place ---------------------------------------------------------------------------------
+def _check_embedding(path: str, module: nn.Module) -> None:
+    for option in ("max_norm", "scale_grad_by_freq"):
+        if getattr(module, option, None):
+            raise InvalidArgumentError(
+                f"{path or 'the module'} ({type(module).__name__}) sets {option}, which a "
+                f"table on parameter servers does not support")
+
+
+def _numpy(name: str, parameter: torch.Tensor) -> np.ndarray:
+    if parameter.dtype == torch.bfloat16 or parameter.is_complex() or \
+            not parameter.is_floating_point():
+        raise InvalidArgumentError(f"parameter {name!r} has dtype {parameter.dtype}; placed "
+                                   f"parameters are float16, float32 or float64")
+    return parameter.detach().cpu().numpy().copy()
+
+
+def place(module: nn.Module) -> nn.Module:
+    """Make ``module``'s parameters variables on the parameter servers of the strategy whose
+    ``scope()`` is active, and return ``module`` itself, changed in place.
+
+    Each parameter becomes a ``cv.Variable`` named by its ``state_dict`` key and made
+    through the strategy (its partitioner splits it by rows as any variable); a parameter
+    shared by several modules becomes one variable. The weights of ``nn.Embedding`` and
+    ``nn.EmbeddingBag`` are read by rows: a call pulls only the rows it looks up, and their
+    gradients go back as :class:`~convoy.IndexedSlices`.
+
+    Call the module as usual, then ``loss.backward()`` and
+    ``optimizer.apply_gradients(model.gradients())``. Each call pulls the parameters into
+    fresh tensors of the calling thread (one call per parameter server; a forward that uses
+    other parameters before its embeddings, or calls several, may run up to its last
+    embedding call a first time without gradients, on zeros, to find their ids). Outside a
+    call, ``model.fc.weight`` reads the value on the ps. ``model.variables`` lists the
+    variables; ``parameters()`` is empty, and ``state_dict()``/``load_state_dict()`` read and
+    write the variables. Buffers (batch-norm statistics) stay in the module, each process
+    with its own. ``cv.train.Checkpoint(model=model)`` saves the variables (with their
+    optimizer slots) and the buffers. Sent to workers (captured by a scheduled function or
+    passed as its argument), the module is pickled again only once its attributes, modes
+    (``train()``/``eval()``) or buffers changed; a worker reuses the copy it has.
+    """
+    if not isinstance(module, nn.Module):
+        raise InvalidArgumentError(f"place takes a torch.nn.Module, got "
+                                   f"{type(module).__name__}")
+    if "_convoy_slots" in module.__dict__:
+        raise InvalidArgumentError("this module is placed already")
+    slots: dict[int, _Slot] = {}
+    for path, submodule in module.named_modules():
+        if isinstance(submodule, _ROW_READ):
+            _check_embedding(path, submodule)
+        own: dict[str, _Slot] = {}
+        for name, parameter in list(submodule._parameters.items()):
+            if parameter is None:
+                continue
+            key = f"{path}.{name}" if path else name
+            slot = slots.get(id(parameter))
+            if slot is None:
+                value = _numpy(key, parameter)
+                slot = slots[id(parameter)] = _Slot(
+                    Variable(value, name=key, trainable=parameter.requires_grad),
+                    tuple(value.shape), parameter.dtype,
+                    isinstance(submodule, _ROW_READ) and name == "weight")
+            own[name] = slot
+            del submodule._parameters[name]
+        submodule.__dict__["_convoy_slots"] = own
+    token = uuid.uuid4().hex
+    for path, submodule in module.named_modules():
+        tree = tuple({id(s): s for m in submodule.modules()
+                      for s in m.__dict__.get("_convoy_slots", {}).values()}.values())
+        root = submodule is module
+        if not tree and not root:
+            del submodule.__dict__["_convoy_slots"]
+            continue
+        submodule.__dict__.update(_convoy_tree=tree, _convoy_token=token,
+                                  _convoy_plan=f"{token}:{path}")
+        submodule.__class__ = _placed_class(type(submodule),
+                                            tuple(submodule.__dict__["_convoy_slots"]), root)
+    return module

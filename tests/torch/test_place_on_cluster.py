@@ -1,0 +1,198 @@
+"""cv.torch.place on real ``convoy server`` processes (2 ps, 2 workers): a placed module
+trains in scheduled functions, each step pulls once and pushes once per parameter server,
+and a checkpoint restores into a cluster with another number of parameter servers."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import cloudpickle
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import convoy as cv
+from convoy.distribute.partitioners import FixedShardsPartitioner
+from convoy.testing import TrainingCluster
+
+# Functions defined here run on the workers, which cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROWS, DIM = 1000, 8
+
+
+class Recommender(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(ROWS, DIM, mode="mean")
+        self.head = nn.Linear(DIM, 1)
+
+    def forward(self, ids):
+        return self.head(self.bag(ids)).squeeze(-1)
+
+
+def make_batch(step):
+    """Bags of 4 ids; the label is 1 when their hidden preferences add up above 0."""
+    preference = np.random.default_rng(7).standard_normal(ROWS)
+    rng = np.random.default_rng(step)
+    ids = rng.integers(0, ROWS, (64, 4))
+    return ids, (preference[ids].sum(1) > 0).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with TrainingCluster(num_workers=2, num_ps=2) as training_cluster:
+        yield training_cluster
+
+
+@pytest.fixture
+def make(cluster):
+    coordinators = []
+
+    def build(shards=2, on=cluster):
+        strategy = cv.distribute.ParameterServerStrategy(on.resolver(),
+                                                         FixedShardsPartitioner(shards))
+        with strategy.scope():
+            torch.manual_seed(0)
+            model = cv.torch.place(Recommender())
+            optimizer = cv.optimizers.Adam(0.05)
+        coordinator = cv.distribute.ClusterCoordinator(strategy)
+        coordinators.append(coordinator)
+        return coordinator, model, optimizer
+
+    yield build
+    for coordinator in coordinators:
+        coordinator.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_a_placed_module_trains_in_scheduled_functions(make):
+    coordinator, model, optimizer = make()
+    assert isinstance(model.bag.weight, torch.Tensor)  # read from the ps, on the chief
+    table = model.variables[0]
+    assert isinstance(table, cv.distribute.ShardedVariable) and len(table.variables) == 2
+    assert {v.device for v in table.variables} == {
+        f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in (0, 1)}
+
+    def step(ids, labels):
+        loss = F.binary_cross_entropy_with_logits(model(torch.from_numpy(ids)),
+                                                  torch.from_numpy(labels))
+        loss.backward()
+        optimizer.apply_gradients(model.gradients())
+        return loss.item()
+
+    losses = [coordinator.schedule(step, args=make_batch(i)) for i in range(200)]
+    coordinator.join()
+    losses = [r.fetch() for r in losses]
+    assert np.mean(losses[-20:]) < np.mean(losses[:20]) * 0.7
+    assert int(optimizer.iterations.numpy()) == 200
+    ids, labels = make_batch(10_000)  # held out, predicted on the chief
+    with torch.no_grad():
+        accuracy = ((model(torch.from_numpy(ids)) > 0).float().numpy() == labels).mean()
+    assert accuracy > 0.75
+
+
+@pytest.mark.timeout(60)
+def test_a_placed_module_is_pickled_again_only_once_it_changed(make):
+    _, model, _ = make()
+    first = cloudpickle.loads(cloudpickle.dumps(model))
+    assert cloudpickle.loads(cloudpickle.dumps(model)) is first  # what a worker reuses
+    assert type(first) is type(model) and first.training
+    model.eval()
+    evaluating = cloudpickle.loads(cloudpickle.dumps(model))
+    assert evaluating is not first and not evaluating.training
+    model.temperature = 2.0
+    assert cloudpickle.loads(cloudpickle.dumps(model)).temperature == 2.0
+    ids = torch.from_numpy(make_batch(0)[0])
+    with torch.no_grad():
+        torch.testing.assert_close(evaluating(ids), model(ids))
+
+
+def count_messages(step, ids, labels):
+    """Runs ``step`` on a worker, counting the operation lists this thread sends to each
+    parameter server: {"pull ps0": n, "push ps1": n, ...}."""
+    from convoy.distribute._store_clients import RemoteStore
+
+    me, counts, original = threading.get_ident(), {}, RemoteStore._queue
+
+    def counting(store, operations):
+        if threading.get_ident() == me:
+            kind = "pull" if all(op[0] in ("read", "gather") for op in operations) else "push"
+            key = f"{kind} ps{store.task_index}"
+            counts[key] = counts.get(key, 0) + 1
+        return original(store, operations)
+
+    RemoteStore._queue = counting
+    try:
+        step(ids, labels)
+    finally:
+        RemoteStore._queue = original
+    return counts
+
+
+@pytest.mark.timeout(120)
+def test_one_pull_and_one_push_per_parameter_server_per_step(make):
+    coordinator, model, optimizer = make()
+
+    def step(ids, labels):
+        loss = F.binary_cross_entropy_with_logits(model(torch.from_numpy(ids)),
+                                                  torch.from_numpy(labels))
+        loss.backward()
+        optimizer.apply_gradients(model.gradients())
+
+    for i in range(6):  # one at a time: the count patches the worker's sending
+        counts = coordinator.schedule(count_messages, args=(step, *make_batch(i))).fetch()
+        assert counts == {"pull ps0": 1, "pull ps1": 1, "push ps0": 1, "push ps1": 1}
+
+
+@pytest.mark.timeout(180)
+def test_checkpoint_restores_into_another_number_of_parameter_servers(make, tmp_path):
+    coordinator, model, optimizer = make()
+
+    def step(ids, labels):
+        F.binary_cross_entropy_with_logits(model(torch.from_numpy(ids)),
+                                           torch.from_numpy(labels)).backward()
+        optimizer.apply_gradients(model.gradients())
+
+    for i in range(20):
+        coordinator.schedule(step, args=make_batch(i))
+    coordinator.join()
+    path = cv.train.Checkpoint(model=model, optimizer=optimizer).save(tmp_path / "ckpt")
+    ids = torch.from_numpy(make_batch(999)[0])
+    with torch.no_grad():
+        expected = model(ids)
+    with TrainingCluster(num_workers=1, num_ps=3) as three:
+        _, restored, again = make(shards=3, on=three)
+        table = restored.variables[0]
+        assert len(table.variables) == 3
+        assert len({v.device for v in table.variables}) == 3
+        cv.train.Checkpoint(model=restored, optimizer=again).restore(path).assert_consumed()
+        with torch.no_grad():
+            torch.testing.assert_close(restored(ids), expected)
+        assert int(again.iterations.numpy()) == 20
+
+
+@pytest.mark.timeout(180)
+def test_readme_parameter_server_example_runs(cluster, tmp_path, monkeypatch, capsys):
+    """The README's parameter-server example is correct code (with fewer steps)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("## Parameter-server training")[1].split("```python")[1] \
+        .split("```")[0]
+    assert "range(1000)" in block
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TF_CONFIG", cluster.tf_config("chief", 0))
+    namespace = {"__name__": "readme_example"}  # its functions go to the workers by value
+    exec(block.replace("range(1000)", "range(300)").replace("100_000", "10_000"), namespace)
+    try:
+        losses = [r.fetch() for r in namespace["losses"]]
+        assert np.mean(losses[-30:]) < np.mean(losses[:30]) * 0.9
+        assert len(namespace["model"].variables[0].variables) == 2
+        assert "training accuracy" in capsys.readouterr().out
+        assert (tmp_path / "ckpt" / "ckpt-1.safetensors").exists()
+    finally:
+        namespace["coordinator"].shutdown()
