@@ -49,7 +49,7 @@ PUBLIC = {
 try:
     import convoy.torch
 
-    PUBLIC[convoy.torch] = {"IterableDataset", "Pulled", "pull"}
+    PUBLIC[convoy.torch] = {"IterableDataset", "Pulled", "place", "pull"}
 except ImportError:  # PyTorch is optional
     pass
 
