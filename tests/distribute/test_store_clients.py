@@ -24,14 +24,14 @@ ROWS, WIDTH = 64, 4  # the shape of the ``table`` fixture's variable
 def counting_calls(store):
     """Wrap the store's Execute stream so the number of messages sent can be read."""
     counted = {"calls": 0}
-    call = store._stream.call
+    send = store._stream.send
 
     def counting(*args, **kwargs):
         counted["calls"] += 1
-        return call(*args, **kwargs)
+        return send(*args, **kwargs)
 
-    store._stream.call = counting
-    return counted, lambda: delattr(store._stream, "call")
+    store._stream.send = counting
+    return counted, lambda: delattr(store._stream, "send")
 
 
 @pytest.mark.timeout(60)
