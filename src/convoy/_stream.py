@@ -25,8 +25,7 @@ def _identity(data: bytes) -> bytes:
 class Stream:
     """Requests and their responses, one at a time, over one stream of a streamed method.
 
-    Not thread-safe: one thread at a time makes a call, or sends a request and then one
-    thread at a time receives its response. A failure ends the stream (the call raises
+    Not thread-safe: one thread makes the calls. A failure ends the stream (the call raises
     the matching :mod:`convoy.errors` exception); the next call opens a new one. With an
     ``authenticator``, each stream is signed for ``path`` and its answers are ``parse``-d
     once the server proved it has the secret.
@@ -47,18 +46,11 @@ class Stream:
         self._lock = threading.Lock()  # with the deadline watchdog
         self._calls = 0  # calls made; the watchdog names the one it expires by this count
         self._waiting: int | None = None  # the call waiting for its response
-        self._timeout: float | None = None  # the waiting call's
         self._expired = False  # the watchdog cancelled the waiting call
 
     def call(self, request: Any, timeout: float | None = None) -> Any:
         """Send ``request`` and wait for its response, for at most ``timeout`` seconds (then
         :class:`~convoy.errors.DeadlineExceededError`)."""
-        self.send(request, timeout)
-        return self.receive()
-
-    def send(self, request: Any, timeout: float | None = None) -> None:
-        """Send ``request`` without waiting; :meth:`receive` (in any thread, before the next
-        ``send``) takes its response, which is due within ``timeout`` seconds."""
         if self._responses is None or self._expired:
             self.close()
             self._requests = queue.SimpleQueue()
@@ -72,14 +64,9 @@ class Stream:
         with self._lock:
             self._calls += 1
             self._waiting = serial = self._calls
-            self._timeout = timeout
         if timeout is not None:
             _watchdog.watch(self, serial, time.monotonic() + timeout)
         self._requests.put(request)
-
-    def receive(self) -> Any:
-        """The response to the request :meth:`send` sent last."""
-        timeout = self._timeout
         try:
             response = next(self._responses)
             if self._reply is not None:

@@ -24,14 +24,14 @@ ROWS, WIDTH = 64, 4  # the shape of the ``table`` fixture's variable
 def counting_calls(store):
     """Wrap the store's Execute stream so the number of messages sent can be read."""
     counted = {"calls": 0}
-    send = store._stream.send
+    call = store._stream.call
 
     def counting(*args, **kwargs):
         counted["calls"] += 1
-        return send(*args, **kwargs)
+        return call(*args, **kwargs)
 
-    store._stream.send = counting
-    return counted, lambda: delattr(store._stream, "send")
+    store._stream.call = counting
+    return counted, lambda: delattr(store._stream, "call")
 
 
 @pytest.mark.timeout(60)

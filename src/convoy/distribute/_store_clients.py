@@ -9,11 +9,11 @@ next operation raises CancelledError.
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any
 
 from convoy import _rpc
+from convoy._channel import Channel
 from convoy.distribute._store import VariableStore
 from convoy.distribute._wire import (
     PS_METHODS,
@@ -22,7 +22,7 @@ from convoy.distribute._wire import (
     load_execute_answer,
 )
 from convoy.distribute._worker_calls import current_call, raise_if_cancelled
-from convoy.errors import CancelledError, ConvoyError, DataLossError, InvalidArgumentError
+from convoy.errors import DataLossError, InvalidArgumentError
 
 
 def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
@@ -74,24 +74,7 @@ EXECUTE_TIMEOUT_S = 60.0
 #: Operation lists one Execute message carries at most.
 MAX_LISTS_PER_MESSAGE = 1024
 
-_Pending = tuple[list[tuple[Any, ...]], "_Answer"]
-
-
-class _Answer(Future[list[Any]]):
-    """The results of one operation list sent to a :class:`RemoteStore`. Waiting for them
-    reads the store's answers in the waiting thread: no other thread relays them."""
-
-    def __init__(self, store: RemoteStore) -> None:
-        super().__init__()
-        self._store = store
-
-    def result(self, timeout: float | None = None) -> list[Any]:
-        self._store._wait_for(self, timeout)
-        return super().result(0)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._store._wait_for(self, timeout)
-        return super().exception(0)
+_Pending = tuple[list[tuple[Any, ...]], Future[list[Any]]]
 
 
 class RemoteStore:
@@ -100,10 +83,6 @@ class RemoteStore:
     Operation lists from all threads of the process travel on one ``Execute`` stream, one
     message in flight at a time, carrying every list queued meanwhile. Under load, concurrent
     training steps so share messages, and the per-message cost is paid once for all of them.
-
-    There is no thread of its own: the thread that queues a list when nothing is in flight
-    sends it, and a thread that waits for a result reads the answer in flight (setting the
-    results of every list it carried) and sends the lists queued meanwhile.
     """
 
     _instances: dict[str, RemoteStore] = {}
@@ -114,12 +93,9 @@ class RemoteStore:
         self.task_index = task_index
         self.device = f"/job:ps/replica:0/task:{task_index}/device:CPU:0"
         self._client = _rpc.Client(address, PS_SERVICE, PS_METHODS)
-        self._stream = self._client.stream("Execute")
-        self._state = threading.Condition(threading.Lock())  # guards what follows
-        self._pending: list[_Pending] = []  # not sent yet; then something is in flight
-        self._in_flight: list[_Pending] | None = None  # sent (or being sent), not answered
-        self._sent = False  # the request of _in_flight has left
-        self._receiving = False  # a thread reads the answer to _in_flight
+        self._stream = self._client.stream("Execute")  # used by the sender thread only
+        self._pending: Channel[_Pending] = Channel(f"operation lists for the ps at {address}")
+        self._sender: threading.Thread | None = None
 
     @classmethod
     def get(cls, address: str, task_index: int) -> RemoteStore:
@@ -155,109 +131,54 @@ class RemoteStore:
         return future
 
     def _queue(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
-        answer = _Answer(self)
-        with self._state:
-            self._pending.append((operations, answer))
-            if self._in_flight is not None:  # it leaves once the answer in flight is read
-                return answer
-            batch = self._take_pending()
-        self._send(batch)
-        return answer
+        future: Future[list[Any]] = Future()
+        self._pending.put((operations, future))
+        if self._sender is None:
+            self._start_sender()
+        return future
 
-    def _take_pending(self) -> list[_Pending]:
-        """The lists to send next, which become the ones in flight (call with _state held)."""
-        batch = self._pending[:MAX_LISTS_PER_MESSAGE]
-        del self._pending[:MAX_LISTS_PER_MESSAGE]
-        self._in_flight, self._sent = batch or None, False
-        return batch
+    def _start_sender(self) -> None:
+        with self._lock:
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_forever, daemon=True,
+                                                name=f"convoy-ps{self.task_index}-sender")
+                self._sender.start()
+
+    def _send_forever(self) -> None:
+        while True:
+            batch = self._pending.get_many(MAX_LISTS_PER_MESSAGE, timeout=EXECUTE_TIMEOUT_S)
+            if not batch:
+                continue
+            try:
+                self._send(batch)
+            except Exception as error:  # e.g. an answer of the wrong shape: no caller hangs
+                failure = DataLossError(f"Execute at {self.address}: a bad answer: {error}")
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(failure)
 
     def _send(self, batch: list[_Pending]) -> None:
-        """Send ``batch`` (the lists in flight); lists that cannot be sent fail, and if none
-        went, the next ones are sent instead."""
-        while batch:
-            batch, request = self._request(batch)
-            if request is not None:
-                try:
-                    self._stream.send(request, timeout=EXECUTE_TIMEOUT_S)
-                except Exception as error:
-                    _settle(batch, None, error)
-                    request = None
-            with self._state:
-                if request is not None:
-                    self._in_flight, self._sent = batch, True
-                    self._state.notify_all()
-                    return
-                batch = self._take_pending()
-                self._state.notify_all()
-
-    def _request(self, batch: list[_Pending]) -> tuple[list[_Pending], bytes | None]:
-        """The Execute request of ``batch``, less the lists that do not pickle (failed)."""
         try:
-            return batch, encode([operations for operations, _ in batch])
+            request = encode([operations for operations, _ in batch])
         except InvalidArgumentError:  # somebody's operations do not pickle: fail only theirs
-            pass
-        sendable = []
-        for operations, answer in batch:
-            try:
-                encode(operations)
-                sendable.append((operations, answer))
-            except InvalidArgumentError:
-                answer.set_exception(_unpicklable(operations))
-        if not sendable:
-            return [], None
-        return sendable, encode([operations for operations, _ in sendable])
-
-    def _wait_for(self, answer: _Answer, timeout: float | None) -> None:
-        """Wait until ``answer`` is done, reading answers meanwhile if no thread does."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._state:
-                while not answer.done() and (self._receiving or not self._sent):
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise TimeoutError(f"Execute at {self.address}: no answer within "
-                                           f"{timeout} s")
-                    self._state.wait(remaining)
-                if answer.done():
-                    return
-                self._receiving = True
-                batch = self._in_flight
-            assert batch is not None
-            self._receive(batch)
-
-    def _receive(self, batch: list[_Pending]) -> None:
-        """Read the answer to ``batch`` (in flight) and settle its lists; send the next."""
-        outcomes: list[Any] | None = None
-        error: BaseException = CancelledError(f"Execute at {self.address}: interrupted")
+            if len(batch) > 1:
+                for one in batch:
+                    self._send([one])
+                return
+            batch[0][1].set_exception(_unpicklable(batch[0][0]))
+            return
         try:
-            outcomes = load_execute_answer(self._stream.receive(), len(batch), self.address)
-        except ConvoyError as failure:  # the transport's, or an answer of the wrong shape
-            error = failure
-        except Exception as failure:
-            error = DataLossError(f"Execute at {self.address}: a bad answer: {failure}")
-        finally:  # even on KeyboardInterrupt: nobody may wait for this thread
-            with self._state:
-                following = self._take_pending()
-            _settle(batch, outcomes, error)
-            try:
-                self._send(following)
-            finally:
-                with self._state:
-                    self._receiving = False
-                    self._state.notify_all()
-
-
-def _settle(batch: list[_Pending], outcomes: list[Any] | None, error: BaseException) -> None:
-    """Set each list's results from ``outcomes``, or ``error`` for all without them."""
-    if outcomes is None:
-        for _, answer in batch:
-            answer.set_exception(error)
-        return
-    for (_, answer), outcome in zip(batch, outcomes, strict=True):
-        if outcome.ok:
-            answer.set_result(outcome.value)
-        else:
-            answer.set_exception(outcome.error)
+            outcomes = load_execute_answer(
+                self._stream.call(request, timeout=EXECUTE_TIMEOUT_S), len(batch), self.address)
+        except Exception as error:
+            for _, future in batch:
+                future.set_exception(error)
+            return
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if outcome.ok:
+                future.set_result(outcome.value)
+            else:
+                future.set_exception(outcome.error)
 
 
 def _unpicklable(operations: list[tuple[Any, ...]]) -> InvalidArgumentError:
