@@ -100,7 +100,7 @@ def main() -> None:
             for name, pid in processes.items():
                 spies.append(subprocess.Popen(
                     [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
-                     "--rate", "250", "--gil", "--threads", "--format", "raw",
+                     "--rate", "100", "--nonblocking", "--threads", "--format", "raw",
                      "--output", f"{args.py_spy}/{name}.txt"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)
