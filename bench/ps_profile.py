@@ -1,0 +1,140 @@
+"""Where a ``ps_embedding`` step's CPU goes, per process: CPU (user, system), context switches
+and messages per step, for the chief (this process), each worker and each ps.
+
+Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle] [--py-spy DIR]``. CPU and context
+switches come from ``/proc`` (every thread of each process), messages from each server's
+``rpc_duration_seconds_count``. With ``--py-spy``, ``py-spy record`` samples every process
+during the measured steps and writes one flame graph per process into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import workloads  # noqa: E402
+
+import convoy as cv  # noqa: E402
+from convoy.testing import TrainingCluster, free_port  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+class _MeteredCluster(TrainingCluster):
+    """A TrainingCluster whose tasks each serve their metrics on a port of their own."""
+
+    def _task(self, job: str, index: int):  # type: ignore[no-untyped-def]
+        task = super()._task(job, index)
+        task.args += ["--metrics-port", str(free_port())]
+        return task
+
+
+def _counters(pid: int) -> dict[str, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    counts = {"user_s": int(fields[11]) / TICK, "system_s": int(fields[12]) / TICK,
+              "voluntary": 0.0, "involuntary": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        counts["voluntary"] += int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", status)[1])
+        counts["involuntary"] += int(re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)",
+                                               status)[1])
+    return counts
+
+
+def _messages(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://localhost:{port}/metrics", timeout=5).read().decode()
+    found = {}
+    for method, count in re.findall(
+            r'rpc_duration_seconds_count\{method="(\w+)",service="[\w.]+"\} ([\d.e+]+)', text):
+        found[method] = float(count)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--tfstyle", action="store_true")
+    parser.add_argument("--py-spy", default=None, metavar="DIR")
+    args = parser.parse_args()
+    step = workloads._embedding_step_tfstyle if args.tfstyle else workloads._embedding_step
+    with _MeteredCluster(num_workers=2, num_ps=2) as cluster:
+        strategy = cv.distribute.ParameterServerStrategy(
+            cluster.resolver(),
+            variable_partitioner=cv.distribute.partitioners.FixedShardsPartitioner(2))
+        rng = np.random.default_rng(0)
+        with strategy.scope():
+            table = cv.Variable(rng.normal(0, 0.05, (100_000, 64)).astype(np.float32),
+                                name="table")
+            weights = cv.Variable(np.zeros(64, np.float32), name="weights")
+            bias = cv.Variable(np.zeros((), np.float32), name="bias")
+            optimizer = None if args.tfstyle else cv.optimizers.SGD(workloads.LEARNING_RATE)
+        coordinator = cv.distribute.ClusterCoordinator(strategy)
+        iterator = iter(coordinator.create_per_worker_dataset(workloads._embedding_dataset))
+        step_args = (iterator, table, weights, bias) + (() if optimizer is None else (optimizer,))
+        for _ in range(50):
+            coordinator.schedule(step, step_args)
+        coordinator.join()
+        processes = {"chief": os.getpid()}
+        ports = {}
+        for (job, index), server in sorted(cluster.servers.items()):
+            processes[f"{job}{index}"] = server.process.pid
+            ports[f"{job}{index}"] = int(server.args[server.args.index("--metrics-port") + 1])
+        before = {name: _counters(pid) for name, pid in processes.items()}
+        sent = {name: _messages(port) for name, port in ports.items()}
+        spies = []
+        if args.py_spy:
+            Path(args.py_spy).mkdir(parents=True, exist_ok=True)
+            for name, pid in processes.items():
+                spies.append(subprocess.Popen(
+                    [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+                     "--rate", "100", "--nonblocking", "--threads", "--format", "raw",
+                     "--output", f"{args.py_spy}/{name}.txt"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(1.0)
+            before = {name: _counters(pid) for name, pid in processes.items()}
+            sent = {name: _messages(port) for name, port in ports.items()}
+        started = time.perf_counter()
+        for _ in range(args.steps):
+            coordinator.schedule(step, step_args)
+        coordinator.join()
+        seconds = time.perf_counter() - started
+        after = {name: _counters(pid) for name, pid in processes.items()}
+        received = {name: _messages(port) for name, port in ports.items()}
+        for spy in spies:
+            spy.send_signal(2)
+        for spy in spies:
+            spy.wait(30)
+        coordinator.shutdown()
+    per_step = {name: {key: (after[name][key] - before[name][key]) / args.steps
+                       for key in before[name]} for name in processes}
+    print(f"{args.steps / seconds:.0f} steps/s, {'tfstyle' if args.tfstyle else 'torch'}")
+    print(f"{'process':<8}{'user ms':>9}{'sys ms':>9}{'vol cs':>8}{'invol cs':>9}  messages")
+    total = {key: 0.0 for key in ("user_s", "system_s", "voluntary", "involuntary")}
+    for name, counts in per_step.items():
+        messages = {m: (received[name].get(m, 0) - sent[name].get(m, 0)) / args.steps
+                    for m in received.get(name, {})}
+        shown = ", ".join(f"{m} {n:.2f}" for m, n in messages.items() if n)
+        print(f"{name:<8}{counts['user_s'] * 1e3:>9.2f}{counts['system_s'] * 1e3:>9.2f}"
+              f"{counts['voluntary']:>8.1f}{counts['involuntary']:>9.1f}  {shown}")
+        for key in total:
+            total[key] += counts[key]
+    print(f"{'all':<8}{total['user_s'] * 1e3:>9.2f}{total['system_s'] * 1e3:>9.2f}"
+          f"{total['voluntary']:>8.1f}{total['involuntary']:>9.1f}")
+    print(json.dumps({"steps_per_s": args.steps / seconds, "per_step": per_step}))
+
+
+if __name__ == "__main__":
+    main()
