@@ -175,6 +175,39 @@ def single_fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     return begin, end
 
 
+def uniform_fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                   tag: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where the payloads start and end (arrays ``[fields, messages]``) if every message
+    ``data[starts[i]:ends[i]]`` is the same number of length-delimited fields, all with the
+    one-byte ``tag`` (a map of a batch of records written alike); None otherwise (the caller
+    falls back to :func:`scan`, which also finds any malformation)."""
+    begins, stops, tags = [], [], []
+    position = starts
+    while True:
+        going = position < ends
+        if not going.all():
+            if going.any():
+                return None
+            break
+        tags.append(position)
+        length_byte = data[position + 1]
+        if length_byte.max() < 0x80:
+            begin = position + 2
+            stop = begin + length_byte
+        else:
+            length, begin = read_varints(data, position + 1, ends)
+            stop = begin + _as_length(length)
+        begins.append(begin)
+        stops.append(stop)
+        position = stop
+    if not begins:
+        empty = np.zeros((0, len(starts)), np.int64)
+        return empty, empty
+    if not (position == ends).all() or not (data[np.stack(tags)] == tag).all():
+        return None
+    return np.stack(begins), np.stack(stops)
+
+
 def _as_length(length: np.ndarray) -> np.ndarray:
     if (length > np.uint64(1 << 40)).any():
         raise DataLossError("malformed record: a field length is impossibly large")
@@ -196,6 +229,11 @@ def _read_payloads(data: np.ndarray, wire_type: np.ndarray, after: np.ndarray,
     end[wire_type == 5] += 4
     if not np.isin(wire_type, (0, 1, 2, 5)).all():
         raise DataLossError("malformed record: unknown or group wire type")
+
+
+def words(data: np.ndarray) -> np.ndarray:
+    """The little-endian 64-bit word starting at each byte of ``data`` (a view)."""
+    return np.ndarray((max(len(data) - 7, 0),), "<u8", buffer=data, strides=(1,))
 
 
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
