@@ -186,7 +186,7 @@ def _same_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> boo
     for offset in range(0, int(lengths.max(initial=0)), 8):
         if int(starts.max()) + offset >= len(words):
             return False
-        keep = _LOW_BYTES[np.clip(lengths - offset, 0, 8)][:, None]
+        keep = _wire.LOW_BYTES[np.clip(lengths - offset, 0, 8)][:, None]
         chunk = words[starts + offset] & keep
         if not (chunk == chunk[:, :1]).all():
             return False
@@ -241,7 +241,7 @@ def _match_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     rows = np.lib.stride_tricks.sliding_window_view(padded, width)[starts].view("<u8")
     for word in range(words):  # zero the bytes after each key
         keep = np.clip(lengths - 8 * word, 0, 8)
-        rows[:, word] &= _LOW_BYTES[keep]
+        rows[:, word] &= _wire.LOW_BYTES[keep]
     if words == 1:
         codes, table_codes = rows[:, 0], table_words[:, 0]
     else:
@@ -259,7 +259,6 @@ def _match_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return result
 
 
-_LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)
 _MIX = np.array([(0x9E3779B97F4A7C15 * (i + 1)) & 0xFFFFFFFFFFFFFFFF for i in range(64)],
                 np.uint64)
 
@@ -347,7 +346,7 @@ def _floats(data: np.ndarray, items: _wire.Fields, list_slot: np.ndarray,
     if (size % 4).any():
         raise DataLossError("malformed record: a packed float list of a length not a "
                             "multiple of 4")
-    values = data[_wire.ranges(items.start, size)].view("<f4").astype(np.float32, copy=False)
+    values = _wire.little_floats(data, items.start, size // 4)
     return _per_slot(list_slot[items.owner], slots, size // 4), values
 
 

@@ -236,13 +236,44 @@ def words(data: np.ndarray) -> np.ndarray:
     return np.ndarray((max(len(data) - 7, 0),), "<u8", buffer=data, strides=(1,))
 
 
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The positions ``starts[i] + 0 .. lengths[i] - 1`` for all i, concatenated."""
+def ranges(starts: np.ndarray, lengths: np.ndarray, step: int = 1) -> np.ndarray:
+    """The positions ``starts[i] + step * (0 .. lengths[i] - 1)`` for all i, concatenated."""
     total = int(lengths.sum())
     if not total:
         return np.zeros(0, np.int64)
     offsets = np.cumsum(lengths) - lengths
-    return np.repeat(starts - offsets, lengths) + np.arange(total, dtype=np.int64)
+    if step == 1:
+        return np.repeat(starts - offsets, lengths) + np.arange(total, dtype=np.int64)
+    return np.repeat(starts - step * offsets, lengths) + np.arange(0, step * total, step,
+                                                                   dtype=np.int64)
+
+
+def little_floats(data: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The ``counts[i]`` little-endian float32 values from each ``starts[i]``, concatenated."""
+    view = np.ndarray((max(len(data) - 3, 0),), "<f4", buffer=data, strides=(1,))
+    return view[ranges(starts, counts, 4)].astype(np.float32, copy=False)
+
+
+_U64 = np.uint64
+# Masks gathering the 7-bit groups of up to 8 varint bytes in a word into one number.
+_GATHER = [(_U64(0x007F007F007F007F), _U64(0x7F007F007F007F00), _U64(1)),
+           (_U64(0x00003FFF00003FFF), _U64(0x3FFF00003FFF0000), _U64(2)),
+           (_U64(0x000000000FFFFFFF), _U64(0x0FFFFFFF00000000), _U64(4))]
+LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)
+
+
+def varints_at(data: np.ndarray, at: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """The varints of ``width[i]`` (1 to 10) bytes at ``at[i]``, read 8 bytes at a time."""
+    value = words(data)[at] & LOW_BYTES[np.minimum(width, 8)]
+    for low, high, shift in _GATHER:
+        value = (value & low) | ((value & high) >> shift)
+    long = np.flatnonzero(width > 8)
+    if long.size:  # bits 56 to 63 come from a ninth and tenth byte
+        where = at[long]
+        ninth = data[where + 8].astype(np.uint64) & _U7
+        tenth = np.where(width[long] > 9, data[where + 9], 0).astype(np.uint64) & _U7
+        value[long] |= (ninth << _U64(56)) | (tenth << _U64(63))
+    return value
 
 
 def decode_packed_varints(data: np.ndarray, starts: np.ndarray,
@@ -250,34 +281,26 @@ def decode_packed_varints(data: np.ndarray, starts: np.ndarray,
     """The varints packed in each ``data[starts[i]:ends[i]]`` (uint64, concatenated) and how
     many each range holds."""
     lengths = ends - starts
-    nonempty = lengths > 0
-    if not nonempty.any():
+    where = ranges(starts, lengths)
+    if not len(where):
         return np.zeros(0, np.uint64), np.zeros(len(starts), np.int64)
-    raw = data[ranges(starts, lengths)]
+    raw = data[where]
     last = raw < 0x80
-    if not last[np.cumsum(lengths[nonempty]) - 1].all():
+    bounds = np.cumsum(lengths)
+    if not last[bounds[lengths > 0] - 1].all():
         raise DataLossError("malformed record: truncated packed varint")
-    if last.all():  # every varint is one byte
-        counts = lengths
-        return raw.astype(np.uint64), counts
     ends_at = np.flatnonzero(last)
+    if len(ends_at) == len(raw):  # every varint is one byte
+        return raw.astype(np.uint64), lengths
     begins = np.empty(len(ends_at), np.int64)
     begins[0] = 0
     begins[1:] = ends_at[:-1] + 1
     width = ends_at - begins + 1
     if (width > 10).any():
         raise DataLossError("malformed record: a varint longer than 10 bytes")
-    within = np.arange(len(raw), dtype=np.int64) - np.repeat(begins, width)
-    shifted = (raw & 0x7F).astype(np.uint64) << (within.astype(np.uint64) * np.uint64(7))
-    # Each varint's bits are disjoint, so its value is the sum of its shifted bytes: a running
-    # sum (wrapping modulo 2**64 harmlessly) differenced at the varints' ends.
-    running = np.cumsum(shifted, dtype=np.uint64)
-    values = running[ends_at]
-    values[1:] -= running[ends_at[:-1]]
-    # Count the varints ending in each range.
-    ends_cum = np.concatenate(([0], np.cumsum(last, dtype=np.int64)))
-    bounds = np.cumsum(lengths)
-    counts = ends_cum[bounds] - ends_cum[bounds - lengths]
+    values = varints_at(data, where[begins], width)
+    # The varints ending in each range.
+    counts = np.diff(np.searchsorted(ends_at, bounds), prepend=0)
     return values, counts
 
 
