@@ -9,6 +9,7 @@ the columns.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -102,6 +103,9 @@ def _messages(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, owners: np
     """The occurrences of message field ``number`` in the given messages: their starts, ends
     and the owners of the messages holding them (repeated occurrences merge, as in
     protobuf)."""
+    single = _wire.single_fields(data, starts, ends, number << 3 | 2)
+    if single is not None:  # the usual case: each message is that one field
+        return single[0], single[1], owners
     fields = _wire.scan(data, starts, ends).select(number, 2)
     return fields.start, fields.end, owners[fields.owner]
 
@@ -297,6 +301,10 @@ def _list_values(context: _Context, kind: int, starts: np.ndarray, ends: np.ndar
     (each of slot ``list_slot[i]``): how many each slot holds, and all of them."""
     data = context.buffer.data
     wire_type = 0 if kind == INT64 else 2
+    nonempty = starts < ends
+    if not nonempty.all():  # empty lists hold no values
+        keep = np.flatnonzero(nonempty)
+        starts, ends, list_slot = starts[keep], ends[keep], list_slot[keep]
     single = _wire.single_fields(data, starts, ends, 0x0A)
     if single is not None:  # one field each: a packed list, or one byte string
         one = np.arange(len(starts), dtype=np.int64)
@@ -391,17 +399,18 @@ def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
         else:
             steps, per_slot_key = None, per_key
         counts, values = _feature_values(context, keys, slot_key, kind, starts, ends, records)
-        slot_ends = np.cumsum(per_slot_key)
-        value_ends = np.cumsum(counts)
-        list_ends = np.cumsum(per_key)
+        # Each key's slots, values and lists, as bounds into the arrays of all keys.
+        slot_bounds = np.concatenate(([0], np.cumsum(per_slot_key)))
+        value_bounds = np.concatenate(([0], np.cumsum(counts)))[slot_bounds].tolist()
+        list_bounds = np.concatenate(([0], np.cumsum(per_key))).tolist()
+        slot_bounds = slot_bounds.tolist()
         for index, key in enumerate(keys):
-            first, last = slot_ends[index] - per_slot_key[index], slot_ends[index]
-            low = value_ends[first - 1] if first else 0
-            high = value_ends[last - 1] if last else 0
-            key_counts = counts[first:last]
             key_steps = None if steps is None else \
-                steps[list_ends[index] - per_key[index]:list_ends[index]]
-            columns[key] = _Column(found[key][0], key_counts, values[low:high], key_steps)
+                steps[list_bounds[index]:list_bounds[index + 1]]
+            columns[key] = _Column(found[key][0],
+                                   counts[slot_bounds[index]:slot_bounds[index + 1]],
+                                   values[value_bounds[index]:value_bounds[index + 1]],
+                                   key_steps)
     return columns
 
 
@@ -449,8 +458,11 @@ def _as_bytes(value: Any) -> Any:
 def _dense(context: _Context, key: str, config: FixedLenFeature, column: _Column) -> np.ndarray:
     dtype = normalize_dtype(config.dtype, key)
     shape = dense_shape(config.shape, key)
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     records, counts = column.records, column.counts
+    batch = context.batch
+    if size and len(records) == batch and (counts == size).all():  # the usual case
+        return column.values.reshape((batch, *shape))
     # A Feature with no kind (nothing in it) counts as missing.
     present = counts != 0 if size else np.ones(len(counts), bool)
     bad = np.flatnonzero(present & (counts != size))
@@ -461,7 +473,6 @@ def _dense(context: _Context, key: str, config: FixedLenFeature, column: _Column
             f"{dtype_name(dtype)} values != expected.  Values size: {int(counts[bad[0]])} but "
             f"output shape: {list(shape)}"
         )
-    batch = context.batch
     if len(records) == batch and present.all():
         return column.values.reshape((batch, *shape))
     if config.default_value is None and not (size == 0 and len(records) == batch):
