@@ -167,6 +167,26 @@ def test_round_trip_and_resume(
 
 
 @pytest.mark.parametrize("compression_type", COMPRESSION_TYPES)
+def test_records_across_chunk_boundaries(tmp_path: Path, compression_type: str | None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are cut from chunks: ones straddling a chunk's end, longer than a chunk, and
+    empty all read back, with offsets that resume at the next record."""
+    from convoy.data import tfrecord
+
+    monkeypatch.setattr(tfrecord, "_CHUNK_SIZE", 23)
+    records = [bytes([i]) * size for i, size in enumerate([0, 5, 7, 40, 0, 1, 100, 3, 22, 6])]
+    path = tmp_path / "chunks.tfrecord"
+    with TFRecordWriter(path, compression_type) as writer:
+        for record in records:
+            writer.write(record)
+    got = list(read_records(path, compression_type))
+    assert [r for r, _ in got] == records
+    for index, (_, offset) in enumerate(got):
+        assert [r for r, _ in read_records(path, compression_type, offset)] == \
+            records[index + 1:]
+
+
+@pytest.mark.parametrize("compression_type", COMPRESSION_TYPES)
 def test_empty_file_yields_nothing(tmp_path: Path, compression_type: str | None) -> None:
     path = tmp_path / "empty.tfrecord"
     path.write_bytes(b"")

@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import google_crc32c
 
@@ -42,6 +42,7 @@ _HEADER_SIZE = _HEADER.size  # 12
 _FOOTER_SIZE = _U32.size  # 4
 
 _BUFFER_SIZE = 256 * 1024
+_CHUNK_SIZE = 1024 * 1024  # records are read this many bytes at a time
 _NONZERO = re.compile(rb"[^\0]")
 # Reads larger than this are done in pieces, so a corrupt (but CRC-valid) huge length cannot
 # make us allocate its full size before finding out the file is shorter.
@@ -53,8 +54,7 @@ _WBITS: dict[str, int | None] = {"": None, "ZLIB": zlib.MAX_WBITS, "GZIP": zlib.
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """The masked CRC32C of ``data``, as stored in TFRecord files."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return _masked(google_crc32c.value(data))
 
 
 def _wbits_for(compression_type: Any, argument: str) -> int | None:
@@ -324,7 +324,9 @@ def _open_at(path: str | os.PathLike[Any], shown: str, wbits: int | None,
 def _iter_records(
     path: str | os.PathLike[Any], shown: str, wbits: int | None, offset: int
 ) -> Iterator[tuple[bytes, int]]:
-    pos = offset
+    # Records are cut from chunks of _CHUNK_SIZE bytes (one read per chunk, not three per
+    # record); a record longer than what is left of a chunk is completed by reading on.
+    pos = offset  # where the next record starts in the stream
 
     def lost(reason: str) -> DataLossError:
         return DataLossError(f"corrupted record at offset {pos} in {shown}: {reason}")
@@ -335,31 +337,59 @@ def _iter_records(
         raise lost(str(e)) from None
     with stream:
         try:
-            read = stream.read
-            unpack_header = _HEADER.unpack
-            unpack_u32 = _U32.unpack
-            crc = masked_crc32c
+            read_some = cast(io.BufferedReader, stream).read1
+            unpack_header = _HEADER.unpack_from
+            unpack_u32 = _U32.unpack_from
+            crc = google_crc32c.value
+            chunk = b""
+            at = 0  # where the next record starts in chunk
             while True:
-                header = read(_HEADER_SIZE)
-                if len(header) != _HEADER_SIZE:
-                    if not header:
-                        return
-                    raise lost(f"truncated header ({len(header)} of {_HEADER_SIZE} bytes)")
-                length, length_crc = unpack_header(header)
-                if crc(header[:8]) != length_crc:
-                    raise lost("length CRC mismatch")
-                data = read(length) if length <= _MAX_SINGLE_READ else _read_exact(stream, length)
-                if len(data) != length:
-                    raise lost(f"truncated data ({len(data)} of {length} bytes)")
-                footer = read(_FOOTER_SIZE)
-                if len(footer) != _FOOTER_SIZE:
-                    raise lost(f"truncated data CRC ({len(footer)} of {_FOOTER_SIZE} bytes)")
-                if crc(data) != unpack_u32(footer)[0]:
-                    raise lost("data CRC mismatch")
-                pos += _HEADER_SIZE + length + _FOOTER_SIZE
-                yield data, pos
+                size = len(chunk)
+                while at + _HEADER_SIZE <= size:
+                    length, length_crc = unpack_header(chunk, at)
+                    value = crc(chunk[at:at + 8])
+                    if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
+                        raise lost("length CRC mismatch")
+                    stop = at + _HEADER_SIZE + length
+                    if stop + _FOOTER_SIZE > size:
+                        break
+                    data = chunk[at + _HEADER_SIZE:stop]
+                    value = crc(data)
+                    if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != \
+                            unpack_u32(chunk, stop)[0]:
+                        raise lost("data CRC mismatch")
+                    at = stop + _FOOTER_SIZE
+                    pos += _HEADER_SIZE + length + _FOOTER_SIZE
+                    yield data, pos
+                rest = chunk[at:]
+                if len(rest) >= _HEADER_SIZE:  # the rest of a record longer than a chunk
+                    more = _read_exact(stream, _HEADER.unpack_from(rest)[0] + _HEADER_SIZE
+                                       + _FOOTER_SIZE - len(rest))
+                else:  # what is there (records before a damaged stream are delivered)
+                    more = read_some(_CHUNK_SIZE)
+                if not more:
+                    _check_end(rest, lost)
+                    return
+                chunk, at = rest + more, 0
         except _StreamError as e:
             raise lost(str(e)) from None
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _check_end(rest: bytes, lost: Any) -> None:
+    """Raises if the stream ends inside a record (``rest`` is what is left of it)."""
+    if not rest:
+        return
+    if len(rest) < _HEADER_SIZE:
+        raise lost(f"truncated header ({len(rest)} of {_HEADER_SIZE} bytes)")
+    length = _U64.unpack_from(rest)[0]
+    data = len(rest) - _HEADER_SIZE
+    if data < length:
+        raise lost(f"truncated data ({data} of {length} bytes)")
+    raise lost(f"truncated data CRC ({data - length} of {_FOOTER_SIZE} bytes)")
 
 
 def find_record(data: bytes, start: int = 0) -> int:
