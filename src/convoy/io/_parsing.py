@@ -731,6 +731,13 @@ def _outputs(context: _Context, features: Mapping[str, Any],
 
 # --- the public functions ----------------------------------------------------------------------
 
+def check_features(features: Any) -> dict[str, int]:
+    """Checks the ``features`` of :func:`parse_example`; the kind to read each key as."""
+    if not isinstance(features, Mapping) or not features:
+        raise InvalidArgumentError("features must be a non-empty dict of feature configs")
+    return _requests(features, "features")
+
+
 def parse_example(serialized: Any, features: Mapping[str, Any], example_names: Any = None,
                   name: str | None = None) -> dict[str, Any]:
     """Parse a batch of serialized ``Example`` records into a dict of arrays.
@@ -742,9 +749,7 @@ def parse_example(serialized: Any, features: Mapping[str, Any], example_names: A
     padded). ``serialized`` is a 1-D list or array of ``bytes``; ``example_names`` (one per
     record) name records in errors.
     """
-    if not isinstance(features, Mapping) or not features:
-        raise InvalidArgumentError("features must be a non-empty dict of feature configs")
-    kinds = _requests(features, "features")
+    kinds = check_features(features)
     context = _context(serialized, example_names)
     return _outputs(context, features, _example_columns(context, kinds))
 
