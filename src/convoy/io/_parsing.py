@@ -164,10 +164,11 @@ def _lookup_alike(context: _Context, starts: np.ndarray, ends: np.ndarray,
         value_length = data[key_end + 1]
         value_start = key_end + 2
         if value_length.max() >= 0x80:
-            length, value_start = _wire.read_varints(data, key_end + 1, stops)
-            value_length = length.astype(np.int64)
+            length, after = _wire.read_varints(data, (key_end + 1).ravel(), stops.ravel())
+            value_start = after.reshape(stops.shape)
+            value_length = length.astype(np.int64).reshape(stops.shape)
         if not (value_start + value_length == stops).all() or \
-                not _same_keys(data, key_start, key_length[:, 0]):
+                not _same_keys(data, key_start, key_length[:, 0].astype(np.int64)):
             return None
     wanted = {key.encode(): key for key in keys}
     found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
