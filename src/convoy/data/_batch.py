@@ -11,6 +11,7 @@ import numpy as np
 
 from convoy import nest
 from convoy.data._op import Node, Op, PassNode
+from convoy.data._readers import TFRecordOp
 from convoy.data._sources import TensorSlicesOp
 from convoy.errors import InvalidArgumentError
 
@@ -82,6 +83,8 @@ class BatchOp(Op):
     def iterator(self, state: Any, key: int) -> Node:
         if type(self.input) is TensorSlicesOp:
             return _SlicedBatchNode(self.input, self.batch_size, self.drop_remainder, state or 0)
+        if type(self.input) is TFRecordOp:  # batches cut from runs of records, not one by one
+            return self.input.batches(state, self.batch_size, self.drop_remainder)
         input = self.input.iterator(state, key)
         return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder))
 

@@ -32,7 +32,8 @@ from convoy.errors import (
     PermissionDeniedError,
 )
 
-__all__ = ["TFRecordWriter", "find_record", "masked_crc32c", "open_stream", "read_records"]
+__all__ = ["TFRecordWriter", "find_record", "masked_crc32c", "open_stream", "read_record_runs",
+           "read_records"]
 
 _MASK_DELTA = 0xA282EAD8
 _U32 = struct.Struct("<I")
@@ -273,6 +274,23 @@ def read_records(
     ``offset`` resumes reading with the record after it. Corrupt or truncated records raise
     :class:`~convoy.errors.DataLossError`, a missing file :class:`~convoy.errors.NotFoundError`.
     """
+    shown, wbits = _checked(path, compression_type, offset)
+    return _iter_records(_iter_runs(path, shown, wbits, offset), offset)
+
+
+def read_record_runs(
+    path: str | os.PathLike[Any], compression_type: str | None = None, offset: int = 0
+) -> Iterator[list[bytes]]:
+    """The records of :func:`read_records` in runs (lists of consecutive records, as they are
+    cut from the file a chunk at a time); the offset after a record is the offset before it
+    plus ``16 + len(record)``."""
+    shown, wbits = _checked(path, compression_type, offset)
+    return _iter_runs(path, shown, wbits, offset)
+
+
+def _checked(path: str | os.PathLike[Any], compression_type: str | None,
+             offset: int) -> tuple[str, int | None]:
+    """The path as shown in messages and the zlib window of ``compression_type``."""
     wbits = _wbits_for(compression_type, "compression_type")
     shown = _check_path(path)
     if not isinstance(offset, int) or isinstance(offset, bool):
@@ -287,7 +305,7 @@ def read_records(
         raise InvalidArgumentError(
             f"offset: expected at most the length of {shown} ({size} bytes), got {offset}"
         )
-    return _iter_records(path, shown, wbits, offset)
+    return shown, wbits
 
 
 def open_stream(path: str | os.PathLike[Any], compression_type: str | None = None,
@@ -321,9 +339,16 @@ def _open_at(path: str | os.PathLike[Any], shown: str, wbits: int | None,
     return stream
 
 
-def _iter_records(
+def _iter_records(runs: Iterator[list[bytes]], offset: int) -> Iterator[tuple[bytes, int]]:
+    for run in runs:
+        for data in run:
+            offset += _HEADER_SIZE + len(data) + _FOOTER_SIZE
+            yield data, offset
+
+
+def _iter_runs(
     path: str | os.PathLike[Any], shown: str, wbits: int | None, offset: int
-) -> Iterator[tuple[bytes, int]]:
+) -> Iterator[list[bytes]]:
     # Records are cut from chunks of _CHUNK_SIZE bytes (one read per chunk, not three per
     # record); a record longer than what is left of a chunk is completed by reading on.
     pos = offset  # where the next record starts in the stream
@@ -345,11 +370,15 @@ def _iter_records(
             at = 0  # where the next record starts in chunk
             while True:
                 size = len(chunk)
+                run: list[bytes] = []
+                keep = run.append
+                error = ""
                 while at + _HEADER_SIZE <= size:
                     length, length_crc = unpack_header(chunk, at)
                     value = crc(chunk[at:at + 8])
                     if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
-                        raise lost("length CRC mismatch")
+                        error = "length CRC mismatch"
+                        break
                     stop = at + _HEADER_SIZE + length
                     if stop + _FOOTER_SIZE > size:
                         break
@@ -357,10 +386,15 @@ def _iter_records(
                     value = crc(data)
                     if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != \
                             unpack_u32(chunk, stop)[0]:
-                        raise lost("data CRC mismatch")
+                        error = "data CRC mismatch"
+                        break
+                    keep(data)
                     at = stop + _FOOTER_SIZE
-                    pos += _HEADER_SIZE + length + _FOOTER_SIZE
-                    yield data, pos
+                if run:  # the good records before any damage are delivered
+                    pos += (_HEADER_SIZE + _FOOTER_SIZE) * len(run) + sum(map(len, run))
+                    yield run
+                if error:
+                    raise lost(error)
                 rest = chunk[at:]
                 if len(rest) >= _HEADER_SIZE:  # the rest of a record longer than a chunk
                     more = _read_exact(stream, _HEADER.unpack_from(rest)[0] + _HEADER_SIZE
