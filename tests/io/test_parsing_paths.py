@@ -55,7 +55,8 @@ def random_values(rng: np.random.Generator, dtype: Any, count: int) -> list[Any]
                 for _ in range(count)]
     if dtype is np.float32:
         return rng.standard_normal(count).astype(np.float32).tolist()
-    return [bytes(rng.integers(0, 256, size=int(rng.choice([0, 3, 200])), dtype=np.uint8))
+    return [bytes(rng.integers(0, 256, size=int(rng.choice([0, 3, 200] if count > 2 else
+                                                           [0, 3, 20])), dtype=np.uint8))
             for _ in range(count)]
 
 
@@ -65,12 +66,13 @@ KEYS = {"a": np.int64, "long_key": np.float32, "nine_char": bytes, "x" * 17: np.
         "schlüssel": bytes, "feature/name_1": np.int64, "feature/name_2": np.float32}
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_records_written_alike(seed: int) -> None:
     """Same keys in the same order in every record: values of every size (multi-byte
-    lengths, 10-byte varints, empty lists and strings)."""
+    lengths, 10-byte varints, empty lists and strings); or only short lists, read from each
+    Feature's first 8 bytes."""
     rng = np.random.default_rng(seed)
-    sizes = [0, 1, 4, 40]
+    sizes = [0, 1, 4, 40] if seed < 6 else [0, 1, 2]
     records = [example({key: feature(dtype, random_values(rng, dtype, int(rng.choice(sizes))))
                         for key, dtype in KEYS.items()}) for _ in range(int(rng.integers(1, 40)))]
     check(records, KEYS)

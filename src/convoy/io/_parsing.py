@@ -276,6 +276,14 @@ def _feature_values(context: _Context, keys: list[str], slot_key: np.ndarray, ki
     and all of them. A Feature of no kind is empty."""
     data = context.buffer.data
     slots = len(starts)
+    short = _short_lists(data, starts, ends, kind << 3 | 2)
+    if short is not None:
+        begin, end, slot = short
+        one = np.arange(len(begin), dtype=np.int64)
+        items = _wire.Fields(one, one, np.full(len(one), 2), begin, end, one)
+        if kind == BYTES:
+            return _strings(context, items, slot, slots)
+        return _numbers(data, kind, items, slot, slots)
     single = _wire.single_fields(data, starts, ends, kind << 3 | 2)
     if single is not None:  # each Feature holds one list of the expected kind
         return _list_values(context, kind, single[0], single[1],
@@ -294,6 +302,43 @@ def _feature_values(context: _Context, keys: list[str], slot_key: np.ndarray, ki
                 f"Expected type: {KIND_NAMES[kind]}"
             )
     return _list_values(context, kind, lists.start, lists.end, lists.owner, slots)
+
+
+def _short_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 tag: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The usual Feature, read from the 8 bytes it starts with: the list field ``tag``, then
+    (unless the list is empty) one packed field or byte string, both under 128 bytes long.
+    Where each such field's payload starts and ends, and which Feature holds it; None when
+    some Feature is otherwise."""
+    if not len(starts):
+        return None
+    head = _wire.words(data)[starts]
+    outer = ((head >> _8) & _LOW7).astype(np.int64)  # the list's length, if under 128
+    empty = outer == 0
+    if empty.any():
+        if not (np.where(empty, head & _TAG_MASK[0], head & _TAG_MASK[1])
+                == np.where(empty, tag, _INNER_TAG | tag)).all():
+            return None
+        slot = np.flatnonzero(~empty)
+        if not (starts[empty] + 2 == ends[empty]).all():
+            return None
+        starts, ends, head, outer = starts[slot], ends[slot], head[slot], outer[slot]
+    else:
+        if not ((head & _TAG_MASK[1]) == (_INNER_TAG | tag)).all():
+            return None
+        slot = np.arange(len(starts), dtype=np.int64)
+    inner = ((head >> _24) & _LOW7).astype(np.int64)
+    if not ((starts + 2 + outer == ends) & (inner + 2 == outer)).all():
+        return None
+    return starts + 4, ends, slot
+
+
+_8, _24 = np.uint64(8), np.uint64(24)
+_LOW7 = np.uint64(0x7F)
+# Of a Feature's first bytes (tag, length, 0x0A, length): the bits to compare when its list is
+# empty, and when not; and the tag of the list's field.
+_TAG_MASK = (np.uint64(0x80FF), np.uint64(0x80FF80FF))
+_INNER_TAG = np.uint64(0x0A << 16)
 
 
 def _list_values(context: _Context, kind: int, starts: np.ndarray, ends: np.ndarray,
