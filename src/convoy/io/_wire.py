@@ -15,11 +15,12 @@ import numpy as np
 from convoy.errors import DataLossError
 
 _PAD = 16  # zero bytes after the data, so reading up to 10 bytes of a varint stays in bounds
+_PAD_BYTES = bytes(_PAD)
 _U7 = np.uint64(0x7F)
 
 
 class Buffer(NamedTuple):
-    """Records joined: ``raw`` (bytes), ``data`` (its uint8 view, padded), ``starts`` and
+    """Records joined: ``raw`` (bytes, padded), ``data`` (its uint8 view), ``starts`` and
     ``ends`` of each record."""
 
     raw: bytes
@@ -32,8 +33,8 @@ def join(records: list[bytes]) -> Buffer:
     """The records as one padded buffer."""
     lengths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
     ends = np.cumsum(lengths)
-    raw = b"".join(records)
-    data = np.frombuffer(raw + bytes(_PAD), dtype=np.uint8)
+    raw = b"".join([*records, _PAD_BYTES])
+    data = np.frombuffer(raw, dtype=np.uint8)
     return Buffer(raw, data, ends - lengths, ends)
 
 
