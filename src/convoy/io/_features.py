@@ -35,8 +35,9 @@ def normalize_dtype(dtype: Any, key: str) -> np.dtype:
     return result
 
 
-_USUAL_DTYPES = {np.int64: np.dtype(np.int64), np.float32: np.dtype(np.float32),
-                 bytes: np.dtype(object), "string": np.dtype(object)}
+_USUAL_DTYPES: dict[Any, np.dtype] = {
+    np.int64: np.dtype(np.int64), np.float32: np.dtype(np.float32), bytes: np.dtype(object),
+    "string": np.dtype(object)}
 
 
 def kind_of(dtype: np.dtype) -> int:
