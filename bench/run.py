@@ -117,10 +117,17 @@ def main() -> int:
     return 1 if failures else 0
 
 
+def _cpus() -> str:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if usable is None or usable == os.cpu_count():
+        return f"{os.cpu_count()} CPUs"
+    return f"{usable} of {os.cpu_count()} CPUs usable"
+
+
 if __name__ == "__main__":
     started = time.perf_counter()
     code = main()
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(f"(medians of repeated runs, ranges lowest - highest; ratio of the medians; "
-          f"{time.perf_counter() - started:.0f} s in all; load average {load})")
+          f"{time.perf_counter() - started:.0f} s in all; {_cpus()}; load average {load})")
     sys.exit(code)

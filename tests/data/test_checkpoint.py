@@ -328,6 +328,12 @@ CASES = [
     Case("tfrecord_gzip", lambda f: TFRecordDataset(f.records_gz, compression_type="GZIP")),
     Case("tfrecord_zlib", lambda f: TFRecordDataset(f.records_zlib, compression_type="ZLIB")),
     Case("tfrecord_parallel_reads", lambda f: TFRecordDataset(f.records, num_parallel_reads=3)),
+    # batches cut straight from the files' runs of records, across file boundaries
+    Case("tfrecord_batch", lambda f: TFRecordDataset(f.records).batch(4)),
+    Case("tfrecord_batch_drop_remainder", lambda f: TFRecordDataset(f.records).batch(
+        7, drop_remainder=True)),
+    Case("tfrecord_gzip_batch", lambda f: TFRecordDataset(f.records_gz,
+                                                          compression_type="GZIP").batch(3)),
     # combining datasets
     Case("zip", lambda f: Dataset.zip((R(10), Dataset.from_tensor_slices(ARRAY)))),
     Case("zip_dict", lambda f: Dataset.zip({"n": R(5), "s": R(100, 110).shuffle(4, seed=2)})),

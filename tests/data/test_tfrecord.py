@@ -167,6 +167,26 @@ def test_round_trip_and_resume(
 
 
 @pytest.mark.parametrize("compression_type", COMPRESSION_TYPES)
+def test_records_across_chunk_boundaries(tmp_path: Path, compression_type: str | None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are cut from chunks: ones straddling a chunk's end, longer than a chunk, and
+    empty all read back, with offsets that resume at the next record."""
+    from convoy.data import tfrecord
+
+    monkeypatch.setattr(tfrecord, "_CHUNK_SIZE", 23)
+    records = [bytes([i]) * size for i, size in enumerate([0, 5, 7, 40, 0, 1, 100, 3, 22, 6])]
+    path = tmp_path / "chunks.tfrecord"
+    with TFRecordWriter(path, compression_type) as writer:
+        for record in records:
+            writer.write(record)
+    got = list(read_records(path, compression_type))
+    assert [r for r, _ in got] == records
+    for index, (_, offset) in enumerate(got):
+        assert [r for r, _ in read_records(path, compression_type, offset)] == \
+            records[index + 1:]
+
+
+@pytest.mark.parametrize("compression_type", COMPRESSION_TYPES)
 def test_empty_file_yields_nothing(tmp_path: Path, compression_type: str | None) -> None:
     path = tmp_path / "empty.tfrecord"
     path.write_bytes(b"")
@@ -398,3 +418,30 @@ def test_write_after_close(tmp_path: Path, compression_type: str | None) -> None
     with pytest.raises(FailedPreconditionError, match="closed"):
         writer.flush()
     assert [r for r, _ in read_records(tmp_path / "w.tfrecord", compression_type)] == [b"a"]
+
+
+@pytest.mark.parametrize("size", [1, 3, 8, 40])
+@pytest.mark.parametrize("drop_remainder", [False, True])
+def test_dataset_batches_are_the_records_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int,
+        drop_remainder: bool) -> None:
+    """TFRecordDataset(files).batch(n) (cut from runs of records) holds the records in
+    order, across chunk and file boundaries, as batching them one by one does."""
+    from convoy.data import TFRecordDataset, tfrecord
+
+    monkeypatch.setattr(tfrecord, "_CHUNK_SIZE", 50)
+    files, records = [], []
+    for index, count in enumerate([5, 0, 12, 1]):
+        path = tmp_path / f"part-{index}.tfrecord"
+        written = [b"%d:%d" % (index, j) * (j % 4) for j in range(count)]
+        write_all(path, written, None)
+        files.append(str(path))
+        records += written
+    got = [batch.tolist() for batch in TFRecordDataset(files).batch(size, drop_remainder)]
+    one_by_one = [batch.tolist() for batch in TFRecordDataset(files).map(lambda r: r).batch(
+        size, drop_remainder)]
+    assert got == one_by_one
+    whole = len(records) // size * size
+    assert sum(got, []) == (records[:whole] if drop_remainder else records)
+    batches = TFRecordDataset(files).batch(size, drop_remainder)
+    assert all(batch.dtype == object for batch in batches)

@@ -17,6 +17,7 @@ from convoy.data._composite import (
     unbatched_spec,
     unstack_composite,
 )
+from convoy.data._file_reader_ops import TFRecordOp
 from convoy.data._op import Node, Op, PassNode
 from convoy.data._rows import (
     Chunk,
@@ -99,6 +100,8 @@ class BatchOp(Op):
         if source is not None and source.batchable():
             rows = self.input.row_iterator(state, key)
             return _RowBatchNode(rows, self._row_batches(source, rows))
+        if type(self.input) is TFRecordOp:  # batches cut from runs of records, not one by one
+            return self.input.batches(state, self.batch_size, self.drop_remainder)
         input = self.input.iterator(state, key)
         return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder))
 

@@ -11,9 +11,11 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from convoy import nest
 from convoy.data._op import Node, Op
-from convoy.data.tfrecord import open_stream, read_records
+from convoy.data.tfrecord import open_stream, read_record_runs, read_records
 
 
 class FileReaderOp(Op):
@@ -73,3 +75,51 @@ def _strip_newline(line: bytes) -> bytes:
 class TFRecordOp(FileReaderOp):
     def read(self, path: str, offset: int) -> Iterator[tuple[bytes, int]]:
         return read_records(path, self.compression_type, offset)
+
+    def batches(self, state: Any, size: int, drop_remainder: bool) -> Node:
+        """``batch(size, drop_remainder)`` of the records, cut from the runs of records the
+        files are read in; its state is this op's, after a batch's last record."""
+        file, offset = state if state is not None else (0, 0)
+        return _RecordBatchNode(self, file, offset, size, drop_remainder)
+
+
+class _RecordBatchNode(_FileReaderNode):
+    __slots__ = ()
+
+    def __init__(self, op: TFRecordOp, file: int, offset: int, size: int,
+                 drop_remainder: bool) -> None:
+        self.file = file
+        self.offset = offset
+        self.gen = self._batches(op, size, drop_remainder)
+
+    def _batches(self, op: TFRecordOp, size: int, drop_remainder: bool) -> Iterator[Any]:
+        files = op.files
+        batch: list[bytes] = []
+        while self.file < len(files):
+            read = self.offset  # the offset after the records read so far
+            for run in read_record_runs(files[self.file], op.compression_type, read):
+                start = 0
+                while len(run) - start >= size - len(batch):
+                    take = run[start:start + size - len(batch)]
+                    start += len(take)
+                    read += _FRAMING * len(take) + sum(map(len, take))
+                    batch += take
+                    self.offset = read
+                    yield _records_array(batch)
+                    batch = []
+                rest = run[start:]
+                read += _FRAMING * len(rest) + sum(map(len, rest))
+                batch += rest
+            self.file += 1
+            self.offset = 0
+        if batch and not drop_remainder:
+            yield _records_array(batch)
+
+
+_FRAMING = 16  # bytes around each record in a TFRecord file
+
+
+def _records_array(records: list[bytes]) -> np.ndarray:
+    array = np.empty(len(records), object)
+    array[:] = records
+    return array

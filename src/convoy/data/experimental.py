@@ -6,7 +6,7 @@ The transformations return a function for ``Dataset.apply``, as TensorFlow's do.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from convoy.data._optional import Optional
 from convoy.data._sources import ElementsOp, to_tensor_structure
 from convoy.errors import InvalidArgumentError
+from convoy.io._parsing import check_features, parse_example
 
 __all__ = [
     "AUTOTUNE",
@@ -38,6 +39,7 @@ __all__ = [
     "group_by_window",
     "ignore_errors",
     "make_csv_dataset",
+    "parse_example_dataset",
     "rejection_resample",
     "scan",
     "unique",
@@ -84,6 +86,32 @@ def group_by_window(key_func: Callable[..., Any], reduce_func: Callable[..., Dat
 def ignore_errors(log_warning: bool = False) -> Transformation:
     """``Dataset.ignore_errors`` as a transformation."""
     return lambda dataset: dataset.ignore_errors(log_warning)
+
+
+def parse_example_dataset(features: Mapping[str, Any], num_parallel_calls: int = 1,
+                          deterministic: bool | None = None) -> Transformation:
+    """Each element, a 1-D array of serialized ``Example`` records (a batch of a
+    ``TFRecordDataset``), parsed by :func:`convoy.io.parse_example` into a dict of features."""
+    if features is None:
+        raise InvalidArgumentError("Missing: features was None.")
+    check_features(features)
+    parallel = check.optional_integer("num_parallel_calls", num_parallel_calls, 1,
+                                      allowed=(AUTOTUNE,))
+    order = check.optional_boolean("deterministic", deterministic)
+
+    def apply(dataset: Dataset) -> Dataset:
+        spec = dataset._op.static_spec()
+        if spec is not None and not (
+                isinstance(spec, nest.TensorSpec) and spec.shape is not None
+                and len(spec.shape) == 1 and np.dtype(spec.dtype).kind in "OS"):
+            raise InvalidArgumentError(
+                f"Input dataset should be a dataset of vectors of strings, got elements of "
+                f"{spec}")
+        return dataset.map(lambda serialized: parse_example(serialized, features),
+                           num_parallel_calls=None if parallel == 1 else parallel,
+                           deterministic=order)
+
+    return apply
 
 
 def rejection_resample(class_func: Callable[..., Any], target_dist: Any,

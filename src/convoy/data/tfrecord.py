@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import google_crc32c
 
@@ -32,7 +32,8 @@ from convoy.errors import (
     PermissionDeniedError,
 )
 
-__all__ = ["TFRecordWriter", "find_record", "masked_crc32c", "open_stream", "read_records"]
+__all__ = ["TFRecordWriter", "find_record", "masked_crc32c", "open_stream", "read_record_runs",
+           "read_records"]
 
 _MASK_DELTA = 0xA282EAD8
 _U32 = struct.Struct("<I")
@@ -42,6 +43,8 @@ _HEADER_SIZE = _HEADER.size  # 12
 _FOOTER_SIZE = _U32.size  # 4
 
 _BUFFER_SIZE = 256 * 1024
+_CHUNK_SIZE = 1024 * 1024  # records are read this many bytes at a time
+_GOOD_HEADERS = 4096  # record headers remembered as checked
 _NONZERO = re.compile(rb"[^\0]")
 # Reads larger than this are done in pieces, so a corrupt (but CRC-valid) huge length cannot
 # make us allocate its full size before finding out the file is shorter.
@@ -53,8 +56,7 @@ _WBITS: dict[str, int | None] = {"": None, "ZLIB": zlib.MAX_WBITS, "GZIP": zlib.
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """The masked CRC32C of ``data``, as stored in TFRecord files."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return _masked(google_crc32c.value(data))
 
 
 def _wbits_for(compression_type: Any, argument: str) -> int | None:
@@ -273,6 +275,23 @@ def read_records(
     ``offset`` resumes reading with the record after it. Corrupt or truncated records raise
     :class:`~convoy.errors.DataLossError`, a missing file :class:`~convoy.errors.NotFoundError`.
     """
+    shown, wbits = _checked(path, compression_type, offset)
+    return _iter_records(_iter_runs(path, shown, wbits, offset), offset)
+
+
+def read_record_runs(
+    path: str | os.PathLike[Any], compression_type: str | None = None, offset: int = 0
+) -> Iterator[list[bytes]]:
+    """The records of :func:`read_records` in runs (lists of consecutive records, as they are
+    cut from the file a chunk at a time); the offset after a record is the offset before it
+    plus ``16 + len(record)``."""
+    shown, wbits = _checked(path, compression_type, offset)
+    return _iter_runs(path, shown, wbits, offset)
+
+
+def _checked(path: str | os.PathLike[Any], compression_type: str | None,
+             offset: int) -> tuple[str, int | None]:
+    """The path as shown in messages and the zlib window of ``compression_type``."""
     wbits = _wbits_for(compression_type, "compression_type")
     shown = _check_path(path)
     if not isinstance(offset, int) or isinstance(offset, bool):
@@ -287,7 +306,7 @@ def read_records(
         raise InvalidArgumentError(
             f"offset: expected at most the length of {shown} ({size} bytes), got {offset}"
         )
-    return _iter_records(path, shown, wbits, offset)
+    return shown, wbits
 
 
 def open_stream(path: str | os.PathLike[Any], compression_type: str | None = None,
@@ -321,10 +340,19 @@ def _open_at(path: str | os.PathLike[Any], shown: str, wbits: int | None,
     return stream
 
 
-def _iter_records(
+def _iter_records(runs: Iterator[list[bytes]], offset: int) -> Iterator[tuple[bytes, int]]:
+    for run in runs:
+        for data in run:
+            offset += _HEADER_SIZE + len(data) + _FOOTER_SIZE
+            yield data, offset
+
+
+def _iter_runs(
     path: str | os.PathLike[Any], shown: str, wbits: int | None, offset: int
-) -> Iterator[tuple[bytes, int]]:
-    pos = offset
+) -> Iterator[list[bytes]]:
+    # Records are cut from chunks of _CHUNK_SIZE bytes (one read per chunk, not three per
+    # record); a record longer than what is left of a chunk is completed by reading on.
+    pos = offset  # where the next record starts in the stream
 
     def lost(reason: str) -> DataLossError:
         return DataLossError(f"corrupted record at offset {pos} in {shown}: {reason}")
@@ -335,31 +363,79 @@ def _iter_records(
         raise lost(str(e)) from None
     with stream:
         try:
-            read = stream.read
-            unpack_header = _HEADER.unpack
-            unpack_u32 = _U32.unpack
-            crc = masked_crc32c
+            read_some = cast(io.BufferedReader, stream).read1
+            unpack_header = _HEADER.unpack_from
+            unpack_u32 = _U32.unpack_from
+            crc = google_crc32c.value
+            # Records of a file have few distinct lengths: a header (length and its CRC)
+            # checked once is known good.
+            good_headers: dict[bytes, int] = {}
+            good_header = good_headers.get
+            chunk = b""
+            at = 0  # where the next record starts in chunk
             while True:
-                header = read(_HEADER_SIZE)
-                if len(header) != _HEADER_SIZE:
-                    if not header:
-                        return
-                    raise lost(f"truncated header ({len(header)} of {_HEADER_SIZE} bytes)")
-                length, length_crc = unpack_header(header)
-                if crc(header[:8]) != length_crc:
-                    raise lost("length CRC mismatch")
-                data = read(length) if length <= _MAX_SINGLE_READ else _read_exact(stream, length)
-                if len(data) != length:
-                    raise lost(f"truncated data ({len(data)} of {length} bytes)")
-                footer = read(_FOOTER_SIZE)
-                if len(footer) != _FOOTER_SIZE:
-                    raise lost(f"truncated data CRC ({len(footer)} of {_FOOTER_SIZE} bytes)")
-                if crc(data) != unpack_u32(footer)[0]:
-                    raise lost("data CRC mismatch")
-                pos += _HEADER_SIZE + length + _FOOTER_SIZE
-                yield data, pos
+                size = len(chunk)
+                run: list[bytes] = []
+                keep = run.append
+                error = ""
+                while at + _HEADER_SIZE <= size:
+                    header = chunk[at:at + _HEADER_SIZE]
+                    length = good_header(header)
+                    if length is None:  # a header not seen before: check its CRC
+                        length, length_crc = unpack_header(header)
+                        value = crc(header[:8])
+                        if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != \
+                                length_crc:
+                            error = "length CRC mismatch"
+                            break
+                        if len(good_headers) >= _GOOD_HEADERS:
+                            good_headers.clear()
+                        good_headers[header] = length
+                    stop = at + _HEADER_SIZE + length
+                    if stop + _FOOTER_SIZE > size:
+                        break
+                    data = chunk[at + _HEADER_SIZE:stop]
+                    value = crc(data)
+                    if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != \
+                            unpack_u32(chunk, stop)[0]:
+                        error = "data CRC mismatch"
+                        break
+                    keep(data)
+                    at = stop + _FOOTER_SIZE
+                if run:  # the good records before any damage are delivered
+                    pos += (_HEADER_SIZE + _FOOTER_SIZE) * len(run) + sum(map(len, run))
+                    yield run
+                if error:
+                    raise lost(error)
+                rest = chunk[at:]
+                if len(rest) >= _HEADER_SIZE:  # the rest of a record longer than a chunk
+                    more = _read_exact(stream, _HEADER.unpack_from(rest)[0] + _HEADER_SIZE
+                                       + _FOOTER_SIZE - len(rest))
+                else:  # what is there (records before a damaged stream are delivered)
+                    more = read_some(_CHUNK_SIZE)
+                if not more:
+                    _check_end(rest, lost)
+                    return
+                chunk, at = rest + more, 0
         except _StreamError as e:
             raise lost(str(e)) from None
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _check_end(rest: bytes, lost: Any) -> None:
+    """Raises if the stream ends inside a record (``rest`` is what is left of it)."""
+    if not rest:
+        return
+    if len(rest) < _HEADER_SIZE:
+        raise lost(f"truncated header ({len(rest)} of {_HEADER_SIZE} bytes)")
+    length = _U64.unpack_from(rest)[0]
+    data = len(rest) - _HEADER_SIZE
+    if data < length:
+        raise lost(f"truncated data ({data} of {length} bytes)")
+    raise lost(f"truncated data CRC ({data - length} of {_FOOTER_SIZE} bytes)")
 
 
 def find_record(data: bytes, start: int = 0) -> int:

@@ -16,6 +16,12 @@ _KINDS = {np.dtype(object): BYTES, np.dtype(np.float32): FLOAT, np.dtype(np.int6
 def normalize_dtype(dtype: Any, key: str) -> np.dtype:
     """int64, float32, or object for byte strings (``bytes``, ``str``, ``"string"``,
     ``object``, ``np.bytes_``)."""
+    try:
+        known = _USUAL_DTYPES.get(dtype)
+    except TypeError:  # unhashable
+        known = None
+    if known is not None:
+        return known
     if dtype in (bytes, str, object, "string", np.bytes_, np.str_, np.object_):
         return np.dtype(object)
     try:
@@ -27,6 +33,11 @@ def normalize_dtype(dtype: Any, key: str) -> np.dtype:
             f"feature {key!r}: dtype must be int64, float32 or bytes, got {dtype!r}"
         )
     return result
+
+
+_USUAL_DTYPES: dict[Any, np.dtype] = {
+    np.int64: np.dtype(np.int64), np.float32: np.dtype(np.float32), bytes: np.dtype(object),
+    "string": np.dtype(object)}
 
 
 def kind_of(dtype: np.dtype) -> int:
@@ -130,7 +141,10 @@ def dense_shape(shape: Any, key: str) -> tuple[int, ...]:
     if shape is None:
         raise InvalidArgumentError(f"Missing shape for feature {key}")
     try:
-        dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+        if isinstance(shape, (list, tuple)):
+            dims = tuple(map(int, shape))
+        else:
+            dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
     except (TypeError, ValueError):
         raise InvalidArgumentError(
             f"feature {key!r}: shape must be a sequence of sizes, got {shape!r}"

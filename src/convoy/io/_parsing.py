@@ -9,6 +9,7 @@ the columns.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -102,6 +103,9 @@ def _messages(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, owners: np
     """The occurrences of message field ``number`` in the given messages: their starts, ends
     and the owners of the messages holding them (repeated occurrences merge, as in
     protobuf)."""
+    single = _wire.single_fields(data, starts, ends, number << 3 | 2)
+    if single is not None:  # the usual case: each message is that one field
+        return single[0], single[1], owners
     fields = _wire.scan(data, starts, ends).select(number, 2)
     return fields.start, fields.end, owners[fields.owner]
 
@@ -112,6 +116,10 @@ def _lookup(context: _Context, starts: np.ndarray, ends: np.ndarray, owners: np.
     the records where it appears (sorted, the last entry of a key winning) and the starts and
     ends of its value messages."""
     data = context.buffer.data
+    if len(owners) == context.batch and (len(owners) < 2 or (owners[1:] > owners[:-1]).all()):
+        found = _lookup_alike(context, starts, ends, keys)
+        if found is not None:
+            return found
     entries = _wire.scan(data, starts, ends).select(1, 2)
     entry_record = owners[entries.owner]
     key_start, key_end, value_start, value_end = _entries(data, entries.start, entries.end)
@@ -133,6 +141,61 @@ def _lookup(context: _Context, starts: np.ndarray, ends: np.ndarray, owners: np.
         found[name] = (records[bounds[index]:bounds[index + 1]], value_start[part],
                        value_end[part])
     return found
+
+
+def _lookup_alike(context: _Context, starts: np.ndarray, ends: np.ndarray,
+                  keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """:func:`_lookup` for one map per record where every record holds the same keys in the
+    same order (records written alike): the keys are compared across records one entry
+    position at a time. None when the records differ (or look malformed)."""
+    data, raw = context.buffer.data, context.buffer.raw
+    fields = _wire.uniform_fields(data, starts, ends, 0x0A)
+    if fields is None:
+        return None
+    begins, stops = fields
+    if begins.size:
+        key_length = data[begins + 1]
+        key_start = begins + 2
+        key_end = key_start + key_length
+        if not ((data[begins] == 0x0A).all() and (key_length < 0x80).all()
+                and (key_length == key_length[:, :1]).all()
+                and (key_end + 2 <= stops).all() and (data[key_end] == 0x12).all()):
+            return None
+        value_length = data[key_end + 1]
+        value_start = key_end + 2
+        if value_length.max() >= 0x80:
+            length, after = _wire.read_varints(data, (key_end + 1).ravel(), stops.ravel())
+            value_start = after.reshape(stops.shape)
+            value_length = length.astype(np.int64).reshape(stops.shape)
+        if not (value_start + value_length == stops).all() or \
+                not _same_keys(data, key_start, key_length[:, 0].astype(np.int64)):
+            return None
+    wanted = {key.encode(): key for key in keys}
+    found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    every = np.arange(context.batch, dtype=np.int64)
+    for position in range(len(begins)):  # a key's last entry wins, as in protobuf's maps
+        first = int(key_start[position, 0])
+        name = wanted.get(raw[first:first + int(key_length[position, 0])])
+        if name is not None:
+            found[name] = (every, value_start[position], stops[position])
+    nowhere = np.zeros(0, np.int64)
+    for key in keys:
+        found.setdefault(key, (nowhere, nowhere, nowhere))
+    return found
+
+
+def _same_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bool:
+    """Whether each row of keys ``data[starts[i, j]:starts[i, j] + lengths[i]]`` is one key,
+    compared 8 bytes at a time."""
+    words = _wire.words(data)
+    for offset in range(0, int(lengths.max(initial=0)), 8):
+        if int(starts.max()) + offset >= len(words):
+            return False
+        keep = _wire.LOW_BYTES[np.clip(lengths - offset, 0, 8)][:, None]
+        chunk = words[starts + offset] & keep
+        if not (chunk == chunk[:, :1]).all():
+            return False
+    return True
 
 
 def _entries(data: np.ndarray, starts: np.ndarray,
@@ -183,7 +246,7 @@ def _match_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     rows = np.lib.stride_tricks.sliding_window_view(padded, width)[starts].view("<u8")
     for word in range(words):  # zero the bytes after each key
         keep = np.clip(lengths - 8 * word, 0, 8)
-        rows[:, word] &= _LOW_BYTES[keep]
+        rows[:, word] &= _wire.LOW_BYTES[keep]
     if words == 1:
         codes, table_codes = rows[:, 0], table_words[:, 0]
     else:
@@ -201,7 +264,6 @@ def _match_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return result
 
 
-_LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)
 _MIX = np.array([(0x9E3779B97F4A7C15 * (i + 1)) & 0xFFFFFFFFFFFFFFFF for i in range(64)],
                 np.uint64)
 
@@ -214,6 +276,14 @@ def _feature_values(context: _Context, keys: list[str], slot_key: np.ndarray, ki
     and all of them. A Feature of no kind is empty."""
     data = context.buffer.data
     slots = len(starts)
+    short = _short_lists(data, starts, ends, kind << 3 | 2)
+    if short is not None:
+        begin, end, slot = short
+        one = np.arange(len(begin), dtype=np.int64)
+        items = _wire.Fields(one, one, np.full(len(one), 2), begin, end, one)
+        if kind == BYTES:
+            return _strings(context, items, slot, slots)
+        return _numbers(data, kind, items, slot, slots)
     single = _wire.single_fields(data, starts, ends, kind << 3 | 2)
     if single is not None:  # each Feature holds one list of the expected kind
         return _list_values(context, kind, single[0], single[1],
@@ -234,12 +304,53 @@ def _feature_values(context: _Context, keys: list[str], slot_key: np.ndarray, ki
     return _list_values(context, kind, lists.start, lists.end, lists.owner, slots)
 
 
+def _short_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 tag: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The usual Feature, read from the 8 bytes it starts with: the list field ``tag``, then
+    (unless the list is empty) one packed field or byte string, both under 128 bytes long.
+    Where each such field's payload starts and ends, and which Feature holds it; None when
+    some Feature is otherwise."""
+    if not len(starts):
+        return None
+    head = _wire.words(data)[starts]
+    outer = ((head >> _8) & _LOW7).astype(np.int64)  # the list's length, if under 128
+    empty = outer == 0
+    if empty.any():
+        if not (np.where(empty, head & _TAG_MASK[0], head & _TAG_MASK[1])
+                == np.where(empty, tag, _INNER_TAG | tag)).all():
+            return None
+        slot = np.flatnonzero(~empty)
+        if not (starts[empty] + 2 == ends[empty]).all():
+            return None
+        starts, ends, head, outer = starts[slot], ends[slot], head[slot], outer[slot]
+    else:
+        if not ((head & _TAG_MASK[1]) == (_INNER_TAG | tag)).all():
+            return None
+        slot = np.arange(len(starts), dtype=np.int64)
+    inner = ((head >> _24) & _LOW7).astype(np.int64)
+    if not ((starts + 2 + outer == ends) & (inner + 2 == outer)).all():
+        return None
+    return starts + 4, ends, slot
+
+
+_8, _24 = np.uint64(8), np.uint64(24)
+_LOW7 = np.uint64(0x7F)
+# Of a Feature's first bytes (tag, length, 0x0A, length): the bits to compare when its list is
+# empty, and when not; and the tag of the list's field.
+_TAG_MASK = (np.uint64(0x80FF), np.uint64(0x80FF80FF))
+_INNER_TAG = np.uint64(0x0A << 16)
+
+
 def _list_values(context: _Context, kind: int, starts: np.ndarray, ends: np.ndarray,
                  list_slot: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
     """The values in the BytesList, FloatList or Int64List messages at ``starts``/``ends``
     (each of slot ``list_slot[i]``): how many each slot holds, and all of them."""
     data = context.buffer.data
     wire_type = 0 if kind == INT64 else 2
+    nonempty = starts < ends
+    if not nonempty.all():  # empty lists hold no values
+        keep = np.flatnonzero(nonempty)
+        starts, ends, list_slot = starts[keep], ends[keep], list_slot[keep]
     single = _wire.single_fields(data, starts, ends, 0x0A)
     if single is not None:  # one field each: a packed list, or one byte string
         one = np.arange(len(starts), dtype=np.int64)
@@ -289,7 +400,7 @@ def _floats(data: np.ndarray, items: _wire.Fields, list_slot: np.ndarray,
     if (size % 4).any():
         raise DataLossError("malformed record: a packed float list of a length not a "
                             "multiple of 4")
-    values = data[_wire.ranges(items.start, size)].view("<f4").astype(np.float32, copy=False)
+    values = _wire.little_floats(data, items.start, size // 4)
     return _per_slot(list_slot[items.owner], slots, size // 4), values
 
 
@@ -334,17 +445,18 @@ def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
         else:
             steps, per_slot_key = None, per_key
         counts, values = _feature_values(context, keys, slot_key, kind, starts, ends, records)
-        slot_ends = np.cumsum(per_slot_key)
-        value_ends = np.cumsum(counts)
-        list_ends = np.cumsum(per_key)
+        # Each key's slots, values and lists, as bounds into the arrays of all keys.
+        slot_bounds = np.concatenate(([0], np.cumsum(per_slot_key)))
+        value_bounds = np.concatenate(([0], np.cumsum(counts)))[slot_bounds].tolist()
+        list_bounds = np.concatenate(([0], np.cumsum(per_key))).tolist()
+        slot_bounds = slot_bounds.tolist()
         for index, key in enumerate(keys):
-            first, last = slot_ends[index] - per_slot_key[index], slot_ends[index]
-            low = value_ends[first - 1] if first else 0
-            high = value_ends[last - 1] if last else 0
-            key_counts = counts[first:last]
             key_steps = None if steps is None else \
-                steps[list_ends[index] - per_key[index]:list_ends[index]]
-            columns[key] = _Column(found[key][0], key_counts, values[low:high], key_steps)
+                steps[list_bounds[index]:list_bounds[index + 1]]
+            columns[key] = _Column(found[key][0],
+                                   counts[slot_bounds[index]:slot_bounds[index + 1]],
+                                   values[value_bounds[index]:value_bounds[index + 1]],
+                                   key_steps)
     return columns
 
 
@@ -392,8 +504,11 @@ def _as_bytes(value: Any) -> Any:
 def _dense(context: _Context, key: str, config: FixedLenFeature, column: _Column) -> np.ndarray:
     dtype = normalize_dtype(config.dtype, key)
     shape = dense_shape(config.shape, key)
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     records, counts = column.records, column.counts
+    batch = context.batch
+    if size and len(records) == batch and (counts == size).all():  # the usual case
+        return column.values.reshape((batch, *shape))
     # A Feature with no kind (nothing in it) counts as missing.
     present = counts != 0 if size else np.ones(len(counts), bool)
     bad = np.flatnonzero(present & (counts != size))
@@ -404,7 +519,6 @@ def _dense(context: _Context, key: str, config: FixedLenFeature, column: _Column
             f"{dtype_name(dtype)} values != expected.  Values size: {int(counts[bad[0]])} but "
             f"output shape: {list(shape)}"
         )
-    batch = context.batch
     if len(records) == batch and present.all():
         return column.values.reshape((batch, *shape))
     if config.default_value is None and not (size == 0 and len(records) == batch):
@@ -663,6 +777,13 @@ def _outputs(context: _Context, features: Mapping[str, Any],
 
 # --- the public functions ----------------------------------------------------------------------
 
+def check_features(features: Any) -> dict[str, int]:
+    """Checks the ``features`` of :func:`parse_example`; the kind to read each key as."""
+    if not isinstance(features, Mapping) or not features:
+        raise InvalidArgumentError("features must be a non-empty dict of feature configs")
+    return _requests(features, "features")
+
+
 def parse_example(serialized: Any, features: Mapping[str, Any], example_names: Any = None,
                   name: str | None = None) -> dict[str, Any]:
     """Parse a batch of serialized ``Example`` records into a dict of arrays.
@@ -674,9 +795,7 @@ def parse_example(serialized: Any, features: Mapping[str, Any], example_names: A
     padded). ``serialized`` is a 1-D list or array of ``bytes``; ``example_names`` (one per
     record) name records in errors.
     """
-    if not isinstance(features, Mapping) or not features:
-        raise InvalidArgumentError("features must be a non-empty dict of feature configs")
-    kinds = _requests(features, "features")
+    kinds = check_features(features)
     context = _context(serialized, example_names)
     return _outputs(context, features, _example_columns(context, kinds))
 

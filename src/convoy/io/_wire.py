@@ -15,11 +15,12 @@ import numpy as np
 from convoy.errors import DataLossError
 
 _PAD = 16  # zero bytes after the data, so reading up to 10 bytes of a varint stays in bounds
+_PAD_BYTES = bytes(_PAD)
 _U7 = np.uint64(0x7F)
 
 
 class Buffer(NamedTuple):
-    """Records joined: ``raw`` (bytes), ``data`` (its uint8 view, padded), ``starts`` and
+    """Records joined: ``raw`` (bytes, padded), ``data`` (its uint8 view), ``starts`` and
     ``ends`` of each record."""
 
     raw: bytes
@@ -32,8 +33,8 @@ def join(records: list[bytes]) -> Buffer:
     """The records as one padded buffer."""
     lengths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
     ends = np.cumsum(lengths)
-    raw = b"".join(records)
-    data = np.frombuffer(raw + bytes(_PAD), dtype=np.uint8)
+    raw = b"".join([*records, _PAD_BYTES])
+    data = np.frombuffer(raw, dtype=np.uint8)
     return Buffer(raw, data, ends - lengths, ends)
 
 
@@ -175,6 +176,39 @@ def single_fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     return begin, end
 
 
+def uniform_fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                   tag: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where the payloads start and end (arrays ``[fields, messages]``) if every message
+    ``data[starts[i]:ends[i]]`` is the same number of length-delimited fields, all with the
+    one-byte ``tag`` (a map of a batch of records written alike); None otherwise (the caller
+    falls back to :func:`scan`, which also finds any malformation)."""
+    begins, stops, tags = [], [], []
+    position = starts
+    while True:
+        going = position < ends
+        if not going.all():
+            if going.any():
+                return None
+            break
+        tags.append(position)
+        length_byte = data[position + 1]
+        if length_byte.max() < 0x80:
+            begin = position + 2
+            stop = begin + length_byte
+        else:
+            length, begin = read_varints(data, position + 1, ends)
+            stop = begin + _as_length(length)
+        begins.append(begin)
+        stops.append(stop)
+        position = stop
+    if not begins:
+        empty = np.zeros((0, len(starts)), np.int64)
+        return empty, empty
+    if not (position == ends).all() or not (data[np.stack(tags)] == tag).all():
+        return None
+    return np.stack(begins), np.stack(stops)
+
+
 def _as_length(length: np.ndarray) -> np.ndarray:
     if (length > np.uint64(1 << 40)).any():
         raise DataLossError("malformed record: a field length is impossibly large")
@@ -198,13 +232,49 @@ def _read_payloads(data: np.ndarray, wire_type: np.ndarray, after: np.ndarray,
         raise DataLossError("malformed record: unknown or group wire type")
 
 
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The positions ``starts[i] + 0 .. lengths[i] - 1`` for all i, concatenated."""
+def words(data: np.ndarray) -> np.ndarray:
+    """The little-endian 64-bit word starting at each byte of ``data`` (a view)."""
+    return np.ndarray((max(len(data) - 7, 0),), "<u8", buffer=data, strides=(1,))
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray, step: int = 1) -> np.ndarray:
+    """The positions ``starts[i] + step * (0 .. lengths[i] - 1)`` for all i, concatenated."""
     total = int(lengths.sum())
     if not total:
         return np.zeros(0, np.int64)
     offsets = np.cumsum(lengths) - lengths
-    return np.repeat(starts - offsets, lengths) + np.arange(total, dtype=np.int64)
+    if step == 1:
+        return np.repeat(starts - offsets, lengths) + np.arange(total, dtype=np.int64)
+    return np.repeat(starts - step * offsets, lengths) + np.arange(0, step * total, step,
+                                                                   dtype=np.int64)
+
+
+def little_floats(data: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The ``counts[i]`` little-endian float32 values from each ``starts[i]``, concatenated."""
+    view = np.ndarray((max(len(data) - 3, 0),), "<f4", buffer=data, strides=(1,))
+    return view[ranges(starts, counts, 4)].astype(np.float32, copy=False)
+
+
+_U64 = np.uint64
+# Masks gathering the 7-bit groups of up to 8 varint bytes in a word into one number.
+_GATHER = [(_U64(0x007F007F007F007F), _U64(0x7F007F007F007F00), _U64(1)),
+           (_U64(0x00003FFF00003FFF), _U64(0x3FFF00003FFF0000), _U64(2)),
+           (_U64(0x000000000FFFFFFF), _U64(0x0FFFFFFF00000000), _U64(4))]
+LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)
+
+
+def varints_at(data: np.ndarray, at: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """The varints of ``width[i]`` (1 to 10) bytes at ``at[i]``, read 8 bytes at a time."""
+    value = words(data)[at] & LOW_BYTES[np.minimum(width, 8)]
+    for low, high, shift in _GATHER:
+        value = (value & low) | ((value & high) >> shift)
+    long = np.flatnonzero(width > 8)
+    if long.size:  # bits 56 to 63 come from a ninth and tenth byte
+        where = at[long]
+        ninth = data[where + 8].astype(np.uint64) & _U7
+        tenth = np.where(width[long] > 9, data[where + 9], 0).astype(np.uint64) & _U7
+        value[long] |= (ninth << _U64(56)) | (tenth << _U64(63))
+    return value
 
 
 def decode_packed_varints(data: np.ndarray, starts: np.ndarray,
@@ -212,34 +282,26 @@ def decode_packed_varints(data: np.ndarray, starts: np.ndarray,
     """The varints packed in each ``data[starts[i]:ends[i]]`` (uint64, concatenated) and how
     many each range holds."""
     lengths = ends - starts
-    nonempty = lengths > 0
-    if not nonempty.any():
+    where = ranges(starts, lengths)
+    if not len(where):
         return np.zeros(0, np.uint64), np.zeros(len(starts), np.int64)
-    raw = data[ranges(starts, lengths)]
+    raw = data[where]
     last = raw < 0x80
-    if not last[np.cumsum(lengths[nonempty]) - 1].all():
+    bounds = np.cumsum(lengths)
+    if not last[bounds[lengths > 0] - 1].all():
         raise DataLossError("malformed record: truncated packed varint")
-    if last.all():  # every varint is one byte
-        counts = lengths
-        return raw.astype(np.uint64), counts
     ends_at = np.flatnonzero(last)
+    if len(ends_at) == len(raw):  # every varint is one byte
+        return raw.astype(np.uint64), lengths
     begins = np.empty(len(ends_at), np.int64)
     begins[0] = 0
     begins[1:] = ends_at[:-1] + 1
     width = ends_at - begins + 1
     if (width > 10).any():
         raise DataLossError("malformed record: a varint longer than 10 bytes")
-    within = np.arange(len(raw), dtype=np.int64) - np.repeat(begins, width)
-    shifted = (raw & 0x7F).astype(np.uint64) << (within.astype(np.uint64) * np.uint64(7))
-    # Each varint's bits are disjoint, so its value is the sum of its shifted bytes: a running
-    # sum (wrapping modulo 2**64 harmlessly) differenced at the varints' ends.
-    running = np.cumsum(shifted, dtype=np.uint64)
-    values = running[ends_at]
-    values[1:] -= running[ends_at[:-1]]
-    # Count the varints ending in each range.
-    ends_cum = np.concatenate(([0], np.cumsum(last, dtype=np.int64)))
-    bounds = np.cumsum(lengths)
-    counts = ends_cum[bounds] - ends_cum[bounds - lengths]
+    values = varints_at(data, where[begins], width)
+    # The varints ending in each range.
+    counts = np.diff(np.searchsorted(ends_at, bounds), prepend=0)
     return values, counts
 
 

@@ -1,0 +1,147 @@
+"""parse_example reads batches of records written alike (same keys in the same order) on a
+fast path and any other batch field by field; both must give what protobuf reads. Each test
+checks convoy against protobuf's own parse of the same bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from convoy import io
+
+KINDS = {np.int64: "int64_list", np.float32: "float_list", bytes: "bytes_list"}
+
+
+def feature(dtype: Any, values: Any) -> io.Feature:
+    field = KINDS[dtype]
+    message = {"int64_list": io.Int64List, "float_list": io.FloatList,
+               "bytes_list": io.BytesList}[field](value=values)
+    return io.Feature(**{field: message})
+
+
+def example(features: dict[str, io.Feature]) -> bytes:
+    return io.Example(features=io.Features(feature=features)).SerializeToString()
+
+
+def expected_values(record: bytes, key: str, dtype: Any) -> list[Any]:
+    """protobuf's reading: the values of ``key`` in ``record`` (none if absent)."""
+    parsed = io.Example.FromString(record).features.feature
+    if key not in parsed:
+        return []
+    return list(getattr(parsed[key], KINDS[dtype]).value)
+
+
+def check(records: list[bytes], dtypes: dict[str, Any]) -> None:
+    """Every key read as a VarLenFeature gives protobuf's values, record by record."""
+    out = io.parse_example(records, {key: io.VarLenFeature(dtype)
+                                     for key, dtype in dtypes.items()})
+    for key, dtype in dtypes.items():
+        sparse = out[key]
+        for index, record in enumerate(records):
+            got = sparse.values[sparse.indices[:, 0] == index].tolist()
+            want = expected_values(record, key, dtype)
+            if dtype is np.float32:
+                want = np.array(want, np.float32).tolist()
+            assert got == want, (key, index)
+
+
+def random_values(rng: np.random.Generator, dtype: Any, count: int) -> list[Any]:
+    if dtype is np.int64:
+        edges = [0, 1, -1, 127, 128, 2**63 - 1, -(2**63), 2**31, -(2**31)]
+        return [int(rng.choice(edges)) if rng.random() < 0.3 else
+                int(rng.integers(-(2**62), 2**62)) >> int(rng.integers(0, 62))
+                for _ in range(count)]
+    if dtype is np.float32:
+        return rng.standard_normal(count).astype(np.float32).tolist()
+    return [bytes(rng.integers(0, 256, size=int(rng.choice([0, 3, 200] if count > 2 else
+                                                           [0, 3, 20])), dtype=np.uint8))
+            for _ in range(count)]
+
+
+# keys around the 8-byte words keys are compared in, one that is not ASCII, and two that
+# differ only after their first 8 bytes
+KEYS = {"a": np.int64, "long_key": np.float32, "nine_char": bytes, "x" * 17: np.int64,
+        "schlüssel": bytes, "feature/name_1": np.int64, "feature/name_2": np.float32}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_records_written_alike(seed: int) -> None:
+    """Same keys in the same order in every record: values of every size (multi-byte
+    lengths, 10-byte varints, empty lists and strings); or only short lists, read from each
+    Feature's first 8 bytes."""
+    rng = np.random.default_rng(seed)
+    sizes = [0, 1, 4, 40] if seed < 6 else [0, 1, 2]
+    records = [example({key: feature(dtype, random_values(rng, dtype, int(rng.choice(sizes))))
+                        for key, dtype in KEYS.items()}) for _ in range(int(rng.integers(1, 40)))]
+    check(records, KEYS)
+    check(records, {"a": np.int64, "feature/name_2": np.float32, "absent": bytes})
+
+
+def test_records_not_alike() -> None:
+    """A record missing a key, one with its keys in another order, one with a key the others
+    lack: each batch parses as protobuf reads it."""
+    rng = np.random.default_rng(7)
+
+    def record(keys: list[str]) -> bytes:
+        return example({key: feature(KEYS[key], random_values(rng, KEYS[key], 3))
+                        for key in keys})
+
+    keys = list(KEYS)
+    alike = [record(keys) for _ in range(5)]
+    check(alike + [record(keys[1:])], KEYS)
+    check(alike + [record(keys[::-1])], KEYS)
+    check([record(keys[:3]), record(keys[:3]), record(keys[:4])], KEYS)
+    check([record(["feature/name_1"]), record(["feature/name_2"])],
+          {"feature/name_1": np.int64, "feature/name_2": np.float32})
+
+
+def _entry(key: bytes, value: bytes) -> bytes:
+    entry = b"\x0a" + bytes([len(key)]) + key + b"\x12" + bytes([len(value)]) + value
+    return b"\x0a" + bytes([len(entry)]) + entry
+
+
+def _record(*entries: bytes, extra: bytes = b"") -> bytes:
+    features = b"".join(entries)
+    return b"\x0a" + bytes([len(features)]) + features + extra
+
+
+def test_key_twice_in_every_record() -> None:
+    """A key appearing twice in each record (records alike): the last entry wins, as when
+    protobuf parses a map."""
+    first = bytes(feature(np.int64, [1, 2]).SerializeToString())
+    second = bytes(feature(np.int64, [3]).SerializeToString())
+    other = bytes(feature(bytes, [b"z"]).SerializeToString())
+    record = _record(_entry(b"k", first), _entry(b"o", other), _entry(b"k", second))
+    check([record] * 3, {"k": np.int64, "o": bytes})
+    out = io.parse_example([record] * 3, {"k": io.FixedLenFeature([], np.int64)})
+    assert out["k"].tolist() == [3, 3, 3]
+
+
+def test_unpacked_lists_and_unknown_fields() -> None:
+    """Int64List and FloatList written unpacked (one field per value), unknown fields in
+    the Example and in a Feature, and packed and unpacked values mixed in one list."""
+    unpacked_ints = b"\x1a\x06" + b"\x08\x05\x08\x06\x08\x7f"  # int64_list: 5, 6, 127
+    unpacked_floats = b"\x12\x0a" + b"\x0d" + np.float32(1.5).tobytes() + b"\x0d" + \
+        np.float32(-2).tobytes()
+    mixed = b"\x1a\x06" + b"\x0a\x02\x01\x02" + b"\x08\x03"  # packed [1, 2] then 3
+    unknown_in_feature = b"\x1a\x03\x0a\x01\x09" + b"\x28\x01"  # [9], then field 5 = 1
+    records = [
+        _record(_entry(b"i", unpacked_ints), _entry(b"f", unpacked_floats)),
+        _record(_entry(b"i", mixed), _entry(b"f", unpacked_floats), extra=b"\x10\x07"),
+        _record(_entry(b"i", unknown_in_feature), _entry(b"f", unpacked_floats)),
+    ]
+    check(records, {"i": np.int64, "f": np.float32})
+    check(records[:1] * 4, {"i": np.int64, "f": np.float32})
+
+
+def test_empty_records_and_empty_features() -> None:
+    """Records with no features at all (alike, and mixed with others) take defaults."""
+    empty = example({})
+    out = io.parse_example([empty, b"", empty], {
+        "a": io.FixedLenFeature([2], np.float32, default_value=[1, 2]),
+        "b": io.VarLenFeature(bytes)})
+    assert out["a"].tolist() == [[1, 2]] * 3
+    assert out["b"].dense_shape.tolist() == [3, 0]
+    check([empty, example({"a": feature(np.int64, [4])}), empty], {"a": np.int64})
