@@ -51,6 +51,16 @@ class VariableStore:
         with self._lock:
             return [self._run(operation) for operation in operations]
 
+    def sizes(self) -> list[dict[str, Any]]:
+        """Each variable's name, shape, dtype and bytes (its slots' bytes included)."""
+        with self._lock:
+            slot_bytes: dict[str, int] = {}
+            for (name, _), slot in self.slots.items():
+                slot_bytes[name] = slot_bytes.get(name, 0) + slot.nbytes
+            return [{"name": name, "shape": list(value.shape), "dtype": str(value.dtype),
+                     "bytes": value.nbytes, "slot_bytes": slot_bytes.get(name, 0)}
+                    for name, value in sorted(self.values.items())]
+
     def _run(self, operation: tuple[Any, ...]) -> Any:
         if not isinstance(operation, tuple) or not operation:
             raise InvalidArgumentError(f"an operation must be a non-empty tuple, got "

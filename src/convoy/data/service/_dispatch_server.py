@@ -25,6 +25,7 @@ from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal import Journal, LocalStorage
 from convoy.data.service._dispatcher.limits import admit
 from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
+from convoy.data.service._status import status
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ class _Handlers:
         self.state = journal.recover() if journal else DispatcherState(fresh_id_base())
         self.lock = threading.RLock()
         self.closed = False
+        self.started = time.time()
+        #: worker address -> (elements, bytes) its tasks buffer, as its last heartbeat said
+        self.buffered: dict[str, tuple[int, int]] = {}
 
     def _apply(self, event: ev.Event) -> Any:
         with self.lock:
@@ -142,6 +146,8 @@ class _Handlers:
         orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
                                                 tuple(r.current_tasks), time.time(),
                                                 tuple(r.finished_tasks)))
+        with self.lock:
+            self.buffered[r.worker_address] = (r.buffered_elements, r.buffered_bytes)
         return pb.WorkerHeartbeatResponse(
             new_tasks=[_task_def(t) for t in orders.new_tasks],
             tasks_to_delete=orders.tasks_to_delete)
@@ -160,6 +166,13 @@ class _Handlers:
                                                r.incarnation))
         return pb.GetSplitsResponse(splits=[pb.Split(start=a, stop=b) for a, b in splits],
                                     end_of_splits=end)
+
+    def GetStatus(self, r: pb.GetStatusRequest) -> pb.GetStatusResponse:
+        now = time.time()
+        with self.lock:
+            for gone in self.buffered.keys() - self.state.workers.keys():
+                del self.buffered[gone]
+            return status(self.state, now, self.buffered, now - self.started)
 
 
 def _received(ranges: Any) -> tuple[tuple[int, int, int], ...]:

@@ -196,9 +196,18 @@ class WorkerServer(_rpc.ServerBase):
         self._heartbeat_answered(heartbeat, response)
 
     def _heartbeat_request(self, heartbeat: ws.SendHeartbeat) -> pb.WorkerHeartbeatRequest:
+        elements, size = self.buffered()
         return pb.WorkerHeartbeatRequest(worker_address=self._address, worker_uid=self._uid,
                                          current_tasks=heartbeat.current_tasks,
-                                         finished_tasks=heartbeat.finished_tasks)
+                                         finished_tasks=heartbeat.finished_tasks,
+                                         buffered_elements=elements, buffered_bytes=size)
+
+    def buffered(self) -> tuple[int, int]:
+        """The elements its running tasks buffer for their consumers, and their bytes."""
+        with self._lock:
+            served = list(self._running.values())
+        counts = [task.task.buffered for task in served]
+        return sum(n for n, _ in counts), sum(size for _, size in counts)
 
     def _heartbeat_answered(self, heartbeat: ws.SendHeartbeat,
                             response: pb.WorkerHeartbeatResponse) -> None:

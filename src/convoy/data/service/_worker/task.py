@@ -133,6 +133,11 @@ class Task:
                                else runs(number for number, _ in taken))
         return NUMBERED + numbers, [element for _, element in taken]
 
+    @property
+    def buffered(self) -> tuple[int, int]:
+        """The elements waiting in its buffer, and their bytes (of arrays)."""
+        return len(self._elements), self._elements.size
+
     def stop(self) -> None:
         """Drop the buffered elements and end the producer thread (at its next element)."""
         self._elements.cancel()
