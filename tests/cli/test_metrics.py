@@ -98,7 +98,9 @@ def test_a_worker_waiting_for_its_dispatcher_is_alive_but_not_ready():
     try:
         wait_for(lambda: _answers(metrics))
         assert get(metrics, "/healthz") == (200, "ok\n")
-        assert get(metrics, "/readyz") == (503, "not ready: server: starting\n")
+        status, body = get(metrics, "/readyz")
+        assert status == 503 and body.startswith("not ready: server: starting"), body
+        assert "not registered with its dispatcher yet" in body
     finally:
         worker.kill()
         worker.wait(10)

@@ -47,9 +47,9 @@ def _iteration(state: DispatcherState, job: ev.JobRecord, iteration: ev.Iteratio
                consumers: int) -> pb.IterationStatus:
     current = [state.tasks[t] for t in iteration.tasks.values()]
     lost = [state.tasks[t] for t in state.records.lost_tasks.get(iteration.iteration_id, [])]
-    handed_out = sum(_splits(task) for task in current + lost)
+    handed_out = sum(task_splits(task) for task in current + lost)
     # a current task is finished once its end was acknowledged (a lost one, when lost)
-    acknowledged = sum(_splits(task) for task in current if task.finished)
+    acknowledged = sum(task_splits(task) for task in current if task.finished)
     dynamic = job.options.processing_mode is ShardingPolicy.DYNAMIC
     served = (sum(stop - start for task in current for start, stop in task.delivered)
               if dynamic and any(task.incarnation for task in current) else -1)
@@ -61,7 +61,7 @@ def _iteration(state: DispatcherState, job: ev.JobRecord, iteration: ev.Iteratio
                               finished=state.iteration_finished(iteration))
 
 
-def _splits(task: ev.TaskRecord) -> int:
+def task_splits(task: ev.TaskRecord) -> int:
     """How many splits ``task`` was handed (of an older worker's task: its latest answer's)."""
     if not task.split_log and task.last_splits is not None:
         return len(task.last_splits.splits)
