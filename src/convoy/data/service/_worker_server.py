@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from convoy import _rpc, monitoring
+from convoy._log_summary import RepeatedFailures
 from convoy._security import LOOPBACK
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
@@ -94,6 +95,8 @@ class WorkerServer(_rpc.ServerBase):
         self.error: BaseException | None = None
         self._metrics: monitoring.MetricsServer | None = None
         self._registered = False
+        self._heartbeat_failures = RepeatedFailures(
+            log, f"heartbeat to dispatcher {config.dispatcher_address}")
         if start:
             self.start()
 
@@ -124,10 +127,19 @@ class WorkerServer(_rpc.ServerBase):
             (heartbeat,) = self._outbox
             self._outbox.clear()
         assert isinstance(heartbeat, ws.SendHeartbeat)
+        waiting = RepeatedFailures(
+            log, f"worker {self._address} waiting for dispatcher at "
+                 f"{config.dispatcher_address}: registering", level=logging.INFO)
+
+        def failed(error: BaseException) -> None:
+            monitoring.HEARTBEATS.labels("failed").inc()
+            waiting.failed(error)
+
         response = _rpc.retry(
             lambda: self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat)),
             config.dispatcher_timeout_s, f"worker {self._address} registering with dispatcher "
-            f"{config.dispatcher_address}", lambda: self._stopping)
+            f"{config.dispatcher_address}", lambda: self._stopping, failed)
+        waiting.succeeded()
         monitoring.HEARTBEATS.labels("sent").inc()
         self._registered = True
         self._heartbeat_answered(heartbeat, response)
@@ -200,11 +212,12 @@ class WorkerServer(_rpc.ServerBase):
             response = self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat))
         except ConvoyError as error:
             monitoring.HEARTBEATS.labels("failed").inc()
-            log.warning("worker %s heartbeat failed: %s", self._address, error)
+            self._heartbeat_failures.failed(error)
             with self._lock:
                 self._apply(ws.HeartbeatFailed(heartbeat.seq, str(error), time.monotonic()))
             return
         monitoring.HEARTBEATS.labels("sent").inc()
+        self._heartbeat_failures.succeeded()
         self._heartbeat_answered(heartbeat, response)
 
     def _heartbeat_request(self, heartbeat: ws.SendHeartbeat) -> pb.WorkerHeartbeatRequest:
