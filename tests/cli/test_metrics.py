@@ -100,7 +100,9 @@ def test_a_worker_waiting_for_its_dispatcher_is_alive_but_not_ready():
         assert get(metrics, "/healthz") == (200, "ok\n")
         status, body = get(metrics, "/readyz")
         assert status == 503 and body.startswith("not ready: server: starting"), body
-        assert "not registered with its dispatcher yet" in body
+        # once its server is up, it says what it waits for
+        wait_for(lambda: "not registered with its dispatcher yet" in get(metrics, "/readyz")[1])
+        assert get(metrics, "/readyz")[0] == 503
     finally:
         worker.kill()
         worker.wait(10)
