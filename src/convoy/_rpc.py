@@ -408,15 +408,19 @@ _JITTER = random.Random()
 
 
 def retry(attempt: Callable[[], T], timeout_s: float, what: str,
-          should_stop: Callable[[], bool] = lambda: False) -> T:
+          should_stop: Callable[[], bool] = lambda: False,
+          on_failure: Callable[[BaseException], None] | None = None) -> T:
     """Call ``attempt`` until it succeeds, retrying unavailability with jittered exponential
-    backoff; after ``timeout_s`` raise :class:`UnavailableError` saying what failed."""
+    backoff; after ``timeout_s`` raise :class:`UnavailableError` saying what failed.
+    ``on_failure`` hears of each failure that is retried (say, to log that it waits)."""
     deadline = time.monotonic() + timeout_s
     delay = 0.02
     while True:
         try:
             return attempt()
         except RETRYABLE as error:
+            if on_failure is not None:
+                on_failure(error)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or should_stop():
                 raise errors.UnavailableError(

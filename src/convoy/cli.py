@@ -271,6 +271,87 @@ def _server(args: argparse.Namespace) -> int:
         return _serve_until_signalled(server, f"{job} task {index}", server.bound_address)
 
 
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--dispatcher", default=None, metavar="HOST:PORT",
+                        help="a data service dispatcher: its workers, datasets, jobs and "
+                             "iterations")
+    target.add_argument("--cluster", default=None, metavar="JSON",
+                        help="a training cluster (default: TF_CONFIG's): each ps and worker, "
+                             "its variables and their bytes, its functions running")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout instead of tables")
+    parser.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                        help="print again every SECONDS until Ctrl-C")
+    parser.add_argument("--count", type=int, default=None, metavar="N",
+                        help="with --watch, stop after N prints (default: until Ctrl-C)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="how long each call waits for its answer (default %(default)s)")
+    group = parser.add_argument_group(
+        "security", "The shared secret is read from --auth-token-file, else from "
+        "$CONVOY_AUTH_TOKEN; TLS paths not given come from $CONVOY_TLS_*.")
+    group.add_argument("--auth-token-file", default=None, metavar="PATH",
+                       help="file holding the cluster's shared secret")
+    group.add_argument("--auth-token", nargs="?", action=_RefuseSecret, help=argparse.SUPPRESS)
+    group.add_argument("--certificate", default=None, metavar="PEM",
+                       help="this client's TLS certificate (mutual TLS, with --key)")
+    group.add_argument("--key", default=None, metavar="PEM", help="its TLS private key")
+    group.add_argument("--ca", default=None, metavar="PEM", help="CA that signed the servers")
+
+
+@command("status", "show a data service's or a training cluster's state", _status_arguments)
+def _status(args: argparse.Namespace) -> int:
+    from convoy import cluster_status
+    from convoy._security import Security
+
+    if args.watch is not None and args.watch <= 0:
+        raise CommandError(f"--watch must be a number of seconds > 0, got {args.watch}", USAGE)
+    if args.count is not None and args.count < 1:
+        raise CommandError(f"--count must be >= 1, got {args.count}", USAGE)
+    security = Security.load(None, args.auth_token_file, certificate=args.certificate,
+                             key=args.key, ca=args.ca)
+    if args.dispatcher:
+        def read() -> dict[str, Any]:
+            return cluster_status.dispatcher_status(args.dispatcher, security, args.timeout)
+        render = cluster_status.render_dispatcher
+    else:
+        cluster = _cluster(args.cluster) if args.cluster else _tf_config_cluster()
+
+        def read() -> dict[str, Any]:
+            return cluster_status.training_status(cluster, security, args.timeout)
+        render = cluster_status.render_cluster
+    printed = 0
+    try:
+        while True:
+            status = read()
+            if args.json:
+                print(json.dumps(status), flush=True)
+            else:
+                if args.watch is not None and sys.stdout.isatty():
+                    print("\033[2J\033[H", end="")  # clear the screen
+                print(render(status), flush=True)
+            printed += 1
+            if args.watch is None or (args.count is not None and printed >= args.count):
+                return 0
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _tf_config_cluster() -> dict[str, Any]:
+    from convoy.distribute.cluster_resolver import TFConfigClusterResolver
+
+    try:
+        spec = TFConfigClusterResolver().cluster_spec()
+    except errors.ConvoyError as error:
+        raise CommandError(f"TF_CONFIG: {error}", USAGE) from None
+    cluster: dict[str, Any] = spec.as_dict()
+    if not cluster:
+        raise CommandError("give --dispatcher HOST:PORT or --cluster JSON, or set TF_CONFIG",
+                           USAGE)
+    return cluster
+
+
 _CLUSTER_EXAMPLE = """'{"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}'"""
 
 

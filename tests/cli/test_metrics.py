@@ -98,7 +98,11 @@ def test_a_worker_waiting_for_its_dispatcher_is_alive_but_not_ready():
     try:
         wait_for(lambda: _answers(metrics))
         assert get(metrics, "/healthz") == (200, "ok\n")
-        assert get(metrics, "/readyz") == (503, "not ready: server: starting\n")
+        status, body = get(metrics, "/readyz")
+        assert status == 503 and body.startswith("not ready: server: starting"), body
+        # once its server is up, it says what it waits for
+        wait_for(lambda: "not registered with its dispatcher yet" in get(metrics, "/readyz")[1])
+        assert get(metrics, "/readyz")[0] == 503
     finally:
         worker.kill()
         worker.wait(10)

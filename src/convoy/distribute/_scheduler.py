@@ -15,10 +15,11 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from convoy import _rpc, nest
+from convoy import _rpc, monitoring, nest
 from convoy._rpc import Outcome
 from convoy.distribute import _schedule_messages as msg
 from convoy.distribute._coordinator_calls import (
@@ -73,6 +74,17 @@ class Closure:
         return call_message(self.function, tuple(args), kwargs, self.closure_id)
 
 
+def _counts() -> tuple[int, int]:
+    """Functions queued and running, over the schedulers of this process."""
+    queued = running = 0
+    for scheduler in list(_LIVE):
+        state = scheduler._state
+        if not state.closed:
+            queued += len(state.queue)
+            running += state.in_flight
+    return queued, running
+
+
 class Scheduler:
     """Runs closures on the workers at ``addresses``, ``pipelining`` at once per worker."""
 
@@ -92,6 +104,7 @@ class Scheduler:
         for lane in self._lanes.values():
             self._thread(self._serve, lane, f"w{lane.worker.index}-{lane.index}")
         self._thread(self._keep, None, "keeper")
+        _LIVE.add(self)
         self._apply(msg.Start(tuple(self._ping(worker) for worker in self._workers)))
 
     @property
@@ -184,6 +197,8 @@ class Scheduler:
         for instruction in self._state.apply(event):
             if isinstance(instruction, msg.Resolve):
                 self._closures.pop(instruction.closure_id).result._set(instruction.outcome)
+                (monitoring.COORDINATOR_FUNCTIONS_DONE if instruction.outcome.error is None
+                 else monitoring.COORDINATOR_FUNCTIONS_FAILED).inc()
             elif isinstance(instruction, msg.Wake):
                 self._lanes[(instruction.worker, instruction.lane)].wakeup.notify()
             elif isinstance(instruction, msg.Abandon):
@@ -327,3 +342,9 @@ class Scheduler:
                 self._apply(msg.RebuildFailed(worker.index, resource_id, outcome.error))
                 return
         self._apply(msg.Rebuilt(worker.index, rebuild.resource_ids))
+
+
+#: The schedulers of this process, whose functions the coordinator's gauges count.
+_LIVE: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+monitoring.COORDINATOR_FUNCTIONS_QUEUED.set_function(lambda: float(_counts()[0]))
+monitoring.COORDINATOR_FUNCTIONS_RUNNING.set_function(lambda: float(_counts()[1]))

@@ -11,6 +11,7 @@ An operation is a tuple ``(kind, name, *arguments)``; see ``_OPERATIONS`` for th
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import logging
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from convoy import monitoring
 from convoy._rpc import Outcome
 from convoy._slices import combine_rows, put_rows, take_rows
 from convoy.distribute import _wire
@@ -50,6 +52,16 @@ class VariableStore:
         """
         with self._lock:
             return [self._run(operation) for operation in operations]
+
+    def sizes(self) -> list[dict[str, Any]]:
+        """Each variable's name, shape, dtype and bytes (its slots' bytes included)."""
+        with self._lock:
+            slot_bytes: dict[str, int] = {}
+            for (name, _), slot in self.slots.items():
+                slot_bytes[name] = slot_bytes.get(name, 0) + slot.nbytes
+            return [{"name": name, "shape": list(value.shape), "dtype": str(value.dtype),
+                     "bytes": value.nbytes, "slot_bytes": slot_bytes.get(name, 0)}
+                    for name, value in sorted(self.values.items())]
 
     def _run(self, operation: tuple[Any, ...]) -> Any:
         if not isinstance(operation, tuple) or not operation:
@@ -253,8 +265,29 @@ _ARITY = {
 def serve_operations(store: VariableStore, request: bytes) -> bytes:
     """A parameter server's ``Execute``: run each operation list of the request atomically,
     in order, and answer each one's :class:`Outcome` (its results, or its error)."""
-    return _wire.encode([_execute(store, operations)
-                         for operations in _wire.load_operation_lists(request)])
+    lists = _wire.load_operation_lists(request)
+    answer = _wire.encode([_execute(store, operations) for operations in lists])
+    _count(lists, len(request), len(answer))
+    return answer
+
+
+#: The metric of each operation kind (labels resolved once: a lookup per operation).
+_COUNTERS = {kind: monitoring.PS_OPERATIONS.labels(kind) for kind in _OPERATIONS}
+_RECEIVED, _SENT = monitoring.PS_BYTES.labels("received"), monitoring.PS_BYTES.labels("sent")
+
+
+def _count(lists: list[Any], received: int, sent: int) -> None:
+    """Add an ``Execute``'s operations and bytes to the metrics."""
+    kinds = collections.Counter(operation[0] for operations in lists
+                                if type(operations) is list for operation in operations
+                                if type(operation) is tuple and operation
+                                and type(operation[0]) is str)
+    for kind, count in kinds.items():
+        counter = _COUNTERS.get(kind)
+        if counter is not None:
+            counter.inc(count)
+    _RECEIVED.inc(received)
+    _SENT.inc(sent)
 
 
 def _execute(store: VariableStore, operations: Any) -> Outcome:

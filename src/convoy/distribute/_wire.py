@@ -28,6 +28,9 @@ from convoy.errors import DataLossError, InvalidArgumentError, UnknownError
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
 PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True)]
+#: Both services' read-only ``Status`` (for ``convoy status``): takes None, answers a dict of
+#: plain values (see :func:`convoy.distribute.server.Server.status`).
+STATUS = _rpc.Method("Status", None, None)
 #: A worker's ``Run`` runs calls; ``Ping`` answers its incarnation; ``Cancel`` cancels calls by
 #: id; ``Free`` deletes per-worker resources by id.
 WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None),

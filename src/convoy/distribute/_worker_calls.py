@@ -81,6 +81,8 @@ class CallRunner:
         self._running: dict[int, RunningCall] = {}  # call id -> the call running under it
         self._cancelled_early: OrderedDict[int, None] = OrderedDict()  # before they started
         self._functions: OrderedDict[bytes, Callable[..., Any]] = OrderedDict()  # by digest
+        self.running = 0  # calls running now (for Status)
+        self.done = 0  # calls that ended, with a result or an error
 
     def run(self, request: bytes) -> bytes:
         """A worker's ``Run``: the request's calls, all at once; answers each one's pickled
@@ -111,8 +113,15 @@ class CallRunner:
 
     def _pickled_outcome(self, call: Any, running: RunningCall,
                          mates: list[RunningCall]) -> bytes:
-        outcome = (oversize_function(call, self._max_function_bytes)
-                   or self._run_call(call, running))
+        with self._lock:
+            self.running += 1
+        try:
+            outcome = (oversize_function(call, self._max_function_bytes)
+                       or self._run_call(call, running))
+        finally:
+            with self._lock:
+                self.running -= 1
+                self.done += 1
         if outcome.error is not None and not isinstance(outcome.error, CancelledError):
             for mate in mates:
                 mate.cancelled = True

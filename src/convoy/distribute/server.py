@@ -15,7 +15,14 @@ from convoy import _rpc
 from convoy._security import MAX_REQUEST_BYTES, Security
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 from convoy.distribute._store import VariableStore, serve_operations
-from convoy.distribute._wire import PS_METHODS, PS_SERVICE, WORKER_METHODS, WORKER_SERVICE, encode
+from convoy.distribute._wire import (
+    PS_METHODS,
+    PS_SERVICE,
+    STATUS,
+    WORKER_METHODS,
+    WORKER_SERVICE,
+    encode,
+)
 from convoy.distribute._worker_calls import CallRunner
 from convoy.distribute._worker_context import WorkerContext, become_worker, worker_context
 from convoy.distribute.cluster import ClusterSpec, validate_task
@@ -70,6 +77,8 @@ class Server(_rpc.ServerBase):
         self.service = PS_SERVICE if job_name == "ps" else WORKER_SERVICE
         self.incarnation = uuid.uuid4().hex
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
+        self._store: VariableStore | None = None  # a ps's
+        self._calls: CallRunner | None = None  # a worker's
         self.context = (WorkerContext(task_index, self.cluster_spec.num_tasks("worker"))
                         if job_name == "worker" else None)
         if start:
@@ -84,17 +93,32 @@ class Server(_rpc.ServerBase):
 
     def _methods(self) -> Mapping[_rpc.Method, Callable[[bytes], bytes]]:
         if self.context is None:
-            store = VariableStore()
-            return {PS_METHODS[0]: lambda request: serve_operations(store, request)}
+            store = self._store = VariableStore()
+            return {PS_METHODS[0]: lambda request: serve_operations(store, request),
+                    STATUS: lambda _: encode(self.status())}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
-        calls = CallRunner(self._pool, self.max_function_bytes)
+        calls = self._calls = CallRunner(self._pool, self.max_function_bytes)
         handlers: dict[str, Callable[[bytes], bytes]] = {
             "Run": calls.run,
             "Ping": lambda _: encode(self.incarnation),
             "Cancel": calls.cancel,
             "Free": self.context.free,
         }
-        return {method: handlers[method.name] for method in WORKER_METHODS}
+        methods = {method: handlers[method.name] for method in WORKER_METHODS}
+        methods[STATUS] = lambda _: encode(self.status())
+        return methods
+
+    def status(self) -> dict[str, Any]:
+        """What ``convoy status`` shows of this task: a ps's variables (name, shape, dtype,
+        bytes, its slots' bytes), a worker's functions running and done."""
+        status: dict[str, Any] = {"job": self.job_name, "index": self.task_index,
+                                  "address": self.address, "incarnation": self.incarnation}
+        if self._store is not None:
+            status["variables"] = self._store.sizes()
+        if self._calls is not None:
+            status.update(functions_running=self._calls.running,
+                          functions_done=self._calls.done)
+        return status
 
     def _on_start(self) -> None:
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from convoy.distribute import _scope
+from convoy.distribute._cluster_wait import start_timeout, wait_for_cluster
 from convoy.distribute._store_clients import RemoteStore
 from convoy.distribute.cluster import ClusterSpec, validate_cluster_for_ps
 from convoy.distribute.partitioners import partition_count, shard_offsets, shard_sizes
@@ -69,9 +70,15 @@ def _parameters(function: Callable[..., Any]) -> dict[str, inspect.Parameter] | 
 
 
 class ParameterServerStrategy:
-    """Places variables on the cluster's ``ps`` tasks and runs functions on its workers."""
+    """Places variables on the cluster's ``ps`` tasks and runs functions on its workers.
 
-    def __init__(self, cluster_resolver: Any, variable_partitioner: Any = None) -> None:
+    Made on the chief, it first waits until every ps and worker of the cluster answers (they
+    may start in any order), for ``cluster_start_timeout_s`` at most (default:
+    ``$CONVOY_CLUSTER_START_TIMEOUT_S``, else 300 s), then fails naming the tasks missing.
+    """
+
+    def __init__(self, cluster_resolver: Any, variable_partitioner: Any = None, *,
+                 cluster_start_timeout_s: float | None = None) -> None:
         spec = cluster_resolver.cluster_spec()
         validate_cluster_for_ps(spec, getattr(cluster_resolver, "task_type", None),
                                 getattr(cluster_resolver, "task_id", None))
@@ -82,6 +89,8 @@ class ParameterServerStrategy:
                 f"variable_partitioner must be callable, got {type(variable_partitioner).__name__}"
             )
         self._partitioner = variable_partitioner
+        if worker_context() is None:  # the chief: its cluster may still be starting
+            wait_for_cluster(self.cluster_spec, start_timeout(cluster_start_timeout_s))
         self._stores = [RemoteStore.get(self.cluster_spec.task_address("ps", i), i)
                         for i in range(self.cluster_spec.num_tasks("ps"))]
         self._next_store = 0

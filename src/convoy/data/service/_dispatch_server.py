@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from convoy import _rpc
+from convoy import _rpc, monitoring
+from convoy._security import LOOPBACK
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import WIRE_COMPRESSIONS as _COMPRESSIONS
 from convoy.data.service._common.config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
@@ -25,7 +26,13 @@ from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal import Journal, LocalStorage
 from convoy.data.service._dispatcher.limits import admit
 from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
-from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
+from convoy.data.service._status import status, task_splits
+from convoy.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +52,12 @@ class _Handlers:
         self.state = journal.recover() if journal else DispatcherState(fresh_id_base())
         self.lock = threading.RLock()
         self.closed = False
+        self.started = time.time()
+        #: Why the journal cannot be written (a full disk, say): durable events are refused
+        #: until a snapshot of the state can be written again. None: it can.
+        self.journal_error: str | None = None
+        #: worker address -> (elements, bytes) its tasks buffer, as its last heartbeat said
+        self.buffered: dict[str, tuple[int, int]] = {}
 
     def _apply(self, event: ev.Event) -> Any:
         with self.lock:
@@ -52,10 +65,37 @@ class _Handlers:
                 raise UnavailableError("the dispatcher is stopping")
             admit(self.config, self.state, event)
             journal = self.journal if self.state.is_durable(event) else None
+            if journal is not None and self.journal_error is not None:
+                self._rewrite_journal(journal)
             result = self.state.apply(event)
             if journal is not None:
-                journal.append(event, self.state)
+                try:
+                    journal.append(event, self.state)
+                except OSError as error:
+                    raise self._unwritable(journal, error) from None
             return result
+
+    def _unwritable(self, journal: Journal, error: OSError) -> ResourceExhaustedError:
+        """Note that ``journal`` cannot be written; the error that refuses the request.
+        The state holds the event its log does not: a snapshot must be written first."""
+        where = error.filename or journal.storage.where(f"log-{journal.generation}")
+        why = error.strerror or str(error)
+        self.journal_error = f"cannot write the journal {where}: {why}"
+        log.error("%s: refusing new work until it can be written again (free space "
+                  "under the work_dir)", self.journal_error)
+        return ResourceExhaustedError(
+            f"the dispatcher {self.journal_error}; it refuses new work until space is freed "
+            "under its work_dir")
+
+    def _rewrite_journal(self, journal: Journal) -> None:
+        """Try to write a snapshot of the whole state (and a new log), so the journal holds
+        everything again; ResourceExhaustedError if it still cannot."""
+        try:
+            journal.compact(self.state)
+        except OSError as error:
+            raise self._unwritable(journal, error) from None
+        log.info("the journal can be written again: the dispatcher takes new work")
+        self.journal_error = None
 
     def close(self) -> None:
         """Take no more events; close the journal."""
@@ -72,11 +112,17 @@ class _Handlers:
         iterations without clients for ``iteration_timeout``; returns the workers declared
         lost. The event names them, so replay drops the same ones."""
         with self.lock:
+            clients = self.state.silent_clients(now, client_timeout, since)
+            workers = self.state.silent_workers(now, worker_timeout, since)
+            returned = sum(task_splits(task) for address in workers
+                           for task in self.state.records.worker_tasks.get(address, {}).values()
+                           if not task.finished)
             lost: list[str] = self._apply(ev.CollectGarbage(
-                now, client_timeout, worker_timeout,
-                self.state.silent_clients(now, client_timeout, since),
-                self.state.silent_workers(now, worker_timeout, since), iteration_timeout,
+                now, client_timeout, worker_timeout, clients, workers, iteration_timeout,
                 keep_dynamic=True, adopt=True))
+        monitoring.SPLITS.labels("returned").inc(returned)
+        for client_id in clients:
+            log.info("client %d silent for %.0f s: released", client_id, client_timeout)
         return lost
 
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
@@ -109,8 +155,16 @@ class _Handlers:
         # The job keeps whether its readers use the cache, not which trainer asked first.
         options = ev.JobOptions(mode, o.num_consumers, o.target_workers or "AUTO",
                                 ev.CACHE_ENABLED if o.cross_trainer_cache else "")
-        job_id = self._apply(ev.GetOrCreateJob(r.dataset_id, r.job_name, options,
-                                               self.worker_addresses, coordinated_rules=True))
+        with self.lock:
+            before = len(self.state.jobs)
+            job_id = self._apply(ev.GetOrCreateJob(r.dataset_id, r.job_name, options,
+                                                   self.worker_addresses,
+                                                   coordinated_rules=True))
+            created = len(self.state.jobs) > before
+        if created:
+            log.info("job %d%s created: dataset %s, %s", job_id,
+                     f" ({r.job_name!r})" if r.job_name else "", r.dataset_id,
+                     options.describe())
         return pb.GetOrCreateJobResponse(job_id=job_id)
 
     def GetOrCreateIteration(self, r: pb.GetOrCreateIterationRequest
@@ -132,6 +186,7 @@ class _Handlers:
 
     def ReleaseClient(self, r: pb.ReleaseClientRequest) -> pb.Empty:
         self._apply(ev.ReleaseClient(r.client_id, _received(r.received)))
+        log.info("client %d released its iteration", r.client_id)
         return pb.Empty()
 
     def WorkerHeartbeat(self, r: pb.WorkerHeartbeatRequest) -> pb.WorkerHeartbeatResponse:
@@ -139,9 +194,27 @@ class _Handlers:
         if not r.worker_uid:
             raise InvalidArgumentError("WorkerHeartbeat needs a worker_uid")
         check_listed_worker(self.worker_addresses, r.worker_address)
-        orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
-                                                tuple(r.current_tasks), time.time(),
-                                                tuple(r.finished_tasks)))
+        monitoring.HEARTBEATS.labels("received").inc()
+        with self.lock:
+            known = self.state.workers.get(r.worker_address)
+            ending = [task for t in r.finished_tasks
+                      if (task := self.state.tasks.get(t)) is not None and not task.finished]
+            orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
+                                                    tuple(r.current_tasks), time.time(),
+                                                    tuple(r.finished_tasks)))
+            self.buffered[r.worker_address] = (r.buffered_elements, r.buffered_bytes)
+            acknowledged = sum(task_splits(task) for task in ending if task.finished)
+            finished = {(iteration.job_id, iteration.iteration_id) for task in ending
+                        if (iteration := self.state.iterations.get(task.iteration_id))
+                        is not None and self.state.iteration_finished(iteration)}
+        for job_id, iteration_id in sorted(finished):
+            log.info("job %d: iteration %d finished", job_id, iteration_id)
+        monitoring.SPLITS.labels("acknowledged").inc(acknowledged)
+        if known is None:
+            log.info("worker %s registered", r.worker_address)
+        elif known.uid != r.worker_uid:
+            log.info("worker %s re-registered (a new process): its tasks run again",
+                     r.worker_address)
         return pb.WorkerHeartbeatResponse(
             new_tasks=[_task_def(t) for t in orders.new_tasks],
             tasks_to_delete=orders.tasks_to_delete)
@@ -155,11 +228,22 @@ class _Handlers:
             raise InvalidArgumentError(
                 f"GetSplits needs a task_id, a worker_uid and a request_number > 0, got "
                 f"{r.task_id}, {r.worker_uid!r} and {r.request_number}")
-        splits, end = self._apply(ev.GetSplits(r.iteration_id, r.repetition, r.max_splits,
-                                               r.task_id, r.worker_uid, r.request_number,
-                                               r.incarnation))
+        event = ev.GetSplits(r.iteration_id, r.repetition, r.max_splits, r.task_id,
+                             r.worker_uid, r.request_number, r.incarnation)
+        with self.lock:
+            new = self.state.is_durable(event)  # not an answer given before
+            splits, end = self._apply(event)
+        if new:
+            monitoring.SPLITS.labels("handed_out").inc(len(splits))
         return pb.GetSplitsResponse(splits=[pb.Split(start=a, stop=b) for a, b in splits],
                                     end_of_splits=end)
+
+    def GetStatus(self, r: pb.GetStatusRequest) -> pb.GetStatusResponse:
+        now = time.time()
+        with self.lock:
+            for gone in self.buffered.keys() - self.state.workers.keys():
+                del self.buffered[gone]
+            return status(self.state, now, self.buffered, now - self.started)
 
 
 def _received(ranges: Any) -> tuple[tuple[int, int, int], ...]:
@@ -200,6 +284,7 @@ class DispatchServer(_rpc.ServerBase):
         self._handlers = _Handlers(journal, self._config)
         self._started = time.time()
         self._stopped = threading.Event()
+        self._metrics: monitoring.MetricsServer | None = None
         if start:
             self.start()
 
@@ -218,6 +303,10 @@ class DispatchServer(_rpc.ServerBase):
         return {m: getattr(self._handlers, m.name) for m in DISPATCHER_METHODS}
 
     def _on_start(self) -> None:
+        monitoring.add_readiness_check(self._check_name, self._not_ready)
+        if self._config.metrics_port is not None:
+            self._metrics = monitoring.serve(self._config.metrics_port,
+                                             self._config.host or LOOPBACK)
         threading.Thread(target=self._collect_garbage, name="convoy-dispatcher-gc",
                          daemon=True).start()
         log.info("dispatcher serving at %s", self._address)
@@ -232,12 +321,25 @@ class DispatchServer(_rpc.ServerBase):
             except UnavailableError:
                 return  # stopping
             for address in lost:
-                log.warning("worker %s has not sent a heartbeat for %.0f s: dropped",
-                            address, config.worker_timeout_s)
+                log.warning("worker %s lost: no heartbeat for %.0f s; its DYNAMIC tasks go "
+                            "to other workers", address, config.worker_timeout_s)
 
     def _on_stop(self) -> None:
         self._stopped.set()
         self._handlers.close()
+        monitoring.remove_readiness_check(self._check_name)
+        if self._metrics is not None:
+            self._metrics.close()
+
+    @property
+    def _check_name(self) -> str:
+        return f"dispatcher {id(self):x}"
+
+    def _not_ready(self) -> str | None:
+        """Why this dispatcher is not ready (None: it serves and can write its journal)."""
+        if self._stopped.is_set() or not self.started:
+            return "not serving"
+        return self._handlers.journal_error
 
     def _num_workers(self) -> int:
         with self._handlers.lock:

@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from convoy import _rpc
-from convoy._channel import Channel
+from convoy import _rpc, monitoring
+from convoy._channel import Channel, Closed
 from convoy.codec import decode
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client.coordinated_reader_state import (
@@ -150,8 +150,15 @@ class Reader:
     def elements(self) -> Iterator[Any]:
         """The iteration's elements, for the consumer; raises the error that ended it. The
         reader closes once they end."""
+        wait = monitoring.CONSUMER_WAIT_SECONDS
         try:
-            for batch in self.results:
+            while True:
+                started = time.perf_counter()
+                try:
+                    batch = self.results.get(timeout=None)
+                except Closed:
+                    return
+                wait.observe(time.perf_counter() - started)
                 yield from batch
                 self._apply(ElementsReturned(len(batch)))
         finally:

@@ -20,10 +20,13 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from convoy import _rpc
+from convoy import _rpc, monitoring
+from convoy._log_summary import RepeatedFailures
+from convoy._security import LOOPBACK
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig
@@ -90,6 +93,10 @@ class WorkerServer(_rpc.ServerBase):
         self._stopping = False
         self._segments = SegmentServer(config.data_transfer_protocol != "grpc")
         self.error: BaseException | None = None
+        self._metrics: monitoring.MetricsServer | None = None
+        self._registered = False
+        self._heartbeat_failures = RepeatedFailures(
+            log, f"heartbeat to dispatcher {config.dispatcher_address}")
         if start:
             self.start()
 
@@ -109,6 +116,10 @@ class WorkerServer(_rpc.ServerBase):
     def _on_start(self) -> None:
         # Registered before returning, as TensorFlow's worker: jobs created next see it.
         config = self._config
+        _LIVE.add(self)
+        monitoring.add_readiness_check(self._check_name, self._not_ready)
+        if config.metrics_port is not None:
+            self._metrics = monitoring.serve(config.metrics_port, config.host or LOOPBACK)
         with self._lock:
             self._state = ws.WorkerState(self._address, config.heartbeat_interval_s,
                                          config.dispatcher_timeout_s, time.monotonic())
@@ -116,10 +127,21 @@ class WorkerServer(_rpc.ServerBase):
             (heartbeat,) = self._outbox
             self._outbox.clear()
         assert isinstance(heartbeat, ws.SendHeartbeat)
+        waiting = RepeatedFailures(
+            log, f"worker {self._address} waiting for dispatcher at "
+                 f"{config.dispatcher_address}: registering", level=logging.INFO)
+
+        def failed(error: BaseException) -> None:
+            monitoring.HEARTBEATS.labels("failed").inc()
+            waiting.failed(error)
+
         response = _rpc.retry(
             lambda: self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat)),
             config.dispatcher_timeout_s, f"worker {self._address} registering with dispatcher "
-            f"{config.dispatcher_address}", lambda: self._stopping)
+            f"{config.dispatcher_address}", lambda: self._stopping, failed)
+        waiting.succeeded()
+        monitoring.HEARTBEATS.labels("sent").inc()
+        self._registered = True
         self._heartbeat_answered(heartbeat, response)
         threading.Thread(target=self._control_loop, name="convoy-worker-control",
                          daemon=True).start()
@@ -189,16 +211,28 @@ class WorkerServer(_rpc.ServerBase):
         try:
             response = self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat))
         except ConvoyError as error:
-            log.warning("worker %s heartbeat failed: %s", self._address, error)
+            monitoring.HEARTBEATS.labels("failed").inc()
+            self._heartbeat_failures.failed(error)
             with self._lock:
                 self._apply(ws.HeartbeatFailed(heartbeat.seq, str(error), time.monotonic()))
             return
+        monitoring.HEARTBEATS.labels("sent").inc()
+        self._heartbeat_failures.succeeded()
         self._heartbeat_answered(heartbeat, response)
 
     def _heartbeat_request(self, heartbeat: ws.SendHeartbeat) -> pb.WorkerHeartbeatRequest:
+        elements, size = self.buffered()
         return pb.WorkerHeartbeatRequest(worker_address=self._address, worker_uid=self._uid,
                                          current_tasks=heartbeat.current_tasks,
-                                         finished_tasks=heartbeat.finished_tasks)
+                                         finished_tasks=heartbeat.finished_tasks,
+                                         buffered_elements=elements, buffered_bytes=size)
+
+    def buffered(self) -> tuple[int, int]:
+        """The elements its running tasks buffer for their consumers, and their bytes."""
+        with self._lock:
+            served = list(self._running.values())
+        counts = [task.task.buffered for task in served]
+        return sum(n for n, _ in counts), sum(size for _, size in counts)
 
     def _heartbeat_answered(self, heartbeat: ws.SendHeartbeat,
                             response: pb.WorkerHeartbeatResponse) -> None:
@@ -274,9 +308,12 @@ class WorkerServer(_rpc.ServerBase):
             taken = self._take(served, request, max(0.0, deadline - time.monotonic()))
             if taken:
                 numbers, elements = task.numbered(taken)
+                monitoring.ELEMENTS_SERVED.inc(len(elements))
                 if self._segments.serves(request):
                     return self._segments.answer(request, elements, numbers)
-                return b"".join([numbers, ELEMENTS, *task.encoder.encode_parts(elements)])
+                message = b"".join([numbers, ELEMENTS, *task.encoder.encode_parts(elements)])
+                monitoring.BYTES_SERVED.inc(len(message))
+                return message
             if taken is not None:
                 return NOT_READY
             # the end, if the worker is not stopping: wait for the dispatcher to know it
@@ -323,7 +360,12 @@ class WorkerServer(_rpc.ServerBase):
             with self._lock:
                 self._check_serving()  # a stopped task ends its rounds: say stopping instead
             raise
-        return ELEMENTS + served.task.encoder.encode(elements) if elements else NOT_READY
+        if not elements:
+            return NOT_READY
+        answer = ELEMENTS + served.task.encoder.encode(elements)
+        monitoring.ELEMENTS_SERVED.inc(len(elements))
+        monitoring.BYTES_SERVED.inc(len(answer))
+        return answer
 
     def _answer(self, asked: type, task_id: int, deadline: float
                 ) -> tuple[ws.Answer | None, ServedTask | None]:
@@ -382,6 +424,20 @@ class WorkerServer(_rpc.ServerBase):
         for task in served:
             task.stop()
         self._segments.close()
+        _LIVE.discard(self)
+        monitoring.remove_readiness_check(self._check_name)
+        if self._metrics is not None:
+            self._metrics.close()
+
+    @property
+    def _check_name(self) -> str:
+        return f"data worker {id(self):x}"
+
+    def _not_ready(self) -> str | None:
+        """Why this worker is not ready (None: it is registered and serving)."""
+        if self._stopping:
+            return "stopping"
+        return None if self._registered else "not registered with its dispatcher yet"
 
     def _num_tasks(self) -> int:
         """How many tasks run here (for tests and introspection)."""
@@ -393,6 +449,12 @@ class WorkerServer(_rpc.ServerBase):
         super().join()
         if self.error is not None:
             raise self.error
+
+
+#: The workers running in this process, whose buffers the BUFFERED_BYTES gauge adds up.
+_LIVE: weakref.WeakSet[WorkerServer] = weakref.WeakSet()
+monitoring.BUFFERED_BYTES.set_function(
+    lambda: float(sum(worker.buffered()[1] for worker in list(_LIVE))))
 
 
 def _definition(task: pb.TaskDef) -> ws.TaskDefinition:

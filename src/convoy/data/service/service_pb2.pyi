@@ -179,16 +179,20 @@ class TaskDef(_message.Message):
     def __init__(self, task_id: _Optional[int] = ..., iteration_id: _Optional[int] = ..., dataset_id: _Optional[str] = ..., dataset: _Optional[bytes] = ..., processing_mode: _Optional[str] = ..., compression: _Optional[str] = ..., worker_index: _Optional[int] = ..., num_workers: _Optional[int] = ..., num_consumers: _Optional[int] = ..., cross_trainer_cache: _Optional[bool] = ..., incarnation: _Optional[int] = ..., skip: _Optional[_Iterable[_Union[Split, _Mapping]]] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
-    __slots__ = ("worker_address", "worker_uid", "current_tasks", "finished_tasks")
+    __slots__ = ("worker_address", "worker_uid", "current_tasks", "finished_tasks", "buffered_elements", "buffered_bytes")
     WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     WORKER_UID_FIELD_NUMBER: _ClassVar[int]
     CURRENT_TASKS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_BYTES_FIELD_NUMBER: _ClassVar[int]
     worker_address: str
     worker_uid: str
     current_tasks: _containers.RepeatedScalarFieldContainer[int]
     finished_tasks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ..., finished_tasks: _Optional[_Iterable[int]] = ...) -> None: ...
+    buffered_elements: int
+    buffered_bytes: int
+    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ..., finished_tasks: _Optional[_Iterable[int]] = ..., buffered_elements: _Optional[int] = ..., buffered_bytes: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeatResponse(_message.Message):
     __slots__ = ("new_tasks", "tasks_to_delete")
@@ -275,3 +279,81 @@ class ReleasedSegment(_message.Message):
     name: str
     handout: int
     def __init__(self, name: _Optional[str] = ..., handout: _Optional[int] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("address", "last_heartbeat_s", "tasks", "buffered_elements", "buffered_bytes")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_S_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    last_heartbeat_s: float
+    tasks: _containers.RepeatedScalarFieldContainer[int]
+    buffered_elements: int
+    buffered_bytes: int
+    def __init__(self, address: _Optional[str] = ..., last_heartbeat_s: _Optional[float] = ..., tasks: _Optional[_Iterable[int]] = ..., buffered_elements: _Optional[int] = ..., buffered_bytes: _Optional[int] = ...) -> None: ...
+
+class DatasetStatus(_message.Message):
+    __slots__ = ("dataset_id", "cardinality", "num_split_units", "compression")
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    CARDINALITY_FIELD_NUMBER: _ClassVar[int]
+    NUM_SPLIT_UNITS_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    dataset_id: str
+    cardinality: int
+    num_split_units: int
+    compression: str
+    def __init__(self, dataset_id: _Optional[str] = ..., cardinality: _Optional[int] = ..., num_split_units: _Optional[int] = ..., compression: _Optional[str] = ...) -> None: ...
+
+class IterationStatus(_message.Message):
+    __slots__ = ("iteration_id", "repetition", "consumers", "tasks", "splits_handed_out", "splits_acknowledged", "elements_served", "finished")
+    ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    SPLITS_HANDED_OUT_FIELD_NUMBER: _ClassVar[int]
+    SPLITS_ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    ELEMENTS_SERVED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    iteration_id: int
+    repetition: int
+    consumers: int
+    tasks: _containers.RepeatedScalarFieldContainer[int]
+    splits_handed_out: int
+    splits_acknowledged: int
+    elements_served: int
+    finished: bool
+    def __init__(self, iteration_id: _Optional[int] = ..., repetition: _Optional[int] = ..., consumers: _Optional[int] = ..., tasks: _Optional[_Iterable[int]] = ..., splits_handed_out: _Optional[int] = ..., splits_acknowledged: _Optional[int] = ..., elements_served: _Optional[int] = ..., finished: _Optional[bool] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job_id", "name", "dataset_id", "policy", "num_consumers", "iterations")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    NUM_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    name: str
+    dataset_id: str
+    policy: str
+    num_consumers: int
+    iterations: _containers.RepeatedCompositeFieldContainer[IterationStatus]
+    def __init__(self, job_id: _Optional[int] = ..., name: _Optional[str] = ..., dataset_id: _Optional[str] = ..., policy: _Optional[str] = ..., num_consumers: _Optional[int] = ..., iterations: _Optional[_Iterable[_Union[IterationStatus, _Mapping]]] = ...) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("workers", "datasets", "jobs", "uptime_s")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    DATASETS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    datasets: _containers.RepeatedCompositeFieldContainer[DatasetStatus]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
+    uptime_s: float
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_s: _Optional[float] = ...) -> None: ...

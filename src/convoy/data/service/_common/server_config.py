@@ -50,10 +50,10 @@ def _is_address(entry: Any) -> bool:
     return True
 
 
-def _port(value: Any) -> int:
-    port = check.integer("port", value, 0)
+def _port(value: Any, name: str = "port") -> int:
+    port = check.integer(name, value, 0)
     if port > 65535:
-        raise InvalidArgumentError(f"port must be <= 65535, got {port}")
+        raise InvalidArgumentError(f"{name} must be <= 65535, got {port}")
     return port
 
 
@@ -118,12 +118,17 @@ class DispatcherConfig(ServerSecurity):
     max_datasets: int = MAX_DATASETS
     max_jobs: int = MAX_JOBS
     max_dataset_bytes: int = MAX_DATASET_BYTES
+    #: Serve /metrics, /healthz and /readyz on this port of ``host`` while it runs (None:
+    #: not; 0: any free port).
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("max_datasets", "max_jobs", "max_dataset_bytes"):
             check.integer(name, getattr(self, name), 1)
         _port(self.port)
+        if self.metrics_port is not None:
+            _port(self.metrics_port, "metrics_port")
         if self.protocol not in (None, "grpc"):
             raise InvalidArgumentError(f"protocol must be 'grpc', got {self.protocol!r}")
         check.boolean("fault_tolerant_mode", self.fault_tolerant_mode)
@@ -179,9 +184,13 @@ class WorkerConfig(ServerSecurity):
     data_transfer_protocol: str | None = None
     shutdown_quiet_period_ms: int = 0
     cross_trainer_cache_size_bytes: int | None = None
+    #: As DispatcherConfig's: /metrics, /healthz and /readyz on this port while it runs.
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.metrics_port is not None:
+            _port(self.metrics_port, "metrics_port")
         check.optional_integer("cross_trainer_cache_size_bytes",
                                self.cross_trainer_cache_size_bytes, 1)
         if not self.dispatcher_address:

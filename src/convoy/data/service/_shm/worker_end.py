@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from convoy import monitoring
 from convoy.codec import Encoder
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.host import host_identity
@@ -97,6 +98,7 @@ class SegmentServer:
         be written (say ``/dev/shm`` is full)."""
         message = _ENCODER.encode_parts(elements)
         size = sum(memoryview(part).nbytes for part in message)
+        monitoring.BYTES_SERVED.inc(size)
         reader = request.shared_memory
         segment = (self._write(message, size, reader.reader_id) if size >= MIN_SEGMENT_BYTES
                    else None)

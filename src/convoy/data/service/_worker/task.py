@@ -19,7 +19,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from convoy import nest
+from convoy import monitoring, nest
 from convoy._channel import Channel, Closed
 from convoy.codec import Encoder
 from convoy.data._op import Op, seeded
@@ -32,6 +32,9 @@ from convoy.errors import ConvoyError, InvalidArgumentError
 MAX_BUFFERED_ELEMENTS = 16_384
 #: ... or this many bytes of arrays.
 MAX_BUFFERED_BYTES = 64 << 20
+
+#: Elements produced are added to the metrics this many at a time.
+_COUNT_EVERY = 256
 
 _OTHER_SIZE = 32  # a rough size for a leaf that is not an array
 
@@ -68,8 +71,15 @@ class Task:
         self._shard = shard
         self._skip = Skipper(skip)
         size = _pair_size if incarnation else element_size
+        self._produced_bytes = 0  # of the elements put into the channel (their size)
+
+        def counted(element: Any) -> int:
+            n = size(element)
+            self._produced_bytes += n  # only the producer thread puts
+            return n
+
         self._elements: Channel[Any] = Channel(
-            f"elements of task {task_id}", max_buffered_elements, MAX_BUFFERED_BYTES, size)
+            f"elements of task {task_id}", max_buffered_elements, MAX_BUFFERED_BYTES, counted)
 
     def start(self) -> None:
         threading.Thread(target=self._produce, name=f"convoy-task-{self.task_id}",
@@ -78,16 +88,30 @@ class Task:
     def _produce(self) -> None:
         try:
             node = self._load().iterator(None, 0)
+            produced = counted_bytes = 0
             try:  # the node owns what runs beside it (prefetch threads, service readers)
                 for element in self._numbered(node.gen) if self.incarnation else node.gen:
                     if not self._elements.put(element):
                         return  # stopped
+                    produced += 1
+                    if produced == _COUNT_EVERY:  # metrics in bulk: a lock each
+                        counted_bytes = self._count(produced, counted_bytes)
+                        produced = 0
             finally:
+                self._count(produced, counted_bytes)
                 node.close()
         except BaseException as error:  # handed to the consumer, raised in its call
             self._elements.fail(error)
             return
         self._elements.close()
+
+    def _count(self, produced: int, counted_bytes: int) -> int:
+        """Add ``produced`` elements and the bytes put since ``counted_bytes`` to the
+        metrics; returns the bytes put so far."""
+        total = self._produced_bytes
+        monitoring.ELEMENTS_PRODUCED.inc(produced)
+        monitoring.BYTES_PRODUCED.inc(total - counted_bytes)
+        return total
 
     def _numbered(self, elements: Iterator[Any]) -> Iterator[tuple[int, Any]]:
         if not self._skip:
@@ -132,6 +156,11 @@ class Task:
         numbers = pack_numbers([(first, last + 1)] if last - first == len(taken) - 1
                                else runs(number for number, _ in taken))
         return NUMBERED + numbers, [element for _, element in taken]
+
+    @property
+    def buffered(self) -> tuple[int, int]:
+        """The elements waiting in its buffer, and their bytes (of arrays)."""
+        return len(self._elements), self._elements.size
 
     def stop(self) -> None:
         """Drop the buffered elements and end the producer thread (at its next element)."""
