@@ -4,6 +4,7 @@ and a checkpoint restores into a cluster with another number of parameter server
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 
@@ -146,6 +147,32 @@ def test_one_pull_and_one_push_per_parameter_server_per_step(make):
     for i in range(6):  # one at a time: the count patches the worker's sending
         counts = coordinator.schedule(count_messages, args=(step, *make_batch(i))).fetch()
         assert counts == {"pull ps0": 1, "pull ps1": 1, "push ps0": 1, "push ps1": 1}
+
+
+@pytest.mark.timeout(120)
+def test_gradients_not_taken_are_released_when_the_scheduled_function_ends(make, tmp_path):
+    coordinator, model, _ = make()
+    report = str(tmp_path / "report.json")
+
+    def forget(ids):
+        import json
+
+        import convoy.torch._place as placing
+        from convoy.distribute._worker_calls import current_call
+
+        state = placing._local.state
+        model(torch.from_numpy(ids)).sum().backward()  # and no gradients()
+        held = sum(len(grads) for grads in state.grads.values())
+
+        def after_place_released():  # added after the module's own: runs after it
+            with open(report, "w") as file:
+                json.dump([held, len(state.grads), state.call is None], file)
+
+        current_call().on_finish(after_place_released)
+
+    coordinator.schedule(forget, args=(make_batch(0)[0],)).fetch()
+    with open(report) as file:
+        assert json.load(file) == [3, 0, True]  # the rows, the head's weight and bias: freed
 
 
 @pytest.mark.timeout(180)
