@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 
 import cloudpickle
 import numpy as np
@@ -112,40 +111,37 @@ def test_a_placed_module_is_pickled_again_only_once_it_changed(make):
         torch.testing.assert_close(evaluating(ids), model(ids))
 
 
-def count_messages(step, ids, labels):
-    """Runs ``step`` on a worker, counting the operation lists this thread sends to each
-    parameter server: {"pull ps0": n, "push ps1": n, ...}."""
-    from convoy.distribute._store_clients import RemoteStore
+def count_messages(step, ps, ids, labels):
+    """Runs ``step`` on a worker, counting the operation lists this process sends to each
+    parameter server during the forward and after it: {"pull ps0": n, "push ps1": n, ...}."""
+    from convoy.distribute._store_clients import remote_store
 
-    me, counts, original = threading.get_ident(), {}, RemoteStore._queue
-
-    def counting(store, operations):
-        if threading.get_ident() == me:
-            kind = "pull" if all(op[0] in ("read", "gather") for op in operations) else "push"
-            key = f"{kind} ps{store.task_index}"
-            counts[key] = counts.get(key, 0) + 1
-        return original(store, operations)
-
-    RemoteStore._queue = counting
-    try:
-        step(ids, labels)
-    finally:
-        RemoteStore._queue = original
+    stores = [remote_store(address, i) for i, address in enumerate(ps)]
+    before = [store.lists_sent for store in stores]
+    forwarded = []
+    step(ids, labels, lambda: forwarded.extend(store.lists_sent for store in stores))
+    after = [store.lists_sent for store in stores]
+    counts = {}
+    for i in range(len(stores)):
+        counts[f"pull ps{i}"] = forwarded[i] - before[i]
+        counts[f"push ps{i}"] = after[i] - forwarded[i]
     return counts
 
 
 @pytest.mark.timeout(120)
-def test_one_pull_and_one_push_per_parameter_server_per_step(make):
+def test_one_pull_and_one_push_per_parameter_server_per_step(make, cluster):
     coordinator, model, optimizer = make()
 
-    def step(ids, labels):
+    def step(ids, labels, forward_done):
         loss = F.binary_cross_entropy_with_logits(model(torch.from_numpy(ids)),
                                                   torch.from_numpy(labels))
+        forward_done()
         loss.backward()
         optimizer.apply_gradients(model.gradients())
 
-    for i in range(6):  # one at a time: the count patches the worker's sending
-        counts = coordinator.schedule(count_messages, args=(step, *make_batch(i))).fetch()
+    ps = cluster.cluster["ps"]
+    for i in range(6):  # one at a time: nothing else on the worker sends meanwhile
+        counts = coordinator.schedule(count_messages, args=(step, ps, *make_batch(i))).fetch()
         assert counts == {"pull ps0": 1, "pull ps1": 1, "push ps0": 1, "push ps1": 1}
 
 
