@@ -179,6 +179,27 @@ def test_from_generator_with_args_and_list_values() -> None:
     assert elements(dataset) == [[0, 0], [1, 1], [2, 2]]
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_closing_an_iterator_closes_its_generator_at_once(prefetch: bool) -> None:
+    # The generator's `finally` runs at close(), not whenever the garbage collector finds it.
+    closed = threading.Event()
+
+    def gen():
+        try:
+            yield from range(1000)
+        finally:
+            closed.set()
+
+    dataset = Dataset.from_generator(gen, output_signature=TensorSpec((), np.int64))
+    dataset = dataset.map(lambda x: x * 2)
+    if prefetch:
+        dataset = dataset.prefetch(2)
+    iterator = iter(dataset)
+    assert next(iterator) == 0
+    iterator.close()
+    assert closed.wait(5)
+
+
 def test_list_files_sorted_without_shuffle(tmp_path: Path) -> None:
     for name in ["c.txt", "a.txt", "b.txt", "skip.dat"]:
         (tmp_path / name).write_text("x")

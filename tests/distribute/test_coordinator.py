@@ -8,16 +8,23 @@ threads end when it is collected or shut down.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
+import uuid
+import weakref
 
 import cloudpickle
+import numpy as np
 import pytest
 
 import convoy as cv
 from convoy.distribute import _scheduler
-from convoy.distribute.coordinator import DEFAULT_PIPELINING
+from convoy.distribute.coordinator import (
+    DEFAULT_PIPELINING,
+    experimental_get_current_worker_index,
+)
 from convoy.distribute.server import worker_context
 from convoy.errors import CancelledError, InvalidArgumentError
 from convoy.testing import TrainingCluster
@@ -202,6 +209,87 @@ def test_dropped_iterators_are_freed_on_the_workers(cluster, make):
     gc.collect()
     assert coordinator.schedule(lambda it: next(it).tolist()[:2], args=(kept,)).fetch() == [0, 1]
     assert resource_counts(coordinator) == {w: count + 1 for w, count in before.items()}
+
+
+def _recording_generator(directory):
+    """A generator that leaves a file in ``directory`` when it starts and another when it is
+    closed, named by its worker, so the chief can see which generators are still open."""
+    def generate():
+        token = f"{experimental_get_current_worker_index()}-{uuid.uuid4().hex}"
+        open(os.path.join(directory, f"open-{token}"), "w").close()
+        try:
+            yield from range(1_000_000)
+        finally:
+            open(os.path.join(directory, f"closed-{token}"), "w").close()
+    return generate
+
+
+def _generators(directory, state):
+    """{worker index: how many generators are in ``state`` ("open" or "closed")}."""
+    counts = {}
+    for name in os.listdir(directory):
+        if name.startswith(state + "-"):
+            worker = int(name.split("-")[1])
+            counts[worker] = counts.get(worker, 0) + 1
+    return counts
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pipeline", ["plain", "map_prefetch"])
+def test_dropped_iterators_close_their_generators_on_every_worker(cluster, make, tmp_path,
+                                                                   pipeline):
+    _, coordinator = make(cluster)
+    directory = str(tmp_path)
+    generate = _recording_generator(directory)
+
+    def dataset_fn():
+        dataset = cv.data.Dataset.from_generator(
+            generate, output_signature=cv.data.TensorSpec((), np.int64))
+        if pipeline == "map_prefetch":
+            dataset = dataset.map(lambda x: x + 1).prefetch(2)
+        return dataset
+
+    dataset = coordinator.create_per_worker_dataset(dataset_fn)
+    iterators = [iter(dataset) for _ in range(20)]
+
+    def advance(*its):
+        for it in its:
+            next(it)
+        time.sleep(0.05)  # long enough that both workers take functions
+        return experimental_get_current_worker_index()
+
+    ran_on = set()
+    deadline = time.monotonic() + 30
+    while ran_on != {0, 1}:
+        assert time.monotonic() < deadline, "a worker took no work"
+        ran_on.update(coordinator.fetch(
+            [coordinator.schedule(advance, args=tuple(iterators)) for _ in range(8)]))
+    assert _generators(directory, "open") == {0: 20, 1: 20}
+    assert _generators(directory, "closed") == {}
+
+    del iterators
+    gc.collect()
+    # the workers run anything: within a second every generator is closed on both
+    assert set(coordinator.fetch([coordinator.schedule(where) for _ in range(16)])) == {0, 1}
+    wait_until(lambda: _generators(directory, "closed") == {0: 20, 1: 20}, timeout_s=1.0,
+               what=f"the generators closed (closed: {_generators(directory, 'closed')})")
+
+
+class Payload:
+    """An argument the chief can watch being collected."""
+
+
+@pytest.mark.timeout(120)
+def test_the_chief_keeps_no_argument_of_a_finished_function(cluster, make):
+    # A lane waiting for work once held its last closures, and with them their arguments
+    # (per-worker iterators the chief dropped stayed open until that lane ran again).
+    _, coordinator = make(cluster)
+    payloads = [Payload() for _ in range(8)]
+    watched = [weakref.ref(payload) for payload in payloads]
+    coordinator.fetch([coordinator.schedule(lambda p: 1, args=(p,)) for p in payloads])
+    del payloads
+    gc.collect()
+    assert [ref() for ref in watched] == [None] * 8
 
 
 @pytest.mark.timeout(120)

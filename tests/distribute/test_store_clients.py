@@ -39,6 +39,7 @@ def test_operation_lists_from_many_threads_each_get_their_results(table):
     store, name = table
     threads, per_thread = 8, 40
     failures = []
+    sent = store.lists_sent
 
     def work(thread):
         try:
@@ -58,6 +59,7 @@ def test_operation_lists_from_many_threads_each_get_their_results(table):
     for worker in workers:
         worker.join()
     assert not failures
+    assert store.lists_sent - sent == threads * per_thread  # counted without losing any
     expected = np.bincount(np.arange(threads * per_thread) % ROWS, minlength=ROWS)
     np.testing.assert_array_equal(store.execute([("read", name)])[0],
                                   np.repeat(expected[:, None], WIDTH, axis=1))

@@ -122,3 +122,51 @@ def test_a_failing_call_cancels_the_other_calls_of_its_run(ps_and_worker, table)
     assert [type(outcome.error) for outcome in outcomes] == [
         CancelledError, ValueError, CancelledError]
     client.close()
+
+
+def record_finish(key, fail):
+    """A scheduled function that registers on_finish callbacks (one of them raising) and
+    records, in its worker's context, what ran in which thread."""
+    import threading as _threading
+
+    from convoy.distribute._worker_calls import current_call
+    from convoy.distribute.server import worker_context
+
+    record = worker_context().resources.setdefault(key, [])
+    call = current_call()
+    call.on_finish(lambda: record.append(("first", _threading.get_ident())))
+    call.on_finish(lambda: 1 / 0)  # logged: neither the outcome nor the others change
+    call.on_finish(lambda: record.append(("second", _threading.get_ident())))
+    record.append(("body", _threading.get_ident()))
+    if fail:
+        raise ValueError("boom")
+    return "ran"
+
+
+def take_record(key):
+    from convoy.distribute.server import worker_context
+
+    return worker_context().resources.pop(key)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fail", [False, True])
+def test_on_finish_callbacks_run_in_order_in_the_call_s_thread_when_it_ends(
+        ps_and_worker, fail):
+    client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    key = f"finish-{random.randrange(2**32)}"
+
+    def run(function, *args):
+        [outcome] = load_outcomes(client.stream("Run").call(run_request([
+            call_message(function, args, {})])))
+        return outcome
+
+    outcome = run(record_finish, key, fail)
+    if fail:
+        assert isinstance(outcome.error, ValueError) and "boom" in str(outcome.error)
+    else:
+        assert outcome == Outcome("ran")
+    record = run(take_record, key).unwrap()
+    assert [what for what, _ in record] == ["body", "first", "second"]
+    assert len({thread for _, thread in record}) == 1
+    client.close()

@@ -16,6 +16,7 @@ from torch import nn
 
 import convoy as cv
 import convoy.torch._place as placing
+from convoy.distribute._worker_calls import RunningCall, enter_call
 from convoy.errors import InvalidArgumentError
 
 
@@ -251,6 +252,20 @@ def test_each_thread_gets_the_gradients_of_its_own_pulls():
         plain(inputs[index]).sum().backward()
         np.testing.assert_allclose(dense_gradients(results[index])["fc.weight"],
                                    plain.fc.weight.grad.numpy(), atol=1e-6)
+
+
+def test_gradients_not_taken_are_released_when_the_scheduled_function_ends():
+    _, placed = twins(BagModel)
+    call = RunningCall()
+    enter_call(call)  # as a worker runs a scheduled function
+    try:
+        placed(torch.tensor([[1, 2]])).sum().backward()  # and no gradients()
+        assert placing._local.state.grads
+    finally:
+        enter_call(None)
+    call.finish()
+    assert placing._local.state.grads == {}
+    assert placing._local.state.call is None
 
 
 def test_gradients_of_several_backwards_add_up_until_asked_for():

@@ -4,8 +4,8 @@ and a checkpoint restores into a cluster with another number of parameter server
 
 from __future__ import annotations
 
+import json
 import sys
-import threading
 
 import cloudpickle
 import numpy as np
@@ -111,41 +111,64 @@ def test_a_placed_module_is_pickled_again_only_once_it_changed(make):
         torch.testing.assert_close(evaluating(ids), model(ids))
 
 
-def count_messages(step, ids, labels):
-    """Runs ``step`` on a worker, counting the operation lists this thread sends to each
-    parameter server: {"pull ps0": n, "push ps1": n, ...}."""
-    from convoy.distribute._store_clients import RemoteStore
+def count_messages(step, ps, ids, labels):
+    """Runs ``step`` on a worker, counting the operation lists this process sends to each
+    parameter server during the forward and after it: {"pull ps0": n, "push ps1": n, ...}."""
+    from convoy.distribute._store_clients import remote_store
 
-    me, counts, original = threading.get_ident(), {}, RemoteStore._queue
-
-    def counting(store, operations):
-        if threading.get_ident() == me:
-            kind = "pull" if all(op[0] in ("read", "gather") for op in operations) else "push"
-            key = f"{kind} ps{store.task_index}"
-            counts[key] = counts.get(key, 0) + 1
-        return original(store, operations)
-
-    RemoteStore._queue = counting
-    try:
-        step(ids, labels)
-    finally:
-        RemoteStore._queue = original
+    stores = [remote_store(address, i) for i, address in enumerate(ps)]
+    before = [store.lists_sent for store in stores]
+    forwarded = []
+    step(ids, labels, lambda: forwarded.extend(store.lists_sent for store in stores))
+    after = [store.lists_sent for store in stores]
+    counts = {}
+    for i in range(len(stores)):
+        counts[f"pull ps{i}"] = forwarded[i] - before[i]
+        counts[f"push ps{i}"] = after[i] - forwarded[i]
     return counts
 
 
 @pytest.mark.timeout(120)
-def test_one_pull_and_one_push_per_parameter_server_per_step(make):
+def test_one_pull_and_one_push_per_parameter_server_per_step(make, cluster):
     coordinator, model, optimizer = make()
 
-    def step(ids, labels):
+    def step(ids, labels, forward_done):
         loss = F.binary_cross_entropy_with_logits(model(torch.from_numpy(ids)),
                                                   torch.from_numpy(labels))
+        forward_done()
         loss.backward()
         optimizer.apply_gradients(model.gradients())
 
-    for i in range(6):  # one at a time: the count patches the worker's sending
-        counts = coordinator.schedule(count_messages, args=(step, *make_batch(i))).fetch()
+    ps = cluster.cluster["ps"]
+    for i in range(6):  # one at a time: nothing else on the worker sends meanwhile
+        counts = coordinator.schedule(count_messages, args=(step, ps, *make_batch(i))).fetch()
         assert counts == {"pull ps0": 1, "pull ps1": 1, "push ps0": 1, "push ps1": 1}
+
+
+@pytest.mark.timeout(120)
+def test_gradients_not_taken_are_released_when_the_scheduled_function_ends(make, tmp_path):
+    coordinator, model, _ = make()
+    report = str(tmp_path / "report.json")
+
+    def forget(ids):
+        import json
+
+        import convoy.torch._place as placing
+        from convoy.distribute._worker_calls import current_call
+
+        state = placing._local.state
+        model(torch.from_numpy(ids)).sum().backward()  # and no gradients()
+        held = sum(len(grads) for grads in state.grads.values())
+
+        def after_place_released():  # added after the module's own: runs after it
+            with open(report, "w") as file:
+                json.dump([held, len(state.grads), state.call is None], file)
+
+        current_call().on_finish(after_place_released)
+
+    coordinator.schedule(forget, args=(make_batch(0)[0],)).fetch()
+    with open(report) as file:
+        assert json.load(file) == [3, 0, True]  # the rows, the head's weight and bias: freed
 
 
 @pytest.mark.timeout(180)

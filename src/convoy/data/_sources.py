@@ -257,16 +257,29 @@ class _GeneratorNode(Node):
 
     def _run(self, op: GeneratorOp, skip: int) -> Iterator[Any]:
         source = iter(op.generator(*op.args))
-        for _ in range(skip):
-            next(source, None)
-        conform = op.conform
-        for value in source:
-            index = self.count
-            self.count = index + 1
-            yield conform(value, index)
+        try:
+            for _ in range(skip):
+                next(source, None)
+            conform = op.conform
+            for value in source:
+                index = self.count
+                self.count = index + 1
+                yield conform(value, index)
+        finally:  # the user's generator runs its `finally` now, not when it is collected
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()
 
     def state_dict(self) -> int:
         return self.count
+
+    def close(self) -> None:
+        # The node and its generator refer to each other: without this the generator would
+        # close only when the cyclic garbage collector runs.
+        try:
+            self.gen.close()  # type: ignore[attr-defined]
+        except ValueError:  # running in another thread: it closes when collected
+            pass
 
 
 class ElementsOp(IndexSource):

@@ -247,8 +247,12 @@ class Scheduler:
                 lane.begin(run.closure_ids)
                 closures = [self._closures[i] for i in run.closure_ids]
             outcomes = self._run(lane, closures)
+            # Held while the lane waits, the closures would keep their arguments (per-worker
+            # iterators the chief dropped) alive until the lane's next Run.
+            del closures, run
             self._apply(msg.WorkerLost(lane.worker.index, lane.index) if outcomes is None
                         else msg.Finished(lane.worker.index, lane.index, outcomes))
+            del outcomes
 
     def _run(self, lane: Lane, closures: list[Closure]) -> tuple[Outcome, ...] | None:
         """The closures' outcomes on the lane's worker; None if it cannot be reached."""

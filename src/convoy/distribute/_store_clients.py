@@ -83,6 +83,7 @@ class RemoteStore:
     Operation lists from all threads of the process travel on one ``Execute`` stream, one
     message in flight at a time, carrying every list queued meanwhile. Under load, concurrent
     training steps so share messages, and the per-message cost is paid once for all of them.
+    :attr:`lists_sent` counts the lists.
     """
 
     _instances: dict[str, RemoteStore] = {}
@@ -96,6 +97,14 @@ class RemoteStore:
         self._stream = self._client.stream("Execute")  # used by the sender thread only
         self._pending: Channel[_Pending] = Channel(f"operation lists for the ps at {address}")
         self._sender: threading.Thread | None = None
+        self._lists_sent = 0
+        self._counting = threading.Lock()
+
+    @property
+    def lists_sent(self) -> int:
+        """How many operation lists (each one atomic ``execute``) this process has sent to
+        this parameter server so far, from all its threads; a list counts once queued."""
+        return self._lists_sent
 
     @classmethod
     def get(cls, address: str, task_index: int) -> RemoteStore:
@@ -132,6 +141,8 @@ class RemoteStore:
 
     def _queue(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
         future: Future[list[Any]] = Future()
+        with self._counting:
+            self._lists_sent += 1
         self._pending.put((operations, future))
         if self._sender is None:
             self._start_sender()

@@ -3,13 +3,15 @@
 A scheduled function running on a worker is a :class:`RunningCall` of its thread: its
 variable updates may be queued without waiting, its whole-variable reads are read ahead (see
 :mod:`convoy.distribute._readahead`), and once the coordinator cancels it, its next variable
-operation raises CancelledError (:func:`raise_if_cancelled`). A worker server's
+operation raises CancelledError (:func:`raise_if_cancelled`); modules that keep state per
+call free it with :meth:`RunningCall.on_finish`. A worker server's
 :class:`CallRunner` answers its ``Run`` and ``Cancel``; a function is unpickled once per
 worker, by digest.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,18 +30,37 @@ from convoy.errors import CancelledError, InvalidArgumentError
 _UNPICKLED_KEPT = 1024
 _CANCELLED_KEPT = 4096
 
+log = logging.getLogger(__name__)
+
 
 class RunningCall:
     """A scheduled function running in a thread of a worker: the variable updates it queued
-    (it counts as done once they have landed), its read-ahead, and whether the coordinator
-    cancelled it."""
+    (it counts as done once they have landed), its read-ahead, whether the coordinator
+    cancelled it, and what to run when it ends (:meth:`on_finish`)."""
 
-    __slots__ = ("updates", "reads", "cancelled")
+    __slots__ = ("updates", "reads", "cancelled", "_on_finish")
 
     def __init__(self, reads: ReadAhead | None = None) -> None:
         self.updates: list[Future[list[Any]]] = []
         self.reads = ReadAhead() if reads is None else reads
         self.cancelled = False
+        self._on_finish: list[Callable[[], object]] = []
+
+    def on_finish(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` when the scheduled function ends, whether it returned or raised, in
+        its worker thread: for state kept per call (it must not outlive the call). Callbacks
+        run in the order they were added, before the call's outcome is sent; one that raises
+        is logged and does not change the outcome."""
+        self._on_finish.append(fn)
+
+    def finish(self) -> None:
+        """Run the :meth:`on_finish` callbacks (once: they are cleared)."""
+        callbacks, self._on_finish = self._on_finish, []
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:
+                log.exception("an on_finish callback of a scheduled function failed")
 
 
 class _ThisThread(threading.local):
@@ -145,6 +166,7 @@ class CallRunner:
                                                     "before it started"))
                        if running.cancelled else Outcome.of(self._call, call))
         finally:
+            running.finish()
             enter_call(None)
             if digest is not None:
                 _readahead.remember(digest, running.reads.reads)

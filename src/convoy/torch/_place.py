@@ -14,6 +14,7 @@ not all known at its first parameter use (see :class:`_Step`). ``model.gradients
 returns the ``(gradient, variable)`` pairs of this thread's pulls whose tensors received
 gradients since its last call, and releases them. A forward without ``backward()`` keeps
 nothing: a pull's tensors are held by the autograd graph alone until a backward reaches them.
+Gradients a scheduled function did not take are released when it ends.
 """
 
 from __future__ import annotations
@@ -104,12 +105,19 @@ class _Thread:
         return None
 
     def new_step(self) -> None:
-        """Gradients nobody asked for in an earlier scheduled function of this thread are
-        dropped: they must not be applied by a later one."""
+        """Gradients nobody asked for in a scheduled function are released when it ends (and
+        any left by code outside scheduled functions when one starts): they must not be
+        applied by a later one."""
         call = current_call()
         if call is not self.call:
             self.call = call
             self.grads.clear()
+            if call is not None:
+                call.on_finish(self._call_ended)
+
+    def _call_ended(self) -> None:
+        self.grads.clear()
+        self.call = None
 
 
 class _Local(threading.local):
