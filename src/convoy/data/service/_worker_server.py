@@ -104,7 +104,12 @@ class WorkerServer(_rpc.ServerBase):
         return self.bound_address
 
     def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
-        return {WORKER_METHODS[0]: self._get_elements}
+        handlers = {"GetElements": self._get_elements, "PingWorker": self._ping}
+        return {method: handlers[method.name] for method in WORKER_METHODS}
+
+    def _ping(self, request: pb.PingWorkerRequest) -> pb.PingWorkerResponse:
+        """The dispatcher checks that this process is alive (a consumer could not reach it)."""
+        return pb.PingWorkerResponse(worker_uid=self._uid)
 
     def _on_start(self) -> None:
         # Registered before returning, as TensorFlow's worker: jobs created next see it.
