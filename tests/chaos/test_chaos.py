@@ -61,11 +61,15 @@ class Consumer(threading.Thread):
         self.received = 0
         self.error: BaseException | None = None
         self.started_at = self.ended_at = 0.0
+        self.longest_wait_s = 0.0  # between two elements (or the start and the first)
 
     def run(self) -> None:
-        self.started_at = time.monotonic()
+        self.started_at = last = time.monotonic()
         try:
             for element in self.dataset:
+                now = time.monotonic()
+                self.longest_wait_s = max(self.longest_wait_s, now - last)
+                last = now
                 for x in self.numbers(element):
                     self.counts[x] += 1
                     self.received += 1
@@ -280,6 +284,37 @@ def test_a_worker_that_never_returns_does_not_hang_the_epoch() -> None:
     assert consumer.error is None, consumer.error
     report("a worker lost for good", consumer)
     assert consumer.counts == {x: 1 for x in range(N)}
+
+
+#: The longest a consumer may wait between two elements when a worker is lost for good, with
+#: default settings (the consumer reports it, the dispatcher checks and has its task adopted).
+LOST_WORKER_WAIT_S = 10.0
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("replaced", [False, True], ids=["gone-for-good", "new-address"])
+def test_a_worker_lost_costs_nothing_and_no_long_stall(replaced: bool) -> None:
+    """DYNAMIC, 3 workers, default timeouts: worker 0 is SIGKILLed mid-epoch and never comes
+    back at its address (or, as Kubernetes replaces a pod, a new worker joins at another
+    address). The consumer finds it refusing connections and tells the dispatcher, which
+    checks, declares it lost at once and has its task adopted: every element exactly once,
+    and no wait near worker_timeout_ms (60 s)."""
+    rng = random.Random(chaos_seed())
+    with ProcessCluster(num_workers=3, heartbeat_interval_ms=None) as cluster:
+        consumer = Consumer(pipeline("distributed_epoch", cluster.target))
+        consumer.start()
+        consumer.reach(kill_points(rng, 1, N)[0])
+        cluster.workers[0].kill()
+        killed = time.monotonic()
+        if replaced:
+            cluster.add_worker()
+        consumer.finish([cluster.dispatcher, *cluster.workers])
+    assert consumer.error is None, consumer.error
+    report(f"a worker lost ({'replaced at a new address' if replaced else 'for good'}), "
+           "default settings", consumer, longest_wait_s=round(consumer.longest_wait_s, 2),
+           end_after_kill_s=round(consumer.ended_at - killed, 2))
+    check_exactly_once(consumer.counts, N, "a worker lost")
+    assert consumer.longest_wait_s < LOST_WORKER_WAIT_S
 
 
 # ----- DYNAMIC, exactly once through kills of workers and the dispatcher -------------------------
