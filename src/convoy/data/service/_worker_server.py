@@ -147,6 +147,8 @@ class WorkerServer(_rpc.ServerBase):
                 log.error("worker %s stops: %s", self._address, instruction.reason)
                 self.error = UnavailableError(instruction.reason)
                 self._stopping = True
+            elif isinstance(instruction, ws.WaitingForDispatcher):
+                log.warning("%s", instruction.message)
             elif not isinstance(instruction, ws.HeartbeatNow):
                 self._outbox.append(instruction)
         if result.instructions:
@@ -194,7 +196,8 @@ class WorkerServer(_rpc.ServerBase):
         try:
             response = self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat))
         except ConvoyError as error:
-            log.warning("worker %s heartbeat failed: %s", self._address, error)
+            # said every 10 s, summed up (WaitingForDispatcher)
+            log.debug("worker %s heartbeat failed: %s", self._address, error)
             with self._lock:
                 self._apply(ws.HeartbeatFailed(heartbeat.seq, str(error), time.monotonic()))
             return
