@@ -317,6 +317,34 @@ def test_a_worker_lost_costs_nothing_and_no_long_stall(replaced: bool) -> None:
     assert consumer.longest_wait_s < LOST_WORKER_WAIT_S
 
 
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("mode", ["distributed_epoch", "parallel_epochs"])
+def test_a_worker_sigtermed_mid_epoch_drains_and_exits_0(mode: str) -> None:
+    """SIGTERM makes a worker leave gracefully: it stops producing, its consumers take what it
+    buffered, it deregisters and exits 0. DYNAMIC: its unfinished splits run elsewhere, so
+    every element arrives exactly once. OFF: its copy ends where it stopped; the other two
+    workers' copies are whole."""
+    rng = random.Random(chaos_seed())
+    total = N if mode == "distributed_epoch" else 3 * N
+    with ProcessCluster(num_workers=3, heartbeat_interval_ms=None) as cluster:
+        consumer = Consumer(pipeline(mode, cluster.target))
+        consumer.start()
+        consumer.reach(kill_points(rng, 1, total)[0])
+        signalled = time.monotonic()
+        status = cluster.workers[0].terminate(timeout_s=30)
+        exited_s = time.monotonic() - signalled
+        consumer.finish([cluster.dispatcher, *cluster.workers])
+    assert consumer.error is None, consumer.error
+    report(f"{mode}, a worker SIGTERMed", consumer, exit_status=status,
+           exited_after_s=round(exited_s, 2), longest_wait_s=round(consumer.longest_wait_s, 2))
+    assert status == 0, "".join(cluster.workers[0].log[-30:])
+    if mode == "distributed_epoch":
+        check_exactly_once(consumer.counts, N, "a worker SIGTERMed")
+    else:
+        assert set(consumer.counts) == set(range(N))
+        assert min(consumer.counts.values()) >= 2 and max(consumer.counts.values()) <= 3
+
+
 # ----- DYNAMIC, exactly once through kills of workers and the dispatcher -------------------------
 # A worker's replacement runs its task again (same splits, same seeds, so the same elements in
 # the same order) and skips what the job's consumers received. The pipelines below mix elements

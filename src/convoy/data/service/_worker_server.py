@@ -58,6 +58,8 @@ STOP_QUIET_S = 0.2
 STOP_WAIT_S = 3.0
 #: ... giving its last answers this long to leave.
 STOP_GRACE_S = 1.0
+#: A draining worker (SIGTERM) lets its consumers take what it buffered for this long at most.
+DRAIN_TIMEOUT_S = 10.0
 
 
 class WorkerServer(_rpc.ServerBase):
@@ -88,6 +90,8 @@ class WorkerServer(_rpc.ServerBase):
         self._served = threading.Condition(self._lock)  # one was answered
         self._last_call = float("-inf")  # when the latest GetElements call came
         self._stopping = False
+        self._draining = False  # takes no more splits; its consumers take what is buffered
+        self._control: threading.Thread | None = None
         self._segments = SegmentServer(config.data_transfer_protocol != "grpc")
         self.error: BaseException | None = None
         if start:
@@ -126,8 +130,9 @@ class WorkerServer(_rpc.ServerBase):
             config.dispatcher_timeout_s, f"worker {self._address} registering with dispatcher "
             f"{config.dispatcher_address}", lambda: self._stopping)
         self._heartbeat_answered(heartbeat, response)
-        threading.Thread(target=self._control_loop, name="convoy-worker-control",
-                         daemon=True).start()
+        self._control = threading.Thread(target=self._control_loop,
+                                         name="convoy-worker-control", daemon=True)
+        self._control.start()
         log.info("worker serving at %s", self._address)
 
     # ----- the state and its instructions -------------------------------------------------------
@@ -165,6 +170,8 @@ class WorkerServer(_rpc.ServerBase):
             definition, splits,
             self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES, self._address)
         served.start()  # once listed: its splits are asked for only while it is
+        if self._draining:
+            served.drain()
 
     # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
     def _control_loop(self) -> None:
@@ -229,7 +236,7 @@ class WorkerServer(_rpc.ServerBase):
         replaces another replays its splits before it gets new ones."""
         # read without the lock: one dict lookup is atomic
         def stopped() -> bool:
-            return self._stopping or task_id not in self._running
+            return self._stopping or self._draining or task_id not in self._running
 
         while True:
             with one_at_a_time:
@@ -355,7 +362,51 @@ class WorkerServer(_rpc.ServerBase):
                                    f"{'stopping' if self._stopping else 'starting'}")
 
     # ----- lifecycle ---------------------------------------------------------------------------
-    def stop(self, grace: float | None = None) -> None:
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """Leave gracefully (what SIGTERM does): take no more splits and stop producing; let
+        the consumers take what is buffered for ``timeout_s`` at most (a task that is not
+        DYNAMIC then ends where it stopped); deregister, so that the dispatcher has the
+        unfinished DYNAMIC tasks run again elsewhere at once, exactly once (the next run
+        replays their splits and skips what the consumers received); then :meth:`stop`.
+        Returns whether the consumers took everything in time."""
+        with self._lock:
+            self._draining = True
+            served = list(self._running.values())
+        log.info("worker %s draining: its consumers take what it buffered (for %.1f s at "
+                 "most)", self._address, timeout_s)
+        for task in served:
+            task.drain()
+        deadline = time.monotonic() + timeout_s
+        while not (drained := self._drained()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not drained:
+            log.warning("worker %s leaves after %.1f s of draining with elements still "
+                        "buffered: its DYNAMIC tasks make them again elsewhere", self._address,
+                        timeout_s)
+        self.stop(deregister=True)
+        return drained
+
+    def _drained(self) -> bool:
+        """Whether every task is drained and, unless DYNAMIC, its end acknowledged."""
+        with self._lock:
+            assert self._state is not None
+            return not self._serving and all(
+                served.task.drained and (served.task.incarnation or task_id in self._state.ended)
+                for task_id, served in self._running.items())
+
+    def _deregister(self) -> None:
+        """Tell the dispatcher this worker leaves, once no heartbeat can follow (one would
+        register it again)."""
+        if self._control is not None:
+            self._control.join(CALL_TIMEOUT_S)
+        try:
+            self._call("DeregisterWorker", pb.DeregisterWorkerRequest(
+                worker_address=self._address, worker_uid=self._uid))
+        except ConvoyError as error:
+            log.warning("worker %s could not deregister (the dispatcher declares it lost "
+                        "once it finds it gone): %s", self._address, error)
+
+    def stop(self, grace: float | None = None, deregister: bool = False) -> None:
         """Stop producing and answer GetElements calls "unavailable" (their consumers read
         elsewhere and come back later) until none is being served and none has come for
         ``STOP_QUIET_S``; then stop the server. Its last answers get ``grace`` seconds to
@@ -365,6 +416,8 @@ class WorkerServer(_rpc.ServerBase):
             self._stopping = True
             self._wake.notify_all()
             self._answered.notify_all()
+        if deregister:
+            self._deregister()
         self._on_stop()  # stopping the tasks wakes the calls waiting for their elements
         self._quiesce()
         if grace is None:
