@@ -317,8 +317,9 @@ class ReaderState:
                   if t.reached and t.worker_address != task.worker_address]
         if task.incarnation:
             return self._fail(UnavailableError(
-                f"Failed to get elements from {what}; the dispatcher did not have the task "
-                "run elsewhere in time (is the worker alive but unreachable from here?)"))
+                f"Failed to get elements from {what}; a DYNAMIC task is not skipped (its "
+                "elements would be lost), and the dispatcher did not have it run elsewhere in "
+                "time (is its worker alive but unreachable from here?)"))
         if not (self.config.can_skip and others):
             return self._fail(UnavailableError(f"Failed to get elements from {what}"))
         task.ended = task.skipped = True
