@@ -411,7 +411,8 @@ class WorkerServer(_rpc.ServerBase):
         elsewhere and come back later) until none is being served and none has come for
         ``STOP_QUIET_S``; then stop the server. Its last answers get ``grace`` seconds to
         leave (by default the config's shutdown quiet period, at least ``STOP_GRACE_S``).
-        Stopping the server while calls arrive would cancel them."""
+        Stopping the server while calls arrive would cancel them. With ``deregister`` (as
+        :meth:`drain` does) it first tells the dispatcher that it leaves."""
         with self._lock:
             self._stopping = True
             self._wake.notify_all()
