@@ -374,7 +374,7 @@ def restart_workers_mid_epoch(cluster: ProcessCluster, consumer: Consumer, rng: 
     ``total`` elements, restarting it on its port after a random moment."""
     for point in kill_points(rng, restarts, total):
         consumer.reach(point)
-        assert consumer.is_alive(), "the epoch ended before the kill"
+        assert consumer.is_alive(), f"the epoch ended before the kill: {consumer.error!r}"
         victim = rng.randrange(len(cluster.workers))
         cluster.workers[victim].kill()
         time.sleep(rng.uniform(0.0, 0.5))

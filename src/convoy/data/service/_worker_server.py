@@ -390,7 +390,7 @@ class WorkerServer(_rpc.ServerBase):
         """Whether every task is drained and, unless DYNAMIC, its end acknowledged."""
         with self._lock:
             assert self._state is not None
-            return not self._serving and all(
+            return all(  # consumers' calls keep coming: the ones in flight end with stop()
                 served.task.drained and (served.task.incarnation or task_id in self._state.ended)
                 for task_id, served in self._running.items())
 
