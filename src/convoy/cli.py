@@ -69,13 +69,20 @@ def _reuse_large_allocations() -> None:
     mallopt(m_trim_threshold, 512 << 20)
 
 
-def _serve_until_signalled(server: Any, role: str, address: str, advertised: str = "") -> int:
+def _serve_until_signalled(server: Any, role: str, address: str, advertised: str = "",
+                           on_sigterm: Callable[[], object] | None = None) -> int:
     """Print the address ``server`` bound (and the one it advertises, if another), then serve
-    until SIGTERM or SIGINT stops it."""
+    until SIGTERM or SIGINT stops it (SIGTERM by ``on_sigterm``, if given: a graceful leave)."""
     _reuse_large_allocations()
     stop = threading.Event()
+    signals: list[int] = []
+
+    def signalled(signum: int, _: object) -> None:
+        signals.append(signum)
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, signalled)
     also = f" (advertised as {advertised})" if advertised and advertised != address else ""
     monitoring.add_readiness_check(_SERVING, lambda: _problem(server))
     print(f"convoy {role} listening on {address}{also}", flush=True)
@@ -90,7 +97,10 @@ def _serve_until_signalled(server: Any, role: str, address: str, advertised: str
             return FAILURE
     log.info("convoy %s stopping", role)
     monitoring.add_readiness_check(_SERVING, lambda: "stopping")
-    server.stop()
+    if on_sigterm is not None and signals[:1] == [signal.SIGTERM]:
+        on_sigterm()
+    else:
+        server.stop()
     return 0
 
 
@@ -210,6 +220,10 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cross-trainer-cache-size-bytes", type=int, default=None,
                         metavar="N", help="bound of each task's cross-trainer cache "
                                           "(default 10 GiB)")
+    parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="on SIGTERM, how long its consumers may take what it buffered "
+                             "before it deregisters and exits; its unfinished DYNAMIC splits "
+                             "run elsewhere, exactly once (default %(default)s)")
     metrics_arguments(parser)
     security_arguments(parser)
 
@@ -218,6 +232,9 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
 def _worker(args: argparse.Namespace) -> int:
     from convoy.data.service import WorkerConfig, WorkerServer
 
+    if not args.drain_timeout >= 0:
+        raise CommandError(f"--drain-timeout must be a number of seconds >= 0, got "
+                           f"{args.drain_timeout}", USAGE)
     config = WorkerConfig(dispatcher_address=args.dispatcher, port=args.port,
                           worker_address=args.address, heartbeat_interval_ms=args.heartbeat_ms,
                           dispatcher_timeout_ms=args.dispatcher_timeout_ms,
@@ -233,7 +250,8 @@ def _worker(args: argparse.Namespace) -> int:
                 f"{error}; check that a dispatcher runs at {config.dispatcher_address} and "
                 "that this machine reaches it (a worker waits --dispatcher-timeout-ms for "
                 "it)") from error
-        return _serve_until_signalled(server, "worker", server.bound_address, server._address)
+        return _serve_until_signalled(server, "worker", server.bound_address, server._address,
+                                      lambda: server.drain(args.drain_timeout))
 
 
 def _server_arguments(parser: argparse.ArgumentParser) -> None:

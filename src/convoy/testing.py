@@ -130,9 +130,10 @@ class ServerProcess:
 
 class ProcessCluster:
     """A dispatcher process and worker processes on this machine; ``worker_args`` and ``env``
-    (see :class:`ServerProcess`) go to every worker, ``env`` to the dispatcher too."""
+    (see :class:`ServerProcess`) go to every worker, ``env`` to the dispatcher too;
+    ``heartbeat_interval_ms=None`` leaves the workers' default."""
 
-    def __init__(self, num_workers: int = 1, heartbeat_interval_ms: int = 100,
+    def __init__(self, num_workers: int = 1, heartbeat_interval_ms: int | None = 100,
                  dispatcher_args: list[str] | None = None,
                  worker_args: list[str] | None = None,
                  env: Mapping[str, str | None] | None = None) -> None:
@@ -155,9 +156,10 @@ class ProcessCluster:
         return f"grpc://{self.dispatcher.address}"
 
     def _worker(self, port: int) -> ServerProcess:
+        heartbeat = ([] if self.heartbeat_interval_ms is None
+                     else ["--heartbeat-ms", str(self.heartbeat_interval_ms)])
         return ServerProcess("worker", ["--dispatcher", self.dispatcher.address,
-                                        "--port", str(port),
-                                        "--heartbeat-ms", str(self.heartbeat_interval_ms),
+                                        "--port", str(port), *heartbeat,
                                         *self.worker_args], env=self.env)
 
     def add_worker(self, port: int = 0) -> ServerProcess:

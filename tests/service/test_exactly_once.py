@@ -231,7 +231,8 @@ def test_a_reader_sharing_a_job_reports_its_ranges_once_they_pile_up() -> None:
 
 def test_a_run_held_past_the_timeout_is_given_up_on_naming_it() -> None:
     """A held run waits for its consumers' reports or a worker to adopt it: bounded by the
-    consumer's timeout, then skipped if other workers were reached (DYNAMIC), else failed."""
+    consumer's timeout, then failed, even when other workers were reached (skipping it would
+    lose its elements)."""
     def held(task_id: int, run: int, now: float) -> rev.HeartbeatView:
         listed = (rev.ListedTask(task_id, "w:1", run, held=True), rev.ListedTask(8, "w:2", 1))
         return rev.HeartbeatView(listed, False, now=now)
@@ -243,14 +244,14 @@ def test_a_run_held_past_the_timeout_is_given_up_on_naming_it() -> None:
     assert isinstance(failed, rev.FailResults)
     assert "task 7, whose run 2 waited 10.5 s for its consumers' reports" in str(failed.error)
 
-    skipping = ReaderState(ReaderConfig(unreachable_timeout_s=10.0))
-    skipping.apply(held(7, 2, 0.0))
-    (read,) = skipping.apply(rev.NextRead(0.0))
+    others = ReaderState(ReaderConfig(unreachable_timeout_s=10.0))
+    others.apply(held(7, 2, 0.0))
+    (read,) = others.apply(rev.NextRead(0.0))
     assert read.task_id == 8  # the held run is not read; the other worker is reached
-    skipping.apply(rev.ElementsArrived(8, 1, ((0, 1),)))
-    (warning,) = skipping.apply(held(7, 2, 11.0))
-    assert isinstance(warning, rev.Warn) and "Reading on without task 7" in warning.message
-    assert skipping.tasks[7].skipped
+    others.apply(rev.ElementsArrived(8, 1, ((0, 1),)))
+    (failed,) = others.apply(held(7, 2, 11.0))
+    assert isinstance(failed, rev.FailResults) and "task 7" in str(failed.error)
+    assert not others.tasks[7].skipped
 
 
 # ----- a task's numbered answers ------------------------------------------------------------------

@@ -268,6 +268,51 @@ def test_no_skip_when_the_job_cannot_finish_without_the_task() -> None:
     assert isinstance(failed, ev.FailResults) and "w2:1" in str(failed.error)
 
 
+def dynamic_task_unreachable(state: ReaderState, now: float) -> tuple[Any, ...]:
+    """Read task 2 (run 1) at ``now`` and find its worker unreachable."""
+    assert next_read(state, now) == ev.Read(2, "w2:1", state.config.per_call, 1)
+    return state.apply(ev.WorkerUnreachable(2, REFUSED, now))
+
+
+def reports(instructions: tuple[Any, ...]) -> list[Any]:
+    return [i for i in instructions if isinstance(i, ev.ReportUnreachable)]
+
+
+def test_a_dynamic_tasks_unreachable_worker_is_reported_and_never_skipped(
+        state: ReaderState) -> None:
+    """A task with runs (DYNAMIC): its unreachable worker is reported to the dispatcher (which
+    has the task adopted if the worker is gone), again every report_every_s while it stays
+    so; the task is waited for, not skipped (another worker was reached): after the timeout
+    the reading fails."""
+    state.apply(ev.HeartbeatView((ev.ListedTask(1, "w1:1", 1), ev.ListedTask(2, "w2:1", 1)),
+                                 False))
+    assert reads(state, 2) == [1, 2]
+    state.apply(ev.ElementsArrived(1, 5))
+    first = state.apply(ev.WorkerUnreachable(2, REFUSED, 0.0))
+    assert reports(first) == [ev.ReportUnreachable(2, "w2:1")]
+    assert reads(state, 1) == [1]  # task 1 stays busy from here on
+    assert reports(dynamic_task_unreachable(state, 0.5)) == []
+    assert reports(dynamic_task_unreachable(state, 2.5)) == [ev.ReportUnreachable(2, "w2:1")]
+    *_, failed = dynamic_task_unreachable(state, 10.0)
+    assert isinstance(failed, ev.FailResults), failed
+    assert "w2:1" in str(failed.error) and "run elsewhere" in str(failed.error)
+
+
+def test_a_dynamic_tasks_adopted_run_is_read_where_it_runs(state: ReaderState) -> None:
+    """Once the dispatcher lists the task's next run on its adopter, the reader reads it
+    there (once the held run is released)."""
+    state.apply(ev.HeartbeatView((ev.ListedTask(1, "w1:1", 1), ev.ListedTask(2, "w2:1", 1)),
+                                 False))
+    assert reads(state, 2) == [1, 2]
+    state.apply(ev.WorkerUnreachable(2, REFUSED, 0.0))
+    state.apply(ev.HeartbeatView((ev.ListedTask(1, "w1:1", 1),
+                                  ev.ListedTask(2, "w1:1", 2, held=True)), False, now=0.2))
+    assert state.reports()[0] == ((2, 2),)
+    state.apply(ev.HeartbeatView((ev.ListedTask(1, "w1:1", 1), ev.ListedTask(2, "w1:1", 2)),
+                                 False, ((2, 2),), now=0.4))
+    assert next_read(state, 0.5) == ev.Read(2, "w1:1", state.config.per_call, 2)
+
+
 # ----- the end -----------------------------------------------------------------------------------
 
 def test_the_end_of_every_task_asks_for_a_heartbeat(state: ReaderState) -> None:

@@ -593,6 +593,33 @@ def test_a_lost_worker_that_comes_back_is_a_new_worker(state: st.DispatcherState
     state.apply(ev.TaskFinished("w1:1", old))  # a late report of the old task is harmless
 
 
+def test_a_worker_found_gone_is_declared_lost_at_once_and_fenced(
+        state: st.DispatcherState) -> None:
+    """WorkerLost (a consumer reported it, the dispatcher's ping was refused): no wait for
+    worker_timeout; its DYNAMIC task is adopted in its next run; back again, the old process
+    is told to drop the task and registers anew. A report naming another process (the
+    address was restarted meanwhile) changes nothing."""
+    heartbeat(state, "w1:1", uid="old", now=0.0)
+    heartbeat(state, "w2:2", now=0.0)
+    running, client_id = iteration(state, job(state, register(state, units=10)), now=0.0)
+    task = state.iterations[running].tasks["w1:1"]
+    before = state.snapshot()
+    assert state.apply(ev.WorkerLost("w1:1", "another")) is False
+    assert state.snapshot() == before
+    assert state.apply(ev.WorkerLost("w1:1", "old")) is True
+    assert "w1:1" not in state.workers
+    assert state.tasks[task].incarnation == 2 and state.tasks[task].runner == "w2:2"
+    view = state.apply(ev.ClientHeartbeat(client_id, 1.0))
+    assert ev.TaskView(task, "w2:2", 2, held=True) in view.tasks
+    state.apply(ev.ClientHeartbeat(client_id, 1.2, settled=((task, 2),)))
+    assert task in new_task_ids(heartbeat(state, "w2:2", now=1.5))
+    # the fenced process heartbeats again: it drops the task, and is a worker again
+    orders = heartbeat(state, "w1:1", uid="old", current=(task,), now=2.0)
+    assert orders.tasks_to_delete == [task] and task not in new_task_ids(orders)
+    assert state.workers["w1:1"].uid == "old"
+    assert state.apply(ev.WorkerLost("w2:2", "nobody-else")) is False
+
+
 def test_an_iteration_whose_workers_are_all_lost_waits_for_new_ones(
         state: st.DispatcherState) -> None:
     heartbeat(state, "w1:1", now=0.0)
@@ -648,7 +675,8 @@ def draw_event(draw: Any, state: st.DispatcherState) -> Any:
     """One valid or invalid event, with ids drawn from what ``state`` holds now."""
     kind = draw(hs.sampled_from([
         "register", "job", "job", "iteration", "iteration", "iteration", "client", "release",
-        "worker", "worker", "finished", "finished", "splits", "splits", "splits", "gc"]))
+        "worker", "worker", "finished", "finished", "splits", "splits", "splits", "gc",
+        "lost"]))
     if not state.datasets or not state.jobs:  # build something to work on first
         kind = draw(hs.sampled_from(["register", "job", "worker"]))
     if kind == "register":
@@ -692,6 +720,8 @@ def draw_event(draw: Any, state: st.DispatcherState) -> Any:
         return ev.GetSplits(iteration_id, draw(hs.integers(0, 2)), draw(hs.integers(-1, 8)),
                             task_id, draw(hs.sampled_from(["u1", "u2"])),
                             draw(hs.integers(1, 3)), draw(hs.sampled_from([0, run, run, 7])))
+    if kind == "lost":
+        return ev.WorkerLost(draw(hs.sampled_from(ADDRESSES)), draw(hs.sampled_from(["u1", "u2"])))
     return ev.CollectGarbage(draw(_now), draw(hs.sampled_from([10.0, 500.0])),
                              draw(hs.sampled_from([10.0, 500.0])),
                              iteration_timeout=draw(hs.sampled_from([None, 0.0, 100.0])),

@@ -37,6 +37,7 @@ SAMPLES = [
     ev.GetSplits(2003, 2, 8, 2004, "uid-\u00e9", 17),
     ev.CollectGarbage(100.0, 30.0, 60.0),
     ev.CollectGarbage(100.0, 30.0, 60.0, (2002,), ("w1:1", "w2:2"), float("inf"), True),
+    ev.WorkerLost("w1:1", "uid-\u00e9"),
 ]
 
 

@@ -104,6 +104,26 @@ def test_a_failed_heartbeat_is_retried_soon_and_a_silent_dispatcher_stops_the_wo
     assert ADDRESS in shutdown.reason and "refused" in shutdown.reason
 
 
+def test_a_worker_waiting_for_its_dispatcher_says_so_every_ten_seconds(
+        state: ws.WorkerState) -> None:
+    """Never silent for up to dispatcher_timeout_ms (an hour by default): one summed-up line
+    every WAITING_LOG_EVERY_S while heartbeats fail, none once one is answered."""
+    said = []
+    now = 1.0
+    while now < 25.0:
+        heartbeat = tick(state, now)
+        for instruction in state.apply(ws.HeartbeatFailed(heartbeat.seq, "refused",
+                                                          now)).instructions:
+            assert isinstance(instruction, ws.WaitingForDispatcher)
+            said.append((now, instruction.message))
+        now += ws.RETRY_S
+    assert [when for when, _ in said] == [10.0, 20.0]
+    assert ADDRESS in said[0][1] and "refused" in said[0][1] and "37 heartbeats" in said[0][1]
+    answer(state, tick(state, now), now=now)
+    heartbeat = tick(state, now + INTERVAL)
+    assert state.apply(ws.HeartbeatFailed(heartbeat.seq, "refused", now + 5)).instructions == ()
+
+
 # ----- consumers asking for tasks the worker does not know ---------------------------------------
 
 

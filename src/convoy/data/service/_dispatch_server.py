@@ -21,13 +21,19 @@ from convoy.data.service._common.config import WIRE_TARGET_WORKERS as _TARGET_WO
 from convoy.data.service._common.config import policy_from_name, policy_name
 from convoy.data.service._common.server_config import DispatcherConfig
 from convoy.data.service._common.static_policy import check_listed_worker
-from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
+from convoy.data.service._common.wire import (
+    DISPATCHER,
+    DISPATCHER_METHODS,
+    WORKER,
+    WORKER_METHODS,
+)
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal import Journal, LocalStorage
 from convoy.data.service._dispatcher.limits import admit
 from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
 from convoy.data.service._status import status, task_splits
 from convoy.errors import (
+    ConvoyError,
     FailedPreconditionError,
     InvalidArgumentError,
     ResourceExhaustedError,
@@ -35,6 +41,26 @@ from convoy.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+#: How long the dispatcher waits for a worker that a consumer reported unreachable to answer
+#: its ping: a worker that answers at all is alive (a busy one is left to ``worker_timeout_ms``).
+PING_TIMEOUT_S = 5.0
+
+
+def worker_gone(address: str, uid: str, security: Any) -> bool:
+    """Whether the worker process ``uid`` at ``address`` is gone: its address refuses
+    connections, or another process answers there. Any other failure (no answer in time, an
+    older worker without PingWorker) is no proof: the worker may be alive."""
+    client = _rpc.Client(address, WORKER, WORKER_METHODS, security)
+    try:
+        answer = client.call("PingWorker", pb.PingWorkerRequest(), timeout=PING_TIMEOUT_S)
+    except UnavailableError:
+        return True
+    except ConvoyError:
+        return False
+    finally:
+        client.close()
+    return bool(answer.worker_uid) and answer.worker_uid != uid
 
 
 class _Handlers:
@@ -58,6 +84,10 @@ class _Handlers:
         self.journal_error: str | None = None
         #: worker address -> (elements, bytes) its tasks buffer, as its last heartbeat said
         self.buffered: dict[str, tuple[int, int]] = {}
+        self.checking: set[str] = set()  # workers being pinged after a consumer's report
+        #: ``(address, uid) -> bool``: whether that worker process is gone (a ping, by default)
+        self.worker_gone: Callable[[str, str], bool] = (
+            lambda address, uid: worker_gone(address, uid, self.config.security()))
 
     def _apply(self, event: ev.Event) -> Any:
         with self.lock:
@@ -244,6 +274,37 @@ class _Handlers:
             for gone in self.buffered.keys() - self.state.workers.keys():
                 del self.buffered[gone]
             return status(self.state, now, self.buffered, now - self.started)
+    def ReportUnreachableWorker(self, r: pb.ReportUnreachableWorkerRequest
+                                ) -> pb.ReportUnreachableWorkerResponse:
+        """A consumer cannot reach a worker: check for ourselves (outside the lock) and, if
+        it is gone, declare it lost now rather than after ``worker_timeout_ms``."""
+        address = r.worker_address
+        _rpc.check_address(address, "worker_address")
+        with self.lock:
+            worker = self.state.workers.get(address)
+            if worker is None or address in self.checking:
+                return pb.ReportUnreachableWorkerResponse()
+            uid = worker.uid
+            self.checking.add(address)
+        try:
+            gone = self.worker_gone(address, uid)
+        finally:
+            with self.lock:
+                self.checking.discard(address)
+        lost = gone and bool(self._apply(ev.WorkerLost(address, uid)))
+        if lost:
+            log.warning("worker %s refuses connections (reported by client %d reading task "
+                        "%d): declared lost, its DYNAMIC tasks adopted", address, r.client_id,
+                        r.task_id)
+        return pb.ReportUnreachableWorkerResponse(declared_lost=lost)
+
+    def DeregisterWorker(self, r: pb.DeregisterWorkerRequest) -> pb.Empty:
+        """A worker leaves (it drained): its unfinished tasks are adopted at once."""
+        _rpc.check_address(r.worker_address, "worker_address")
+        if self._apply(ev.WorkerLost(r.worker_address, r.worker_uid)):
+            log.info("worker %s deregistered: its unfinished DYNAMIC tasks are adopted",
+                     r.worker_address)
+        return pb.Empty()
 
 
 def _received(ranges: Any) -> tuple[tuple[int, int, int], ...]:

@@ -112,7 +112,8 @@ def distribute(processing_mode: Any, service: str | tuple[str, str], job_name: s
     service at ``service``; what follows it runs locally.
 
     Beyond TensorFlow's arguments: ``dispatcher_timeout_ms``, how long a dispatcher or worker
-    that cannot be reached is retried before UnavailableError (default 60 s);
+    that cannot be reached is retried before UnavailableError (default 90 s: longer than the
+    dispatcher takes to declare a silent worker lost and have its DYNAMIC task run elsewhere);
     ``max_buffered_elements``, the most elements a consumer holds (buffered or asked for)
     beyond those it has returned: by default 64 on a named job, so the consumers sharing it
     take elements first come, first served, and no bound but large batches otherwise.

@@ -42,6 +42,7 @@ from convoy.data.service._client.reader_events import (
     NextRead,
     Read,
     ReadFailed,
+    ReportUnreachable,
     StopReading,
     Warn,
     WorkerUnreachable,
@@ -78,6 +79,8 @@ BYTES_PER_CALL = 16 << 20
 #: A GetElements call that has no answer by then counts as its worker being unreachable: the
 #: worker answers within ELEMENT_WAIT_S; the rest is room for a large reply on a busy machine.
 GET_ELEMENTS_DEADLINE_S = ELEMENT_WAIT_S + 10.0
+#: How long a report of an unreachable worker waits for the dispatcher's own check.
+REPORT_TIMEOUT_S = 15.0
 #: What a GetElements call fails with when its worker is away (gone, stopping, not answering),
 #: as TensorFlow's client sees it: the worker is retried, not the reading failed.
 WORKER_AWAY = (UnavailableError, DeadlineExceededError, CancelledError, AbortedError)
@@ -203,6 +206,9 @@ class Reader:
                     self._wake.set()
                 elif isinstance(instruction, Warn):
                     log.warning("%s", instruction.message)
+                elif isinstance(instruction, ReportUnreachable):
+                    threading.Thread(target=self._report_unreachable, args=(instruction,),
+                                     daemon=True, name="convoy-client-report").start()
             return instructions
 
     # ----- the dispatcher's side ------------------------------------------------------------------
@@ -222,6 +228,21 @@ class Reader:
         if self._local is not None:  # static sharding: this host's workers only
             tasks, finished = self._local.view(tasks, finished)
         self._apply(HeartbeatView(tasks, finished, settled, received, time.monotonic()))
+
+    def _report_unreachable(self, report: ReportUnreachable) -> None:
+        """Tell the dispatcher; once it declares the worker lost, the next heartbeat lists the
+        task's next run."""
+        request = pb.ReportUnreachableWorkerRequest(
+            worker_address=report.worker_address, task_id=report.task_id,
+            client_id=self._client_id)
+        try:
+            answer = self._dispatcher.call("ReportUnreachableWorker", request,
+                                           timeout=REPORT_TIMEOUT_S)
+        except ConvoyError as error:  # the heartbeats say what became of the dispatcher
+            log.debug("reporting worker %s unreachable failed: %s", report.worker_address, error)
+            return
+        if answer.declared_lost:
+            self._wake.set()
 
     def _heartbeat_loop(self) -> None:
         while True:

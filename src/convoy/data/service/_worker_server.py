@@ -61,6 +61,8 @@ STOP_QUIET_S = 0.2
 STOP_WAIT_S = 3.0
 #: ... giving its last answers this long to leave.
 STOP_GRACE_S = 1.0
+#: A draining worker (SIGTERM) lets its consumers take what it buffered for this long at most.
+DRAIN_TIMEOUT_S = 10.0
 
 
 class WorkerServer(_rpc.ServerBase):
@@ -91,12 +93,12 @@ class WorkerServer(_rpc.ServerBase):
         self._served = threading.Condition(self._lock)  # one was answered
         self._last_call = float("-inf")  # when the latest GetElements call came
         self._stopping = False
+        self._draining = False  # takes no more splits; its consumers take what is buffered
+        self._control: threading.Thread | None = None
         self._segments = SegmentServer(config.data_transfer_protocol != "grpc")
         self.error: BaseException | None = None
         self._metrics: monitoring.MetricsServer | None = None
         self._registered = False
-        self._heartbeat_failures = RepeatedFailures(
-            log, f"heartbeat to dispatcher {config.dispatcher_address}")
         if start:
             self.start()
 
@@ -111,7 +113,12 @@ class WorkerServer(_rpc.ServerBase):
         return self.bound_address
 
     def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
-        return {WORKER_METHODS[0]: self._get_elements}
+        handlers = {"GetElements": self._get_elements, "PingWorker": self._ping}
+        return {method: handlers[method.name] for method in WORKER_METHODS}
+
+    def _ping(self, request: pb.PingWorkerRequest) -> pb.PingWorkerResponse:
+        """The dispatcher checks that this process is alive (a consumer could not reach it)."""
+        return pb.PingWorkerResponse(worker_uid=self._uid)
 
     def _on_start(self) -> None:
         # Registered before returning, as TensorFlow's worker: jobs created next see it.
@@ -143,8 +150,9 @@ class WorkerServer(_rpc.ServerBase):
         monitoring.HEARTBEATS.labels("sent").inc()
         self._registered = True
         self._heartbeat_answered(heartbeat, response)
-        threading.Thread(target=self._control_loop, name="convoy-worker-control",
-                         daemon=True).start()
+        self._control = threading.Thread(target=self._control_loop,
+                                         name="convoy-worker-control", daemon=True)
+        self._control.start()
         log.info("worker serving at %s", self._address)
 
     # ----- the state and its instructions -------------------------------------------------------
@@ -164,6 +172,8 @@ class WorkerServer(_rpc.ServerBase):
                 log.error("worker %s stops: %s", self._address, instruction.reason)
                 self.error = UnavailableError(instruction.reason)
                 self._stopping = True
+            elif isinstance(instruction, ws.WaitingForDispatcher):
+                log.warning("%s", instruction.message)
             elif not isinstance(instruction, ws.HeartbeatNow):
                 self._outbox.append(instruction)
         if result.instructions:
@@ -180,6 +190,8 @@ class WorkerServer(_rpc.ServerBase):
             definition, splits,
             self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES, self._address)
         served.start()  # once listed: its splits are asked for only while it is
+        if self._draining:
+            served.drain()
 
     # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
     def _control_loop(self) -> None:
@@ -212,12 +224,12 @@ class WorkerServer(_rpc.ServerBase):
             response = self._call("WorkerHeartbeat", self._heartbeat_request(heartbeat))
         except ConvoyError as error:
             monitoring.HEARTBEATS.labels("failed").inc()
-            self._heartbeat_failures.failed(error)
+            # said every 10 s, summed up (WaitingForDispatcher)
+            log.debug("worker %s heartbeat failed: %s", self._address, error)
             with self._lock:
                 self._apply(ws.HeartbeatFailed(heartbeat.seq, str(error), time.monotonic()))
             return
         monitoring.HEARTBEATS.labels("sent").inc()
-        self._heartbeat_failures.succeeded()
         self._heartbeat_answered(heartbeat, response)
 
     def _heartbeat_request(self, heartbeat: ws.SendHeartbeat) -> pb.WorkerHeartbeatRequest:
@@ -255,7 +267,7 @@ class WorkerServer(_rpc.ServerBase):
         replaces another replays its splits before it gets new ones."""
         # read without the lock: one dict lookup is atomic
         def stopped() -> bool:
-            return self._stopping or task_id not in self._running
+            return self._stopping or self._draining or task_id not in self._running
 
         while True:
             with one_at_a_time:
@@ -389,16 +401,63 @@ class WorkerServer(_rpc.ServerBase):
                                    f"{'stopping' if self._stopping else 'starting'}")
 
     # ----- lifecycle ---------------------------------------------------------------------------
-    def stop(self, grace: float | None = None) -> None:
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """Leave gracefully (what SIGTERM does): take no more splits and stop producing; let
+        the consumers take what is buffered for ``timeout_s`` at most (a task that is not
+        DYNAMIC then ends where it stopped); deregister, so that the dispatcher has the
+        unfinished DYNAMIC tasks run again elsewhere at once, exactly once (the next run
+        replays their splits and skips what the consumers received); then :meth:`stop`.
+        Returns whether the consumers took everything in time."""
+        with self._lock:
+            self._draining = True
+            served = list(self._running.values())
+        log.info("worker %s draining: its consumers take what it buffered (for %.1f s at "
+                 "most)", self._address, timeout_s)
+        for task in served:
+            task.drain()
+        deadline = time.monotonic() + timeout_s
+        while not (drained := self._drained()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not drained:
+            log.warning("worker %s leaves after %.1f s of draining with elements still "
+                        "buffered: its DYNAMIC tasks make them again elsewhere", self._address,
+                        timeout_s)
+        self.stop(deregister=True)
+        return drained
+
+    def _drained(self) -> bool:
+        """Whether every task is drained and, unless DYNAMIC, its end acknowledged."""
+        with self._lock:
+            assert self._state is not None
+            return all(  # consumers' calls keep coming: the ones in flight end with stop()
+                served.task.drained and (served.task.incarnation or task_id in self._state.ended)
+                for task_id, served in self._running.items())
+
+    def _deregister(self) -> None:
+        """Tell the dispatcher this worker leaves, once no heartbeat can follow (one would
+        register it again)."""
+        if self._control is not None:
+            self._control.join(CALL_TIMEOUT_S)
+        try:
+            self._call("DeregisterWorker", pb.DeregisterWorkerRequest(
+                worker_address=self._address, worker_uid=self._uid))
+        except ConvoyError as error:
+            log.warning("worker %s could not deregister (the dispatcher declares it lost "
+                        "once it finds it gone): %s", self._address, error)
+
+    def stop(self, grace: float | None = None, deregister: bool = False) -> None:
         """Stop producing and answer GetElements calls "unavailable" (their consumers read
         elsewhere and come back later) until none is being served and none has come for
         ``STOP_QUIET_S``; then stop the server. Its last answers get ``grace`` seconds to
         leave (by default the config's shutdown quiet period, at least ``STOP_GRACE_S``).
-        Stopping the server while calls arrive would cancel them."""
+        Stopping the server while calls arrive would cancel them. With ``deregister`` (as
+        :meth:`drain` does) it first tells the dispatcher that it leaves."""
         with self._lock:
             self._stopping = True
             self._wake.notify_all()
             self._answered.notify_all()
+        if deregister:
+            self._deregister()
         self._on_stop()  # stopping the tasks wakes the calls waiting for their elements
         self._quiesce()
         if grace is None:

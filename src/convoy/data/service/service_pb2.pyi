@@ -357,3 +357,37 @@ class GetStatusResponse(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
     uptime_s: float
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_s: _Optional[float] = ...) -> None: ...
+
+class ReportUnreachableWorkerRequest(_message.Message):
+    __slots__ = ("worker_address", "task_id", "client_id")
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_address: str
+    task_id: int
+    client_id: int
+    def __init__(self, worker_address: _Optional[str] = ..., task_id: _Optional[int] = ..., client_id: _Optional[int] = ...) -> None: ...
+
+class ReportUnreachableWorkerResponse(_message.Message):
+    __slots__ = ("declared_lost",)
+    DECLARED_LOST_FIELD_NUMBER: _ClassVar[int]
+    declared_lost: bool
+    def __init__(self, declared_lost: _Optional[bool] = ...) -> None: ...
+
+class PingWorkerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PingWorkerResponse(_message.Message):
+    __slots__ = ("worker_uid",)
+    WORKER_UID_FIELD_NUMBER: _ClassVar[int]
+    worker_uid: str
+    def __init__(self, worker_uid: _Optional[str] = ...) -> None: ...
+
+class DeregisterWorkerRequest(_message.Message):
+    __slots__ = ("worker_address", "worker_uid")
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_UID_FIELD_NUMBER: _ClassVar[int]
+    worker_address: str
+    worker_uid: str
+    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ...) -> None: ...

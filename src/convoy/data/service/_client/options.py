@@ -18,11 +18,13 @@ from convoy.data.service._common.config import (
 )
 from convoy.data.service._common.coordinated import check_coordinated_options
 from convoy.data.service._common.host import host_identity
+from convoy.data.service._common.server_config import DEFAULT_CONSUMER_TIMEOUT_MS
 from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
 from convoy.errors import InvalidArgumentError, UnimplementedError
 
-#: How long trainers retry an unreachable dispatcher before raising UnavailableError.
-DEFAULT_DISPATCHER_TIMEOUT_MS = 60_000
+#: How long trainers retry an unreachable dispatcher, or a task's worker, before raising
+#: UnavailableError: longer than the dispatcher takes to declare a silent worker lost.
+DEFAULT_DISPATCHER_TIMEOUT_MS = DEFAULT_CONSUMER_TIMEOUT_MS
 #: How elements travel: None (shared memory from the workers on this host, gRPC from the
 #: others), "grpc" (always gRPC) or "local" (shared memory, for target_workers="LOCAL").
 DATA_TRANSFER_PROTOCOLS = (None, "grpc", "local")

@@ -135,6 +135,15 @@ class HeartbeatNow:
 
 
 @dataclass(frozen=True)
+class ReportUnreachable:
+    """Tell the dispatcher that this task's worker cannot be reached: it checks for itself
+    and, if the worker is gone, has the task adopted (the reader waits for that run)."""
+
+    task_id: int
+    worker_address: str
+
+
+@dataclass(frozen=True)
 class Warn:
     """Tell the user (a logged warning)."""
 

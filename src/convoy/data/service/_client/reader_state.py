@@ -9,8 +9,11 @@ for, beyond those it has returned: consumers sharing a job take its elements fir
 first served, and none holds a pile while another starves.
 
 A worker that cannot be reached is retried with a growing backoff and named in warnings.
-After the timeout its task is skipped if another worker has been reached (under OFF that one
-delivers its own copy, under DYNAMIC it reads the remaining splits); else the reading fails.
+Under DYNAMIC the reader also reports it to the dispatcher (:class:`ReportUnreachable`), which
+checks for itself and, if the worker is gone, has its task adopted: the reader waits for the
+task's next run and never skips it (after the timeout the reading fails, naming it). Under OFF,
+after the timeout the task is skipped if another worker has been reached (that one delivers
+its own copy); else the reading fails.
 
 Done: every task ended with no request in flight (a reply in flight may hold elements), and
 the dispatcher said the iteration finished, or a task was skipped (then it never will).
@@ -48,6 +51,7 @@ class ReaderConfig:
     first_backoff_s: float = 0.1  # after a first failure to reach a worker; then doubled ...
     max_backoff_s: float = 2.0  # ... up to this
     warn_every_s: float = 10.0  # while a worker stays unreachable
+    report_every_s: float = 2.0  # a DYNAMIC task's unreachable worker is reported this often
     #: Received sequence numbers are reported (and then forgotten) once they take more ranges
     #: than this: consumers sharing a job hold interleaved ranges, one per read.
     max_ranges: int = 64
@@ -73,6 +77,7 @@ class TaskState:
     backoff_s: float = 0.0
     retry_at: float = 0.0  # not read before this time
     warned_at: float = 0.0
+    reported_unreachable_at: float | None = None  # of the current run of failures
     incarnation: int = 0  # the run the dispatcher lists (DYNAMIC)
     held: bool = False  # the run waits for its clients' reports (or for a worker)
     held_since: float | None = None  # when it was first listed held, this time
@@ -220,16 +225,21 @@ class ReaderState:
         if self.over or task.ended:  # the dispatcher dropped it meanwhile
             return self._end_if_done()
         config, now, address = self.config, event.now, task.worker_address
-        warnings: list[ev.Warn] = []
+        warnings: list[ev.Warn | ev.ReportUnreachable] = []
         task.reached = False
         if task.unreachable_since is None:
             task.unreachable_since = task.warned_at = now
+            task.reported_unreachable_at = None
             task.backoff_s = config.first_backoff_s
             warnings.append(ev.Warn(
                 f"Cannot reach data service worker {address} (task {task.task_id}): "
                 f"{event.error}; retrying for up to {config.unreachable_timeout_s:g} s"))
         else:
             task.backoff_s = min(2 * task.backoff_s, config.max_backoff_s)
+        if task.incarnation and (task.reported_unreachable_at is None
+                                 or now - task.reported_unreachable_at >= config.report_every_s):
+            task.reported_unreachable_at = now  # the dispatcher adopts the task if it is gone
+            warnings.append(ev.ReportUnreachable(task.task_id, address))
         task.retry_at = now + task.backoff_s
         unreachable_for = now - task.unreachable_since
         if unreachable_for >= config.unreachable_timeout_s:
@@ -300,9 +310,16 @@ class ReaderState:
 
     def _give_up(self, task: TaskState, what: str) -> Instructions:
         """Skip ``task`` if the other workers can finish the job without it; else fail.
-        ``what`` says what became of it."""
+        ``what`` says what became of it. A DYNAMIC task (one with runs) is never skipped: the
+        dispatcher runs it again elsewhere once its worker is declared lost, so skipping it
+        would lose its elements."""
         others = [t for t in self.tasks.values()
                   if t.reached and t.worker_address != task.worker_address]
+        if task.incarnation:
+            return self._fail(UnavailableError(
+                f"Failed to get elements from {what}; a DYNAMIC task is not skipped (its "
+                "elements would be lost), and the dispatcher did not have it run elsewhere in "
+                "time (is its worker alive but unreachable from here?)"))
         if not (self.config.can_skip and others):
             return self._fail(UnavailableError(f"Failed to get elements from {what}"))
         task.ended = task.skipped = True

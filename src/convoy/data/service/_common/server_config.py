@@ -97,6 +97,21 @@ class ServerSecurity:
                              max_request_bytes=self.max_request_bytes)
 
 
+# Default timeouts, in milliseconds, ordered so that the failure promises hold: a consumer
+# retries a task's worker (and the dispatcher) for its dispatcher_timeout_ms (default
+# DEFAULT_CONSUMER_TIMEOUT_MS), longer than the dispatcher takes to declare a silent worker
+# lost (WORKER_TIMEOUT plus two heartbeats), so it never gives up on a task the dispatcher is
+# about to adopt; the dispatcher forgets a silent consumer (CLIENT_TIMEOUT) only after that
+# consumer would have given up on it.
+DEFAULT_WORKER_TIMEOUT_MS = 60_000  # TensorFlow's
+DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000  # TensorFlow's is 30 s: workers are found lost sooner
+DEFAULT_CONSUMER_TIMEOUT_MS = 90_000
+DEFAULT_CLIENT_TIMEOUT_MS = 300_000
+DEFAULT_JOB_GC_TIMEOUT_MS = 300_000  # TensorFlow's
+#: A worker keeps trying its dispatcher this long (TensorFlow's hour), logging as it waits.
+DEFAULT_WORKER_DISPATCHER_TIMEOUT_MS = 3_600_000
+
+
 @dataclass(frozen=True)
 class DispatcherConfig(ServerSecurity):
     """How to run a dispatcher. Times are in milliseconds; None takes the default.
@@ -152,16 +167,19 @@ class DispatcherConfig(ServerSecurity):
     def iteration_timeout_s(self) -> float | None:
         """How long an iteration may go without clients before it is forgotten (None:
         forever, from ``job_gc_timeout_ms=-1``)."""
-        ms = _milliseconds("job_gc_timeout_ms", self.job_gc_timeout_ms, 300_000)
+        ms = _milliseconds("job_gc_timeout_ms", self.job_gc_timeout_ms,
+                          DEFAULT_JOB_GC_TIMEOUT_MS)
         return None if ms == -1 else ms / 1000
 
     @property
     def client_timeout_s(self) -> float:
-        return _milliseconds("client_timeout_ms", self.client_timeout_ms, 300_000) / 1000
+        return _milliseconds("client_timeout_ms", self.client_timeout_ms,
+                            DEFAULT_CLIENT_TIMEOUT_MS) / 1000
 
     @property
     def worker_timeout_s(self) -> float:
-        return _milliseconds("worker_timeout_ms", self.worker_timeout_ms, 60_000) / 1000
+        return _milliseconds("worker_timeout_ms", self.worker_timeout_ms,
+                            DEFAULT_WORKER_TIMEOUT_MS) / 1000
 
 
 @dataclass(frozen=True)
@@ -214,9 +232,10 @@ class WorkerConfig(ServerSecurity):
 
     @property
     def heartbeat_interval_s(self) -> float:
-        return _milliseconds("heartbeat_interval_ms", self.heartbeat_interval_ms, 1_000) / 1000
+        return _milliseconds("heartbeat_interval_ms", self.heartbeat_interval_ms,
+                            DEFAULT_HEARTBEAT_INTERVAL_MS) / 1000
 
     @property
     def dispatcher_timeout_s(self) -> float:
         return _milliseconds("dispatcher_timeout_ms", self.dispatcher_timeout_ms,
-                             3_600_000) / 1000
+                             DEFAULT_WORKER_DISPATCHER_TIMEOUT_MS) / 1000

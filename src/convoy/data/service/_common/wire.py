@@ -22,10 +22,14 @@ DISPATCHER_METHODS = [
     Method("WorkerHeartbeat", pb.WorkerHeartbeatRequest, pb.WorkerHeartbeatResponse),
     Method("GetSplits", pb.GetSplitsRequest, pb.GetSplitsResponse),
     Method("GetStatus", pb.GetStatusRequest, pb.GetStatusResponse),  # read-only
+    Method("ReportUnreachableWorker", pb.ReportUnreachableWorkerRequest,
+           pb.ReportUnreachableWorkerResponse),
+    Method("DeregisterWorker", pb.DeregisterWorkerRequest, pb.Empty),
 ]
 
 #: GetElements answers with raw bytes: a status byte, then a codec message.
-WORKER_METHODS = [Method("GetElements", pb.GetElementsRequest, None)]
+WORKER_METHODS = [Method("GetElements", pb.GetElementsRequest, None),
+                  Method("PingWorker", pb.PingWorkerRequest, pb.PingWorkerResponse)]
 
 #: The first byte of a GetElements answer.
 ELEMENTS = b"E"  # followed by a codec message with one or more elements

@@ -238,6 +238,17 @@ class CollectGarbage:
     adopt: bool = False
 
 
+@dataclass(frozen=True)
+class WorkerLost:
+    """The worker process ``uid`` at ``address`` is gone before its timeout (a consumer could
+    not reach it, and neither could the dispatcher), or left (it drained and deregistered):
+    declared lost at once, as by :class:`CollectGarbage` with ``adopt``. Ignored if another
+    process (or none) is registered at ``address`` by then."""
+
+    address: str
+    uid: str
+
+
 #: Every event kind by the name the journal writes for it (spelled out: renaming a class
 #: must not rename its records).
 EVENTS: dict[str, type] = {
@@ -250,12 +261,13 @@ EVENTS: dict[str, type] = {
     "TaskFinished": TaskFinished,
     "GetSplits": GetSplits,
     "CollectGarbage": CollectGarbage,
+    "WorkerLost": WorkerLost,
 }
 
 
 #: Any event of the dispatcher.
 Event = (RegisterDataset | GetOrCreateJob | GetOrCreateIteration | ClientHeartbeat | ReleaseClient
-         | WorkerHeartbeat | TaskFinished | GetSplits | CollectGarbage)
+         | WorkerHeartbeat | TaskFinished | GetSplits | CollectGarbage | WorkerLost)
 
 
 # ----- results -----------------------------------------------------------------------------------

@@ -48,6 +48,16 @@ class GarbageCollection:
             self._forget_idle_iterations(event.now, event.iteration_timeout, event.keep_dynamic)
         return lost
 
+    def declare_lost(self, event: ev.WorkerLost) -> bool:
+        """Declare the worker of ``event`` lost now, if it is still that process; returns
+        whether it was."""
+        worker = self._records.workers.get(event.address)
+        if worker is None or worker.uid != event.uid:
+            return False
+        del self._records.workers[event.address]
+        self._release_tasks_of([event.address], adopt=True)
+        return True
+
     def _release_tasks_of(self, lost: list[str], adopt: bool) -> None:
         """With ``adopt``, a lost worker's unfinished DYNAMIC tasks are adopted by other
         workers, which run them again. Its other tasks are over: they leave their unfinished

@@ -363,6 +363,10 @@ class DispatcherState:
         """Returns the addresses of workers declared lost."""
         return self.gc.collect(event)
 
+    def _on_WorkerLost(self, event: ev.WorkerLost) -> bool:
+        """Returns whether the worker was declared lost (it was still that process)."""
+        return self.gc.declare_lost(event)
+
     def silent_clients(self, now: float, timeout: float, since: float = 0.0
                        ) -> tuple[int, ...]:
         return self.gc.silent_clients(now, timeout, since)

@@ -83,5 +83,11 @@ class ServedTask:
         """What its cross-trainer cache holds and has done (None: it has none)."""
         return None if self._cache is None else self._cache.stats()
 
+    def drain(self) -> None:
+        """Stop producing, leaving what is buffered to the consumers: a DYNAMIC task (whose
+        elements are numbered) waits there for its next run elsewhere; any other ends where
+        it stopped."""
+        self.task.drain(end=not self.task.incarnation)
+
     def stop(self) -> None:
         self.task.stop()

@@ -28,6 +28,8 @@ from convoy.errors import UnavailableError
 UNKNOWN_TASK_TIMEOUT_S = 5.0
 #: A failed heartbeat is sent again this soon (or at the next interval, if shorter).
 RETRY_S = 0.25
+#: While its dispatcher does not answer, a worker says it is waiting this often.
+WAITING_LOG_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,15 @@ class Shutdown:
     reason: str
 
 
-Instruction = StartTask | StopTask | HeartbeatNow | SendHeartbeat | Shutdown
+@dataclass(frozen=True)
+class WaitingForDispatcher:
+    """Tell the operator (a logged warning): the dispatcher has not answered for a while."""
+
+    message: str
+
+
+Instruction = (StartTask | StopTask | HeartbeatNow | SendHeartbeat | Shutdown
+               | WaitingForDispatcher)
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,8 @@ class WorkerState:
         self.heartbeat_at = now  # the next periodic heartbeat (the first is due at once)
         self.heartbeat_requested = False  # due at once, for a consumer
         self.last_answer = now
+        self.failed_heartbeats = 0  # since the last answer or the last waiting message
+        self.waiting_said_at = now  # when the worker last said it waits for its dispatcher
 
     def apply(self, event: Event) -> Result:
         """Apply one event; returns the answer to a consumer (if it asked) and what to do."""
@@ -209,7 +221,8 @@ class WorkerState:
 
     def _on_HeartbeatAnswered(self, event: HeartbeatAnswered) -> Result:
         self.heartbeats_answered = max(self.heartbeats_answered, event.seq)
-        self.last_answer = event.now
+        self.last_answer = self.waiting_said_at = event.now
+        self.failed_heartbeats = 0
         self.heartbeat_at = event.now + self.heartbeat_interval
         instructions: list[Instruction] = []
         for task_id in event.tasks_to_delete:
@@ -240,7 +253,15 @@ class WorkerState:
                 f"worker {self.address} has had no answer from the dispatcher for "
                 f"{silent:.1f} s (dispatcher_timeout_ms): {event.error}"),))
         self.heartbeat_at = event.now + min(self.heartbeat_interval, RETRY_S)
-        return Result()
+        self.failed_heartbeats += 1
+        if event.now - self.waiting_said_at < WAITING_LOG_EVERY_S:
+            return Result()
+        message = (f"worker {self.address} waits for its dispatcher: {self.failed_heartbeats} "
+                   f"heartbeats failed in the last {event.now - self.waiting_said_at:.0f} s, "
+                   f"no answer for {silent:.0f} s (gives up after "
+                   f"{self.dispatcher_timeout:.0f} s, dispatcher_timeout_ms): {event.error}")
+        self.waiting_said_at, self.failed_heartbeats = event.now, 0
+        return Result(instructions=(WaitingForDispatcher(message),))
 
     # ----- consumers ----------------------------------------------------------------------------
     def _on_ElementsRequested(self, event: ElementsRequested) -> Result:

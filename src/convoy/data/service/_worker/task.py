@@ -80,6 +80,9 @@ class Task:
 
         self._elements: Channel[Any] = Channel(
             f"elements of task {task_id}", max_buffered_elements, MAX_BUFFERED_BYTES, counted)
+        self._draining = False
+        self._drain_ends = False
+        self._produced = threading.Event()  # the producer thread is done
 
     def start(self) -> None:
         threading.Thread(target=self._produce, name=f"convoy-task-{self.task_id}",
@@ -92,18 +95,42 @@ class Task:
             try:  # the node owns what runs beside it (prefetch threads, service readers)
                 for element in self._numbered(node.gen) if self.incarnation else node.gen:
                     if not self._elements.put(element):
+                        self._produced.set()
                         return  # stopped
                     produced += 1
                     if produced == _COUNT_EVERY:  # metrics in bulk: a lock each
                         counted_bytes = self._count(produced, counted_bytes)
                         produced = 0
+                    if self._draining:
+                        break
             finally:
                 self._count(produced, counted_bytes)
                 node.close()
         except BaseException as error:  # handed to the consumer, raised in its call
-            self._elements.fail(error)
-            return
-        self._elements.close()
+            if not self._draining:  # a draining task's splits are refused: no failure
+                self._elements.fail(error)
+                self._produced.set()
+                return
+        self._produced.set()
+        if not self._draining or self._drain_ends:
+            self._elements.close()
+
+    def drain(self, end: bool) -> None:
+        """Stop producing (after the element being made); what is buffered stays for the
+        consumers. With ``end`` the task then ends where it stopped (OFF: the copy is cut
+        short); without, it never ends here (DYNAMIC: its next run, elsewhere, makes the
+        rest)."""
+        self._drain_ends = end
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def drained(self) -> bool:
+        """Draining, its producer done, and every buffered element taken."""
+        return self._draining and self._produced.is_set() and not len(self._elements)
 
     def _count(self, produced: int, counted_bytes: int) -> int:
         """Add ``produced`` elements and the bytes put since ``counted_bytes`` to the
