@@ -76,7 +76,7 @@ class _Handlers:
                 now, client_timeout, worker_timeout,
                 self.state.silent_clients(now, client_timeout, since),
                 self.state.silent_workers(now, worker_timeout, since), iteration_timeout,
-                keep_dynamic=True, adopt=True))
+                adopt=True))
         return lost
 
     def RegisterDataset(self, r: pb.RegisterDatasetRequest) -> pb.RegisterDatasetResponse:
@@ -117,9 +117,12 @@ class _Handlers:
                              ) -> pb.GetOrCreateIterationResponse:
         if r.repetition < 0:
             raise InvalidArgumentError(f"repetition must be >= 0, got {r.repetition}")
-        iteration_id, client_id = self._apply(
-            ev.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
-        return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id)
+        with self.lock:  # one lock, so the iteration is read as the event left it
+            iteration_id, client_id = self._apply(
+                ev.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
+            finished = self.state.iterations[iteration_id].finished
+        return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id,
+                                               iteration_finished=finished)
 
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
         settled = tuple((run.task_id, run.incarnation) for run in r.settled)
@@ -144,7 +147,7 @@ class _Handlers:
                                                 tuple(r.finished_tasks)))
         return pb.WorkerHeartbeatResponse(
             new_tasks=[_task_def(t) for t in orders.new_tasks],
-            tasks_to_delete=orders.tasks_to_delete)
+            tasks_to_delete=orders.tasks_to_delete, paused_tasks=orders.paused)
 
     def GetSplits(self, r: pb.GetSplitsRequest) -> pb.GetSplitsResponse:
         if not 0 < r.max_splits <= 1024 or r.repetition < 0:

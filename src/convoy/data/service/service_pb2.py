@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!convoy/data/service/service.proto\x12\x13\x63onvoy.data.service\"\x07\n\x05\x45mpty\"\xab\x01\n\x16RegisterDatasetRequest\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\x0c\x12\x12\n\ndataset_id\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t\x12\x13\n\x0b\x63ompression\x18\x04 \x01(\t\x12\x14\n\x0c\x65lement_spec\x18\x05 \x01(\x0c\x12\x13\n\x0b\x63\x61rdinality\x18\x06 \x01(\x03\x12\x17\n\x0fnum_split_units\x18\x07 \x01(\x03\"-\n\x17RegisterDatasetResponse\x12\x12\n\ndataset_id\x18\x01 \x01(\t\"+\n\x15GetDatasetInfoRequest\x12\x12\n\ndataset_id\x18\x01 \x01(\t\"X\n\x16GetDatasetInfoResponse\x12\x14\n\x0c\x65lement_spec\x18\x01 \x01(\x0c\x12\x13\n\x0b\x63ompression\x18\x02 \x01(\t\x12\x13\n\x0b\x63\x61rdinality\x18\x03 \x01(\x03\"q\n\nJobOptions\x12\x17\n\x0fprocessing_mode\x18\x01 \x01(\t\x12\x15\n\rnum_consumers\x18\x02 \x01(\x03\x12\x16\n\x0etarget_workers\x18\x03 \x01(\t\x12\x1b\n\x13\x63ross_trainer_cache\x18\x04 \x01(\t\"o\n\x15GetOrCreateJobRequest\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x30\n\x07options\x18\x03 \x01(\x0b\x32\x1f.convoy.data.service.JobOptions\"(\n\x16GetOrCreateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\"A\n\x1bGetOrCreateIterationRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x12\n\nrepetition\x18\x02 \x01(\x03\"G\n\x1cGetOrCreateIterationResponse\x12\x14\n\x0citeration_id\x18\x01 \x01(\x03\x12\x11\n\tclient_id\x18\x02 \x01(\x03\"V\n\x08TaskInfo\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x16\n\x0eworker_address\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\x12\x0c\n\x04held\x18\x33 \x01(\x08\"/\n\x07TaskRun\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\"9\n\tTaskRange\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0c\n\x04stop\x18\x03 \x01(\x03\"\x8c\x01\n\x16\x43lientHeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\x03\x12-\n\x07settled\x18\x32 \x03(\x0b\x32\x1c.convoy.data.service.TaskRun\x12\x30\n\x08received\x18\x33 \x03(\x0b\x32\x1e.convoy.data.service.TaskRange\"c\n\x17\x43lientHeartbeatResponse\x12,\n\x05tasks\x18\x01 \x03(\x0b\x32\x1d.convoy.data.service.TaskInfo\x12\x1a\n\x12iteration_finished\x18\x02 \x01(\x08\"[\n\x14ReleaseClientRequest\x12\x11\n\tclient_id\x18\x01 \x01(\x03\x12\x30\n\x08received\x18\x32 \x03(\x0b\x32\x1e.convoy.data.service.TaskRange\"\xa1\x02\n\x07TaskDef\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x14\n\x0citeration_id\x18\x02 \x01(\x03\x12\x12\n\ndataset_id\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x04 \x01(\x0c\x12\x17\n\x0fprocessing_mode\x18\x05 \x01(\t\x12\x13\n\x0b\x63ompression\x18\x06 \x01(\t\x12\x14\n\x0cworker_index\x18\x07 \x01(\x03\x12\x13\n\x0bnum_workers\x18\x08 \x01(\x03\x12\x15\n\rnum_consumers\x18\x14 \x01(\x03\x12\x1b\n\x13\x63ross_trainer_cache\x18\x1e \x01(\x08\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\x12(\n\x04skip\x18\x33 \x03(\x0b\x32\x1a.convoy.data.service.Split\"s\n\x16WorkerHeartbeatRequest\x12\x16\n\x0eworker_address\x18\x01 \x01(\t\x12\x12\n\nworker_uid\x18\x02 \x01(\t\x12\x15\n\rcurrent_tasks\x18\x03 \x03(\x03\x12\x16\n\x0e\x66inished_tasks\x18\x04 \x03(\x03\"c\n\x17WorkerHeartbeatResponse\x12/\n\tnew_tasks\x18\x01 \x03(\x0b\x32\x1c.convoy.data.service.TaskDef\x12\x17\n\x0ftasks_to_delete\x18\x02 \x03(\x03\"$\n\x05Split\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0c\n\x04stop\x18\x02 \x01(\x03\"\xa2\x01\n\x10GetSplitsRequest\x12\x14\n\x0citeration_id\x18\x01 \x01(\x03\x12\x12\n\nrepetition\x18\x02 \x01(\x03\x12\x12\n\nmax_splits\x18\x03 \x01(\x03\x12\x0f\n\x07task_id\x18\x04 \x01(\x03\x12\x12\n\nworker_uid\x18\x05 \x01(\t\x12\x16\n\x0erequest_number\x18\x06 \x01(\x03\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\"V\n\x11GetSplitsResponse\x12*\n\x06splits\x18\x01 \x03(\x0b\x32\x1a.convoy.data.service.Split\x12\x15\n\rend_of_splits\x18\x02 \x01(\x08\"U\n\x12SharedMemoryReader\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x03\x12\x11\n\tpid_start\x18\x03 \x01(\x03\x12\x11\n\treader_id\x18\x04 \x01(\t\"\xbf\x02\n\x12GetElementsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x63onsumer_index\x18\x02 \x01(\x03\x12\x14\n\x0cmax_elements\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bround_index\x18\x14 \x01(\x03\x12\x18\n\x10round_timeout_ms\x18\x15 \x01(\x03\x12\x12\n\ntrainer_id\x18\x1e \x01(\t\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\x12>\n\rshared_memory\x18( \x01(\x0b\x32\'.convoy.data.service.SharedMemoryReader\x12?\n\x11released_segments\x18) \x03(\x0b\x32$.convoy.data.service.ReleasedSegment\"0\n\x0fReleasedSegment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07handout\x18\x02 \x01(\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!convoy/data/service/service.proto\x12\x13\x63onvoy.data.service\"\x07\n\x05\x45mpty\"\xab\x01\n\x16RegisterDatasetRequest\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\x0c\x12\x12\n\ndataset_id\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t\x12\x13\n\x0b\x63ompression\x18\x04 \x01(\t\x12\x14\n\x0c\x65lement_spec\x18\x05 \x01(\x0c\x12\x13\n\x0b\x63\x61rdinality\x18\x06 \x01(\x03\x12\x17\n\x0fnum_split_units\x18\x07 \x01(\x03\"-\n\x17RegisterDatasetResponse\x12\x12\n\ndataset_id\x18\x01 \x01(\t\"+\n\x15GetDatasetInfoRequest\x12\x12\n\ndataset_id\x18\x01 \x01(\t\"X\n\x16GetDatasetInfoResponse\x12\x14\n\x0c\x65lement_spec\x18\x01 \x01(\x0c\x12\x13\n\x0b\x63ompression\x18\x02 \x01(\t\x12\x13\n\x0b\x63\x61rdinality\x18\x03 \x01(\x03\"q\n\nJobOptions\x12\x17\n\x0fprocessing_mode\x18\x01 \x01(\t\x12\x15\n\rnum_consumers\x18\x02 \x01(\x03\x12\x16\n\x0etarget_workers\x18\x03 \x01(\t\x12\x1b\n\x13\x63ross_trainer_cache\x18\x04 \x01(\t\"o\n\x15GetOrCreateJobRequest\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x30\n\x07options\x18\x03 \x01(\x0b\x32\x1f.convoy.data.service.JobOptions\"(\n\x16GetOrCreateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\"A\n\x1bGetOrCreateIterationRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x12\n\nrepetition\x18\x02 \x01(\x03\"c\n\x1cGetOrCreateIterationResponse\x12\x14\n\x0citeration_id\x18\x01 \x01(\x03\x12\x11\n\tclient_id\x18\x02 \x01(\x03\x12\x1a\n\x12iteration_finished\x18P \x01(\x08\"V\n\x08TaskInfo\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x16\n\x0eworker_address\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\x12\x0c\n\x04held\x18\x33 \x01(\x08\"/\n\x07TaskRun\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\"9\n\tTaskRange\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0c\n\x04stop\x18\x03 \x01(\x03\"\x8c\x01\n\x16\x43lientHeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\x03\x12-\n\x07settled\x18\x32 \x03(\x0b\x32\x1c.convoy.data.service.TaskRun\x12\x30\n\x08received\x18\x33 \x03(\x0b\x32\x1e.convoy.data.service.TaskRange\"c\n\x17\x43lientHeartbeatResponse\x12,\n\x05tasks\x18\x01 \x03(\x0b\x32\x1d.convoy.data.service.TaskInfo\x12\x1a\n\x12iteration_finished\x18\x02 \x01(\x08\"[\n\x14ReleaseClientRequest\x12\x11\n\tclient_id\x18\x01 \x01(\x03\x12\x30\n\x08received\x18\x32 \x03(\x0b\x32\x1e.convoy.data.service.TaskRange\"\xa1\x02\n\x07TaskDef\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x14\n\x0citeration_id\x18\x02 \x01(\x03\x12\x12\n\ndataset_id\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x04 \x01(\x0c\x12\x17\n\x0fprocessing_mode\x18\x05 \x01(\t\x12\x13\n\x0b\x63ompression\x18\x06 \x01(\t\x12\x14\n\x0cworker_index\x18\x07 \x01(\x03\x12\x13\n\x0bnum_workers\x18\x08 \x01(\x03\x12\x15\n\rnum_consumers\x18\x14 \x01(\x03\x12\x1b\n\x13\x63ross_trainer_cache\x18\x1e \x01(\x08\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\x12(\n\x04skip\x18\x33 \x03(\x0b\x32\x1a.convoy.data.service.Split\"s\n\x16WorkerHeartbeatRequest\x12\x16\n\x0eworker_address\x18\x01 \x01(\t\x12\x12\n\nworker_uid\x18\x02 \x01(\t\x12\x15\n\rcurrent_tasks\x18\x03 \x03(\x03\x12\x16\n\x0e\x66inished_tasks\x18\x04 \x03(\x03\"y\n\x17WorkerHeartbeatResponse\x12/\n\tnew_tasks\x18\x01 \x03(\x0b\x32\x1c.convoy.data.service.TaskDef\x12\x17\n\x0ftasks_to_delete\x18\x02 \x03(\x03\x12\x14\n\x0cpaused_tasks\x18P \x03(\x03\"$\n\x05Split\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0c\n\x04stop\x18\x02 \x01(\x03\"\xa2\x01\n\x10GetSplitsRequest\x12\x14\n\x0citeration_id\x18\x01 \x01(\x03\x12\x12\n\nrepetition\x18\x02 \x01(\x03\x12\x12\n\nmax_splits\x18\x03 \x01(\x03\x12\x0f\n\x07task_id\x18\x04 \x01(\x03\x12\x12\n\nworker_uid\x18\x05 \x01(\t\x12\x16\n\x0erequest_number\x18\x06 \x01(\x03\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\"V\n\x11GetSplitsResponse\x12*\n\x06splits\x18\x01 \x03(\x0b\x32\x1a.convoy.data.service.Split\x12\x15\n\rend_of_splits\x18\x02 \x01(\x08\"U\n\x12SharedMemoryReader\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x03\x12\x11\n\tpid_start\x18\x03 \x01(\x03\x12\x11\n\treader_id\x18\x04 \x01(\t\"\xbf\x02\n\x12GetElementsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x63onsumer_index\x18\x02 \x01(\x03\x12\x14\n\x0cmax_elements\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bround_index\x18\x14 \x01(\x03\x12\x18\n\x10round_timeout_ms\x18\x15 \x01(\x03\x12\x12\n\ntrainer_id\x18\x1e \x01(\t\x12\x13\n\x0bincarnation\x18\x32 \x01(\x03\x12>\n\rshared_memory\x18( \x01(\x0b\x32\'.convoy.data.service.SharedMemoryReader\x12?\n\x11released_segments\x18) \x03(\x0b\x32$.convoy.data.service.ReleasedSegment\"0\n\x0fReleasedSegment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07handout\x18\x02 \x01(\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,35 +50,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETORCREATEITERATIONREQUEST']._serialized_start=693
   _globals['_GETORCREATEITERATIONREQUEST']._serialized_end=758
   _globals['_GETORCREATEITERATIONRESPONSE']._serialized_start=760
-  _globals['_GETORCREATEITERATIONRESPONSE']._serialized_end=831
-  _globals['_TASKINFO']._serialized_start=833
-  _globals['_TASKINFO']._serialized_end=919
-  _globals['_TASKRUN']._serialized_start=921
-  _globals['_TASKRUN']._serialized_end=968
-  _globals['_TASKRANGE']._serialized_start=970
-  _globals['_TASKRANGE']._serialized_end=1027
-  _globals['_CLIENTHEARTBEATREQUEST']._serialized_start=1030
-  _globals['_CLIENTHEARTBEATREQUEST']._serialized_end=1170
-  _globals['_CLIENTHEARTBEATRESPONSE']._serialized_start=1172
-  _globals['_CLIENTHEARTBEATRESPONSE']._serialized_end=1271
-  _globals['_RELEASECLIENTREQUEST']._serialized_start=1273
-  _globals['_RELEASECLIENTREQUEST']._serialized_end=1364
-  _globals['_TASKDEF']._serialized_start=1367
-  _globals['_TASKDEF']._serialized_end=1656
-  _globals['_WORKERHEARTBEATREQUEST']._serialized_start=1658
-  _globals['_WORKERHEARTBEATREQUEST']._serialized_end=1773
-  _globals['_WORKERHEARTBEATRESPONSE']._serialized_start=1775
-  _globals['_WORKERHEARTBEATRESPONSE']._serialized_end=1874
-  _globals['_SPLIT']._serialized_start=1876
-  _globals['_SPLIT']._serialized_end=1912
-  _globals['_GETSPLITSREQUEST']._serialized_start=1915
-  _globals['_GETSPLITSREQUEST']._serialized_end=2077
-  _globals['_GETSPLITSRESPONSE']._serialized_start=2079
-  _globals['_GETSPLITSRESPONSE']._serialized_end=2165
-  _globals['_SHAREDMEMORYREADER']._serialized_start=2167
-  _globals['_SHAREDMEMORYREADER']._serialized_end=2252
-  _globals['_GETELEMENTSREQUEST']._serialized_start=2255
-  _globals['_GETELEMENTSREQUEST']._serialized_end=2574
-  _globals['_RELEASEDSEGMENT']._serialized_start=2576
-  _globals['_RELEASEDSEGMENT']._serialized_end=2624
+  _globals['_GETORCREATEITERATIONRESPONSE']._serialized_end=859
+  _globals['_TASKINFO']._serialized_start=861
+  _globals['_TASKINFO']._serialized_end=947
+  _globals['_TASKRUN']._serialized_start=949
+  _globals['_TASKRUN']._serialized_end=996
+  _globals['_TASKRANGE']._serialized_start=998
+  _globals['_TASKRANGE']._serialized_end=1055
+  _globals['_CLIENTHEARTBEATREQUEST']._serialized_start=1058
+  _globals['_CLIENTHEARTBEATREQUEST']._serialized_end=1198
+  _globals['_CLIENTHEARTBEATRESPONSE']._serialized_start=1200
+  _globals['_CLIENTHEARTBEATRESPONSE']._serialized_end=1299
+  _globals['_RELEASECLIENTREQUEST']._serialized_start=1301
+  _globals['_RELEASECLIENTREQUEST']._serialized_end=1392
+  _globals['_TASKDEF']._serialized_start=1395
+  _globals['_TASKDEF']._serialized_end=1684
+  _globals['_WORKERHEARTBEATREQUEST']._serialized_start=1686
+  _globals['_WORKERHEARTBEATREQUEST']._serialized_end=1801
+  _globals['_WORKERHEARTBEATRESPONSE']._serialized_start=1803
+  _globals['_WORKERHEARTBEATRESPONSE']._serialized_end=1924
+  _globals['_SPLIT']._serialized_start=1926
+  _globals['_SPLIT']._serialized_end=1962
+  _globals['_GETSPLITSREQUEST']._serialized_start=1965
+  _globals['_GETSPLITSREQUEST']._serialized_end=2127
+  _globals['_GETSPLITSRESPONSE']._serialized_start=2129
+  _globals['_GETSPLITSRESPONSE']._serialized_end=2215
+  _globals['_SHAREDMEMORYREADER']._serialized_start=2217
+  _globals['_SHAREDMEMORYREADER']._serialized_end=2302
+  _globals['_GETELEMENTSREQUEST']._serialized_start=2305
+  _globals['_GETELEMENTSREQUEST']._serialized_end=2624
+  _globals['_RELEASEDSEGMENT']._serialized_start=2626
+  _globals['_RELEASEDSEGMENT']._serialized_end=2674
 # @@protoc_insertion_point(module_scope)
