@@ -40,6 +40,7 @@ from convoy.data.service._common.wire import (
 from convoy.data.service._shm.worker_end import SegmentServer
 from convoy.data.service._worker import state as ws
 from convoy.data.service._worker.served import ServedTask
+from convoy.data.service._worker.task import BufferBudget
 from convoy.data.service._worker.trainer_cache import DEFAULT_CACHE_BYTES
 from convoy.data.service._worker.trainer_window import WindowStats
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
@@ -89,6 +90,7 @@ class WorkerServer(_rpc.ServerBase):
         self._last_call = float("-inf")  # when the latest GetElements call came
         self._stopping = False
         self._segments = SegmentServer(config.data_transfer_protocol != "grpc")
+        self._budget = BufferBudget(config.max_buffered_bytes)
         self.error: BaseException | None = None
         if start:
             self.start()
@@ -156,7 +158,8 @@ class WorkerServer(_rpc.ServerBase):
                                        itertools.count(1), threading.Lock())
         served = self._running[definition.task_id] = ServedTask.of(
             definition, splits,
-            self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES, self._address)
+            self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES, self._address,
+            self._budget)
         served.start()  # once listed: its splits are asked for only while it is
 
     # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
@@ -205,8 +208,11 @@ class WorkerServer(_rpc.ServerBase):
         event = ws.HeartbeatAnswered(heartbeat.seq,
                                      tuple(_definition(t) for t in response.new_tasks),
                                      tuple(response.tasks_to_delete), time.monotonic())
+        paused = set(response.paused_tasks)
         with self._lock:
             self._apply(event)
+            for task_id, served in self._running.items():  # no consumer: produce no more
+                served.task.paused = task_id in paused
             self._answered.notify_all()
 
     def _call(self, method: str, request: Any) -> Any:
