@@ -14,6 +14,8 @@ elsewhere and comes back) before its server shuts down.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import itertools
 import logging
@@ -46,6 +48,24 @@ from convoy.data.service._worker.trainer_window import WindowStats
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _give_memory_back() -> None:
+    """Return the freed pages of a stopped task's buffers to the system (glibc keeps them
+    otherwise, and the worker's RSS stays at its highest)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 #: Splits asked of the dispatcher per GetSplits call.
 SPLITS_PER_REQUEST = 8
@@ -133,6 +153,7 @@ class WorkerServer(_rpc.ServerBase):
         stop here; calls to the dispatcher go to the control thread."""
         assert self._state is not None
         result = self._state.apply(event)
+        stopped = False
         for instruction in result.instructions:
             if isinstance(instruction, ws.StartTask):
                 self._start_task(instruction.definition)
@@ -140,6 +161,7 @@ class WorkerServer(_rpc.ServerBase):
                 served = self._running.pop(instruction.task_id, None)
                 if served is not None:
                     served.stop()
+                    stopped = True
             elif isinstance(instruction, ws.Shutdown):
                 log.error("worker %s stops: %s", self._address, instruction.reason)
                 self.error = UnavailableError(instruction.reason)
@@ -148,6 +170,9 @@ class WorkerServer(_rpc.ServerBase):
                 self._outbox.append(instruction)
         if result.instructions:
             self._wake.notify()
+        if stopped:  # off the lock: trimming a large heap takes a while
+            threading.Thread(target=_give_memory_back, name="convoy-worker-trim",
+                             daemon=True).start()
         return result
 
     def _start_task(self, definition: ws.TaskDefinition) -> None:
