@@ -87,7 +87,6 @@ class GarbageCollection:
                 continue  # forgotten already, or every task left with a lost worker
             self._drop_tasks(iteration)
             iteration.finished = True
-            iteration.split_cursor = iteration.split_repetition = 0
             self._drop_if_abandoned(iteration_id)
 
     def _release_tasks_of(self, lost: list[str], adopt: bool) -> None:
