@@ -90,7 +90,8 @@ def test_an_abandoned_anonymous_iteration_leaves_no_task_anywhere() -> None:
         for _ in range(3):
             read_and_abandon(big_rows(cluster.target))
         state = state_of(cluster)
-        assert state.iterations == {} and state.tasks == {} and state.jobs == {}
+        wait_for(lambda: not state.iterations, 10, "the released iterations to go")
+        assert state.tasks == {} and state.jobs == {}
         wait_for(lambda: all(not w._running for w in cluster.workers), 10,
                  "the workers to drop their tasks")
         late = cluster.add_worker()  # joins afterwards: it is given nothing to fill
