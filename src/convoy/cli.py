@@ -224,6 +224,9 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM, how long its consumers may take what it buffered "
                              "before it deregisters and exits; its unfinished DYNAMIC splits "
                              "run elsewhere, exactly once (default %(default)s)")
+    parser.add_argument("--max-buffered-bytes", type=int, default=1 << 30, metavar="N",
+                        help="bytes of elements it buffers across all its tasks before their "
+                             "producers wait for consumers (default 1 GiB)")
     metrics_arguments(parser)
     security_arguments(parser)
 
@@ -239,6 +242,7 @@ def _worker(args: argparse.Namespace) -> int:
                           worker_address=args.address, heartbeat_interval_ms=args.heartbeat_ms,
                           dispatcher_timeout_ms=args.dispatcher_timeout_ms,
                           cross_trainer_cache_size_bytes=args.cross_trainer_cache_size_bytes,
+                          max_buffered_bytes=args.max_buffered_bytes,
                           **security_settings(args))
     with _metrics(args):
         try:

@@ -104,11 +104,14 @@ def test_a_silent_client_does_not_hold_a_run_forever() -> None:
     assert [t.task_id for t in restart(state, 100.0).new_tasks] == [task]
 
 
-def test_a_run_with_no_clients_starts_at_once() -> None:
+def test_a_run_with_no_clients_waits_for_none_but_starts_with_a_consumer() -> None:
     state = st.DispatcherState()
     _, (a,), task = dynamic_iteration(state, clients=1)
     state.apply(ev.ReleaseClient(a))
-    assert [t.incarnation for t in restart(state).new_tasks] == [2]
+    assert restart(state).new_tasks == []  # no consumer: nothing to produce for
+    assert not state.runs.held(state.tasks[task])  # no client's report to wait for
+    state.apply(ev.GetOrCreateIteration(state.named_jobs["shared"], 0, 2.0))
+    assert [t.incarnation for t in restart(state, 2.0).new_tasks] == [2]
 
 
 def lose(state: st.DispatcherState, *workers: str, now: float = 100.0) -> list[str]:

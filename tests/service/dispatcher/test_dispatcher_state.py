@@ -326,7 +326,7 @@ def test_a_restarted_worker_does_not_rerun_finished_iterations(
     (task_id,) = state.iterations[iteration_id].tasks.values()
     state.apply(ev.TaskFinished("w1:1", task_id))
     assert heartbeat(state, "w1:1", uid="new").new_tasks == []
-    assert state.tasks[task_id].finished
+    assert task_id not in state.tasks and state.iterations[iteration_id].finished
 
 
 def test_unknown_tasks_are_deleted(state: st.DispatcherState) -> None:
@@ -349,13 +349,15 @@ def test_task_finished_and_iteration_finished(state: st.DispatcherState) -> None
                      "belongs to worker w2:2, not w1:1")
     state.apply(ev.TaskFinished("w1:1", tasks["w1:1"]))
     assert not state.apply(ev.ClientHeartbeat(client_id, 1.0)).iteration_finished
-    state.apply(ev.TaskFinished("w2:2", tasks["w2:2"]))
-    state.apply(ev.TaskFinished("w2:2", tasks["w2:2"]))  # idempotent
+    last = tasks["w2:2"]
+    state.apply(ev.TaskFinished("w2:2", last))
     assert state.apply(ev.ClientHeartbeat(client_id, 2.0)).iteration_finished
     assert state.iteration_finished(state.iterations[iteration_id])
-    # finished tasks are neither re-sent nor deleted
-    orders = heartbeat(state, "w1:1")
-    assert orders.new_tasks == [] and orders.tasks_to_delete == []
+    # a finished iteration drops its tasks at once: a worker still reporting one is told to
+    # delete it (the acknowledgement), and nothing is sent again
+    assert last not in state.tasks and state.iterations[iteration_id].tasks == {}
+    orders = heartbeat(state, "w1:1", current=(last,))
+    assert orders.new_tasks == [] and orders.tasks_to_delete == [last]
 
 
 def test_ends_reported_in_heartbeats_finish_tasks_and_are_acknowledged(
@@ -524,8 +526,9 @@ def test_split_requests_that_name_a_wrong_task_are_refused(state: st.DispatcherS
     assert_unchanged(state, ev.GetSplits(iteration_id, 1, 2, task_id, "u1", 1),
                      InvalidArgumentError, "was for repetition 0, not 1")
     state.apply(ev.WorkerHeartbeat("w1:1", "uid-w1:1", (task_id,), 1.0, (task_id,)))
+    # its iteration has finished, and dropped its tasks
     assert_unchanged(state, ev.GetSplits(iteration_id, 0, 1, task_id, "u1", 2),
-                     FailedPreconditionError, f"Task {task_id} has finished")
+                     NotFoundError, f"Task {task_id} not found")
 
 
 def test_splits_of_an_off_job_are_refused(state: st.DispatcherState) -> None:
@@ -571,7 +574,7 @@ def test_a_lost_worker_leaves_its_unfinished_iterations(state: st.DispatcherStat
     assert state.apply(ev.CollectGarbage(100.0, 500.0, 30.0)) == ["gone:1"]
     assert state.tasks[gone].finished
     assert state.iterations[running].tasks == {"busy:2": busy}
-    assert len(state.iterations[done].tasks) == 2  # finished iterations are left alone
+    assert state.iterations[done].finished  # finished iterations are left alone
     view = state.apply(ev.ClientHeartbeat(client_id, 100.0))
     assert view == ev.ClientView([ev.TaskView(busy, "busy:2", 1)], False)
     state.apply(ev.TaskFinished("busy:2", busy))
@@ -855,8 +858,10 @@ def test_iterations_without_clients_are_forgotten_after_the_timeout(
     assert again != idle_id
 
 
-def test_unfinished_iterations_of_named_dynamic_jobs_are_kept(state: st.DispatcherState) -> None:
-    """As TensorFlow's: joining the job again must not hand its splits out again."""
+def test_idle_iterations_are_collected_and_finished_ones_kept(state: st.DispatcherState) -> None:
+    """TensorFlow's rules: an unfinished iteration without clients is collected after the
+    timeout (a named DYNAMIC one too, unless an event asks to keep it); a finished named one
+    stays as a tombstone; an anonymous one goes with its last client."""
     dataset_id = register(state)
     heartbeat(state, "w1:1")
     named = iteration(state, job(state, dataset_id, name="named"))
@@ -867,18 +872,22 @@ def test_unfinished_iterations_of_named_dynamic_jobs_are_kept(state: st.Dispatch
     state.apply(ev.TaskFinished("w1:1", done_task))
     for _, client_id in (named, anonymous, finished, off):
         state.apply(ev.ReleaseClient(client_id))
+    assert anonymous[0] not in state.iterations  # at once: no one can join it again
     for now in (100.0, 200.0):
         state.apply(ev.CollectGarbage(now, 1e9, 1e9, (), (), 10.0, keep_dynamic=True))
-    assert list(state.iterations) == [named[0]]
+    assert list(state.iterations) == [named[0], finished[0]]
     assert state.iterations[named[0]].idle_since is None
-    # journals of older versions forgot it too, and replay as they were written
     state.apply(ev.CollectGarbage(300.0, 1e9, 1e9, (), (), 10.0))
     state.apply(ev.CollectGarbage(400.0, 1e9, 1e9, (), (), 10.0))
-    assert state.iterations == {}
+    assert list(state.iterations) == [finished[0]] and state.iterations[finished[0]].finished
+    # reopening the collected one starts afresh; the finished one reads nothing
+    again, _ = iteration(state, state.named_jobs["named"])
+    assert again != named[0] and not state.iterations[again].finished
+    assert iteration(state, state.named_jobs["done"])[0] == finished[0]
 
 
 def test_iterations_are_kept_without_an_iteration_timeout(state: st.DispatcherState) -> None:
-    job_id = job(state, register(state))
+    job_id = job(state, register(state), name="named")
     iteration_id, client_id = state.apply(ev.GetOrCreateIteration(job_id, 0, 0.0))
     state.apply(ev.ReleaseClient(client_id))
     state.apply(ev.CollectGarbage(1e9, 1e9, 1e9, (), ()))

@@ -290,68 +290,16 @@ def test_an_empty_work_dir_recovers_an_empty_state(tmp_path: Path) -> None:
     assert recovered == empty and (journal.generation, journal.records) == (0, 0)
 
 
-def test_a_journal_of_format_1_still_replays(tmp_path: Path) -> None:
-    """The fixture was written at format 1 by the scenario above, compacted after 25 records,
-    and then by one event of each kind more (a dataset with bytes that are not text, a job
-    with every option set, a late worker, a collection that forgets iterations after 50 s),
-    so its log holds every kind of record. Whatever the code becomes, it must read it."""
-    shutil.copytree(FIXTURE, tmp_path / "journal")
-    journal = Journal(LocalStorage(tmp_path / "journal"), 25)
-    state = journal.recover()
-    assert (journal.generation, journal.records) == (1, 14)
-    assert journaled_kinds(FIXTURE) == JOURNALED_EVENTS - {"ClientHeartbeat"}  # newer
-    assert {d: (r.fingerprint, r.payload, r.compression, r.element_spec, r.num_split_units)
-            for d, r in state.datasets.items()} == {
-        "1000": ("fp-range", b"range(400)", "AUTO", b"spec", 400),
-        "my-files": ("fp-files", b"files", "", b"", 6),
-        "extra": ("fp-extra", b"\x00\xff bytes", "LZ4", b"\x01spec", 5)}
-    assert state.named_jobs == {"shared": 2001}
-    assert {j: (r.dataset_id, r.options) for j, r in state.jobs.items()} == {
-        2001: ("1000", ev.JobOptions(ShardingPolicy.DYNAMIC)),
-        2002: ("my-files", ev.JobOptions(ShardingPolicy.OFF)),
-        2019: ("extra", ev.JobOptions(ShardingPolicy.OFF, 2, "ANY", "trainer"))}
-    assert all(j.worker_addresses == () for j in state.jobs.values())  # a field added later
-    assert state.iteration_keys == {(2001, 0): 2003, (2002, 0): 2008, (2001, 1): 2014,
-                                    (2019, 0): 2020}
-    assert [(i.split_repetition, i.split_cursor, i.idle_since)
-            for i in state.iterations.values()] == [
-        (1, 40, 200.25), (0, 0, 200.25), (0, 12, None), (0, 0, 200.25)]
-    # w3 was lost: it left the unfinished iterations, not the finished one
-    assert {i: sorted(r.tasks) for i, r in state.iterations.items()} == {
-        2003: ["w1:1", "w2:2", "w5:5"], 2008: ["w1:1", "w2:2", "w3:3"],
-        2014: ["w1:1", "w2:2", "w5:5"], 2020: ["w1:1", "w2:2", "w5:5"]}
-    assert sorted((t.worker_address, t.iteration_id) for t in state.tasks.values()
-                  if not t.finished) == [("w1:1", 2014), ("w1:1", 2020), ("w2:2", 2003),
-                                         ("w2:2", 2014), ("w2:2", 2020), ("w5:5", 2003),
-                                         ("w5:5", 2014)]
-    assert {a: w.uid for a, w in state.workers.items()} == {
-        "w1:1": "w1-a", "w2:2": "w2-b", "w5:5": "w5-a"}
-    assert [(c.client_id, c.iteration_id) for c in state.clients.values()] == [(2018, 2014)]
-    assert (state.next_id, state.next_dataset_id) == (2026, 1001)
-    # and it goes on from there
-    orders = state.apply(ev.WorkerHeartbeat("w6:6", "w6-a", (), 300.0))
-    assert sorted(t.iteration_id for t in orders.new_tasks) == [2003, 2014, 2020]
-
-
-def test_a_journal_with_split_answers_and_reported_ends_still_replays(tmp_path: Path) -> None:
-    shutil.copytree(FIXTURE_ANSWERS, tmp_path / "journal")
-    journal = Journal(LocalStorage(tmp_path / "journal"), 25)
-    state = journal.recover()
-    assert (journal.generation, journal.records) == (1, 9)
-    log = [json.loads(record) for record, _ in read_records(FIXTURE_ANSWERS / "log-1")]
-    assert {"finished_tasks", "request_number", "keep_dynamic"} <= {
-        field for record in log for field in record}
-    # the numbered request's answer is kept
-    (task,) = [t for t in state.tasks.values() if t.last_splits is not None]
-    assert (task.task_id, task.last_splits) == (
-        2015, ev.SplitsAnswer("w1-a", 1, 0, [(i, i + 1) for i in range(8, 16)], False))
-    # the end reported in a heartbeat finished its task
-    assert state.tasks[2015].finished and state.tasks[2015].worker_address == "w1:1"
-    # the collections forgot the idle OFF iteration, kept the shared DYNAMIC job's
-    assert {i: (r.job_id, r.repetition) for i, r in state.iterations.items()} == {
-        2003: (2001, 0), 2014: (2001, 1)}
-    assert all(r.idle_since is None for r in state.iterations.values())
-    assert (state.next_id, state.named_jobs) == (2018, {"shared": 2001})
+@pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_ANSWERS])
+def test_a_journal_of_format_1_is_refused_naming_both_formats(tmp_path: Path,
+                                                             fixture: Path) -> None:
+    """The fixtures were written at format 1 (every kind of record, split answers, reported
+    ends). Format 2 keeps finished iterations as tombstones and forgets abandoned ones, so
+    replaying format 1 under its rules would hand out other ids than its dispatcher did: it
+    is refused, naming both formats, and left as it was."""
+    shutil.copytree(fixture, tmp_path / "journal")
+    check_data_loss(tmp_path / "journal", "meta", 0,
+                    "format 1, but this version of convoy reads format 2 only")
 
 
 # ----- torn tails and damage ----------------------------------------------------------------------
@@ -490,9 +438,9 @@ def test_a_damaged_snapshot_is_data_loss(tmp_path: Path) -> None:
         check_data_loss(directory, "snapshot", 0, "corrupted record")
     record = next(read_records(rec.directory / "snapshot"))[0]
     with TFRecordWriter(rec.directory / "snapshot") as writer:
-        writer.write(record.replace(b'"format":1', b'"format":2'))
+        writer.write(record.replace(b'"format":2', b'"format":1'))
     check_data_loss(rec.directory, "snapshot", 0,
-                    "format 2, but this version of convoy reads format 1")
+                    "format 1, but this version of convoy reads format 2")
 
 
 def test_a_journal_of_another_format_is_data_loss(tmp_path: Path) -> None:

@@ -139,6 +139,8 @@ def busy_state() -> st.DispatcherState:
     for address, task_id in state.iterations[done].tasks.items():
         state.apply(ev.TaskFinished(address, task_id))
     state.apply(ev.ReleaseClient(client))
+    idle, idle_client = state.apply(ev.GetOrCreateIteration(job, 2, 2.5))
+    state.apply(ev.ReleaseClient(idle_client))
     state.apply(ev.GetSplits(running, 0, 5))
     state.apply(ev.GetSplits(running, 0, 5, state.iterations[running].tasks["w2:2"], "u", 4))
     state.apply(ev.TaskFinished("w1:1", state.iterations[running].tasks["w1:1"]))
@@ -153,6 +155,7 @@ def test_the_state_round_trips_through_a_snapshot() -> None:
     assert restored.snapshot() == state.snapshot()
     assert any(t.finished and t.worker_address == "w3:3" for t in restored.tasks.values())
     assert any(i.idle_since == 10.0 for i in restored.iterations.values())
+    assert any(i.finished and not i.tasks for i in restored.iterations.values())
     (answer,) = [t.last_splits for t in restored.tasks.values() if t.last_splits]
     assert answer == ev.SplitsAnswer("u", 4, 0, [(i, i + 1) for i in range(5, 10)], False)
     # and both go on alike
@@ -164,8 +167,8 @@ def test_the_state_round_trips_through_a_snapshot() -> None:
 
 def test_snapshots_of_another_format_or_inconsistent_are_refused() -> None:
     plain = json.loads(encode_snapshot(busy_state(), 1))
-    with pytest.raises(ValueError, match="format 2, but this version of convoy reads format 1"):
-        decode_snapshot(json.dumps({**plain, "format": 2}).encode())
+    with pytest.raises(ValueError, match="format 1, but this version of convoy reads format 2"):
+        decode_snapshot(json.dumps({**plain, "format": 1}).encode())
     plain["state"]["iterations"] = []
     with pytest.raises(ValueError, match="inconsistent state"):
         decode_snapshot(json.dumps(plain).encode())

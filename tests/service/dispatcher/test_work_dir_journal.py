@@ -1,5 +1,6 @@
-"""A fault-tolerant dispatcher's ``work_dir``, written by an earlier version, restores the same
-state: its datasets, jobs, iteration, task and split cursor (the journal's format is kept)."""
+"""A fault-tolerant dispatcher's ``work_dir``, written by an earlier version of the same journal
+format, restores the same state: its datasets, jobs, iteration, task and split cursor; one of an
+older format is refused, naming both formats."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from convoy import _rpc
 from convoy.data.service import DispatcherConfig, DispatchServer
 from convoy.data.service import service_pb2 as pb
+from convoy.errors import DataLossError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -56,3 +60,11 @@ def test_a_work_dir_of_an_earlier_version_restores_the_same_state(tmp_path: Path
             client.close()
     finally:
         server.stop()
+
+
+def test_a_work_dir_of_journal_format_1_is_refused(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "work-dir-journal-format-1", tmp_path / "work")
+    with pytest.raises(DataLossError, match="format 1, but this version of convoy reads "
+                                            "format 2 only"):
+        DispatchServer(DispatcherConfig(work_dir=str(tmp_path / "work"),
+                                        fault_tolerant_mode=True))

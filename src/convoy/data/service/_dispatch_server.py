@@ -149,7 +149,7 @@ class _Handlers:
                            if not task.finished)
             lost: list[str] = self._apply(ev.CollectGarbage(
                 now, client_timeout, worker_timeout, clients, workers, iteration_timeout,
-                keep_dynamic=True, adopt=True))
+                adopt=True))
         monitoring.SPLITS.labels("returned").inc(returned)
         for client_id in clients:
             log.info("client %d silent for %.0f s: released", client_id, client_timeout)
@@ -201,9 +201,12 @@ class _Handlers:
                              ) -> pb.GetOrCreateIterationResponse:
         if r.repetition < 0:
             raise InvalidArgumentError(f"repetition must be >= 0, got {r.repetition}")
-        iteration_id, client_id = self._apply(
-            ev.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
-        return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id)
+        with self.lock:  # one lock, so the iteration is read as the event left it
+            iteration_id, client_id = self._apply(
+                ev.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
+            finished = self.state.iterations[iteration_id].finished
+        return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id,
+                                               iteration_finished=finished)
 
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
         settled = tuple((run.task_id, run.incarnation) for run in r.settled)
@@ -247,7 +250,7 @@ class _Handlers:
                      r.worker_address)
         return pb.WorkerHeartbeatResponse(
             new_tasks=[_task_def(t) for t in orders.new_tasks],
-            tasks_to_delete=orders.tasks_to_delete)
+            tasks_to_delete=orders.tasks_to_delete, paused_tasks=orders.paused)
 
     def GetSplits(self, r: pb.GetSplitsRequest) -> pb.GetSplitsResponse:
         if not 0 < r.max_splits <= 1024 or r.repetition < 0:

@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,6 +87,21 @@ REPORT_TIMEOUT_S = 15.0
 WORKER_AWAY = (UnavailableError, DeadlineExceededError, CancelledError, AbortedError)
 
 
+#: The (job, repetition) pairs found finished so far in this process: each is warned once.
+_WARNED_FINISHED: set[tuple[str, int]] = set()
+
+
+def _warn_finished(job: str, repetition: int) -> None:
+    """Say, once per process, that a finished iteration was opened again (it reads nothing)."""
+    if (job, repetition) in _WARNED_FINISHED:
+        return
+    _WARNED_FINISHED.add((job, repetition))
+    warnings.warn(
+        f"Repetition {repetition} of job {job!r} has already been read to its end: it yields "
+        f"nothing. To read the dataset again, call set_epoch(n) with a new epoch (convoy.torch), "
+        f"or use a new job_name or repetition.", RuntimeWarning, stacklevel=4)
+
+
 class Reader:
     """One consumer's reading of one iteration. ``_cond`` guards ``_state`` and ``_workers``."""
 
@@ -135,6 +151,8 @@ class Reader:
         except BaseException:
             dispatcher.close()
             raise
+        if iteration.iteration_finished:
+            _warn_finished(options.job_name or str(job.job_id), repetition)
         reader = cls(options, dispatcher, iteration.client_id)
         try:
             reader._heartbeat()

@@ -14,6 +14,8 @@ elsewhere and comes back) before its server shuts down.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import itertools
 import logging
@@ -43,11 +45,30 @@ from convoy.data.service._common.wire import (
 from convoy.data.service._shm.worker_end import SegmentServer
 from convoy.data.service._worker import state as ws
 from convoy.data.service._worker.served import ServedTask
+from convoy.data.service._worker.task import BufferBudget
 from convoy.data.service._worker.trainer_cache import DEFAULT_CACHE_BYTES
 from convoy.data.service._worker.trainer_window import WindowStats
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
 log = logging.getLogger(__name__)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _give_memory_back() -> None:
+    """Return the freed pages of a stopped task's buffers to the system (glibc keeps them
+    otherwise, and the worker's RSS stays at its highest)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 #: Splits asked of the dispatcher per GetSplits call.
 SPLITS_PER_REQUEST = 8
@@ -96,6 +117,7 @@ class WorkerServer(_rpc.ServerBase):
         self._draining = False  # takes no more splits; its consumers take what is buffered
         self._control: threading.Thread | None = None
         self._segments = SegmentServer(config.data_transfer_protocol != "grpc")
+        self._budget = BufferBudget(config.max_buffered_bytes)
         self.error: BaseException | None = None
         self._metrics: monitoring.MetricsServer | None = None
         self._registered = False
@@ -161,6 +183,7 @@ class WorkerServer(_rpc.ServerBase):
         stop here; calls to the dispatcher go to the control thread."""
         assert self._state is not None
         result = self._state.apply(event)
+        stopped = False
         for instruction in result.instructions:
             if isinstance(instruction, ws.StartTask):
                 self._start_task(instruction.definition)
@@ -168,6 +191,7 @@ class WorkerServer(_rpc.ServerBase):
                 served = self._running.pop(instruction.task_id, None)
                 if served is not None:
                     served.stop()
+                    stopped = True
             elif isinstance(instruction, ws.Shutdown):
                 log.error("worker %s stops: %s", self._address, instruction.reason)
                 self.error = UnavailableError(instruction.reason)
@@ -178,6 +202,9 @@ class WorkerServer(_rpc.ServerBase):
                 self._outbox.append(instruction)
         if result.instructions:
             self._wake.notify()
+        if stopped:  # off the lock: trimming a large heap takes a while
+            threading.Thread(target=_give_memory_back, name="convoy-worker-trim",
+                             daemon=True).start()
         return result
 
     def _start_task(self, definition: ws.TaskDefinition) -> None:
@@ -188,7 +215,8 @@ class WorkerServer(_rpc.ServerBase):
                                        itertools.count(1), threading.Lock())
         served = self._running[definition.task_id] = ServedTask.of(
             definition, splits,
-            self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES, self._address)
+            self._config.cross_trainer_cache_size_bytes or DEFAULT_CACHE_BYTES, self._address,
+            self._budget)
         served.start()  # once listed: its splits are asked for only while it is
         if self._draining:
             served.drain()
@@ -251,8 +279,11 @@ class WorkerServer(_rpc.ServerBase):
         event = ws.HeartbeatAnswered(heartbeat.seq,
                                      tuple(_definition(t) for t in response.new_tasks),
                                      tuple(response.tasks_to_delete), time.monotonic())
+        paused = set(response.paused_tasks)
         with self._lock:
             self._apply(event)
+            for task_id, served in self._running.items():  # no consumer: produce no more
+                served.task.paused = task_id in paused
             self._answered.notify_all()
 
     def _call(self, method: str, request: Any) -> Any:

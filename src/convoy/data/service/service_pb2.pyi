@@ -87,12 +87,14 @@ class GetOrCreateIterationRequest(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., repetition: _Optional[int] = ...) -> None: ...
 
 class GetOrCreateIterationResponse(_message.Message):
-    __slots__ = ("iteration_id", "client_id")
+    __slots__ = ("iteration_id", "client_id", "iteration_finished")
     ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FINISHED_FIELD_NUMBER: _ClassVar[int]
     iteration_id: int
     client_id: int
-    def __init__(self, iteration_id: _Optional[int] = ..., client_id: _Optional[int] = ...) -> None: ...
+    iteration_finished: bool
+    def __init__(self, iteration_id: _Optional[int] = ..., client_id: _Optional[int] = ..., iteration_finished: _Optional[bool] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
     __slots__ = ("task_id", "worker_address", "incarnation", "held")
@@ -195,12 +197,14 @@ class WorkerHeartbeatRequest(_message.Message):
     def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ..., finished_tasks: _Optional[_Iterable[int]] = ..., buffered_elements: _Optional[int] = ..., buffered_bytes: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeatResponse(_message.Message):
-    __slots__ = ("new_tasks", "tasks_to_delete")
+    __slots__ = ("new_tasks", "tasks_to_delete", "paused_tasks")
     NEW_TASKS_FIELD_NUMBER: _ClassVar[int]
     TASKS_TO_DELETE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_TASKS_FIELD_NUMBER: _ClassVar[int]
     new_tasks: _containers.RepeatedCompositeFieldContainer[TaskDef]
     tasks_to_delete: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, new_tasks: _Optional[_Iterable[_Union[TaskDef, _Mapping]]] = ..., tasks_to_delete: _Optional[_Iterable[int]] = ...) -> None: ...
+    paused_tasks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, new_tasks: _Optional[_Iterable[_Union[TaskDef, _Mapping]]] = ..., tasks_to_delete: _Optional[_Iterable[int]] = ..., paused_tasks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Split(_message.Message):
     __slots__ = ("start", "stop")

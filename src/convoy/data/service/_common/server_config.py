@@ -16,6 +16,8 @@ from convoy.errors import InvalidArgumentError
 #: The dispatcher's default limits: registered datasets, jobs, bytes of one pickled dataset.
 MAX_DATASETS = 10_000
 MAX_JOBS = 100_000
+#: WorkerConfig.max_buffered_bytes's default: 1 GiB across a worker's tasks.
+MAX_BUFFERED_BYTES = 1 << 30
 MAX_DATASET_BYTES = 128 * 2**20
 
 
@@ -189,7 +191,9 @@ class WorkerConfig(ServerSecurity):
     ``worker_address``: what consumers use to reach it (say a DNS name behind a gateway; a
     ``%port%`` in it becomes the bound port), by default its ``host`` and port.
     ``cross_trainer_cache_size_bytes``: the bound of each task's cross-trainer cache (default
-    10 GiB). The security fields are :class:`ServerSecurity`'s; its dispatcher client uses
+    10 GiB). ``max_buffered_bytes``: the bytes of elements the worker buffers across all its
+    tasks before their producers wait for consumers (default 1 GiB; each task also buffers
+    64 MiB at most). The security fields are :class:`ServerSecurity`'s; its dispatcher client uses
     them too.
     """
 
@@ -204,6 +208,7 @@ class WorkerConfig(ServerSecurity):
     cross_trainer_cache_size_bytes: int | None = None
     #: As DispatcherConfig's: /metrics, /healthz and /readyz on this port while it runs.
     metrics_port: int | None = None
+    max_buffered_bytes: int = MAX_BUFFERED_BYTES
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -211,6 +216,7 @@ class WorkerConfig(ServerSecurity):
             _port(self.metrics_port, "metrics_port")
         check.optional_integer("cross_trainer_cache_size_bytes",
                                self.cross_trainer_cache_size_bytes, 1)
+        check.integer("max_buffered_bytes", self.max_buffered_bytes, 1)
         if not self.dispatcher_address:
             raise InvalidArgumentError(
                 "Must specify a `dispatcher_address` in the `config` passed to WorkerServer"

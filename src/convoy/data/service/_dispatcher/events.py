@@ -66,6 +66,9 @@ class IterationRecord:
     split_cursor: int = 0
     split_size: int = 1
     idle_since: float | None = None  # when garbage collection first saw it without clients
+    #: Every task has ended: its tasks and splits are dropped, and what stays is this record
+    #: (a tombstone: reopening the iteration reads nothing, as in TensorFlow).
+    finished: bool = False
 
 
 @dataclass(slots=True)
@@ -230,8 +233,8 @@ class CollectGarbage:
     #: Forget iterations without clients for this long (None: never). A consumer asking for
     #: a forgotten iteration again gets a new one, as in TensorFlow.
     iteration_timeout: float | None = None
-    #: Keep unfinished iterations of named DYNAMIC jobs however long they are idle (journals
-    #: of older versions, which forgot them too, lack it: False).
+    #: Keep unfinished iterations of named DYNAMIC jobs however long they are idle (the
+    #: dispatcher no longer asks for it: TensorFlow collects them, and reopening starts afresh).
     keep_dynamic: bool = False
     #: A lost worker's unfinished DYNAMIC tasks are adopted by other workers and run again
     #: (journals of older versions, whose lost tasks ended, lack it: False).
@@ -289,6 +292,9 @@ class TaskAssignment:
 class WorkerInstructions:
     new_tasks: list[TaskAssignment]
     tasks_to_delete: list[int]
+    #: The worker's running tasks whose iteration has no consumer: they produce nothing new
+    #: (keeping what they buffered) until one joins.
+    paused: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,11 @@
-"""Garbage collection of the dispatcher's state: silent clients, lost workers, idle iterations.
+"""Garbage collection of the dispatcher's state: silent clients, lost workers, idle,
+abandoned and finished iterations.
+
+The jobs' lifecycle (TensorFlow's rules, and one of convoy's): an iteration that no one can
+join again (of an anonymous job) is forgotten, with its job, as soon as its last client goes;
+a named one without clients is forgotten after the iteration timeout, and reopening it starts
+afresh; a finished one drops its tasks and splits at once, and a named job's finished
+iteration stays as its record alone (a tombstone), so that reopening it reads nothing.
 
 A part of :class:`~.state.DispatcherState`, over its :class:`~.records.Records`: what the
 ``CollectGarbage`` event does, and the queries the dispatcher asks before it, to name whom the
@@ -37,7 +44,7 @@ class GarbageCollection:
         silent = (event.clients if event.clients is not None
                   else self.silent_clients(event.now, event.client_timeout))
         for client_id in silent:
-            self._runs.forget_client(client_id)
+            self.forget_client(client_id)
         named = (event.workers if event.workers is not None
                  else self.silent_workers(event.now, event.worker_timeout))
         lost = [address for address in dict.fromkeys(named) if address in self._records.workers]
@@ -57,6 +64,40 @@ class GarbageCollection:
         del self._records.workers[event.address]
         self._release_tasks_of([event.address], adopt=True)
         return True
+
+    def forget_client(self, client_id: int) -> None:
+        """Drop client ``client_id`` (released or silent); its iteration goes with it if no
+        one can join it again."""
+        client = self._records.clients.get(client_id)
+        self._runs.forget_client(client_id)
+        if client is not None:
+            self._drop_if_abandoned(client.iteration_id)
+
+    def _drop_if_abandoned(self, iteration_id: int) -> None:
+        """Forget ``iteration_id`` and its job if the job is anonymous (no one can join it
+        again) and no client is left: its workers drop its tasks at their next heartbeat."""
+        records = self._records
+        iteration = records.iterations.get(iteration_id)
+        if (iteration is None or records.consumers.get(iteration_id)
+                or records.jobs[iteration.job_id].name):
+            return
+        self._forget(iteration)
+        job_id = iteration.job_id
+        if not any(key[0] == job_id for key in records.iteration_keys):
+            del records.jobs[job_id]
+
+    def bury_finished(self) -> None:
+        """Drop the tasks and splits of iterations that have just finished; what stays is
+        their record (a tombstone), and of an anonymous job's, nothing once unattended."""
+        records = self._records
+        finished, records.finished_now = records.finished_now, []
+        for iteration_id in finished:
+            iteration = records.iterations.get(iteration_id)
+            if iteration is None or not records.iteration_finished(iteration):
+                continue  # forgotten already, or every task left with a lost worker
+            self._drop_tasks(iteration)
+            iteration.finished = True
+            self._drop_if_abandoned(iteration_id)
 
     def _release_tasks_of(self, lost: list[str], adopt: bool) -> None:
         """With ``adopt``, a lost worker's unfinished DYNAMIC tasks are adopted by other
@@ -84,9 +125,10 @@ class GarbageCollection:
         ``keep_dynamic``, an unfinished iteration of a named DYNAMIC job is kept, as in
         TensorFlow: a consumer that joins the job again must not be handed its splits a
         second time (an anonymous job cannot be joined again, so its iteration goes)."""
-        attached = {client.iteration_id for client in self._records.clients.values()}
+        attached = self._records.consumers
         for iteration_id, iteration in list(self._records.iterations.items()):
-            if iteration_id in attached or (keep_dynamic and self._visits_once(iteration)):
+            if (iteration_id in attached or iteration.finished
+                    or (keep_dynamic and self._visits_once(iteration))):
                 iteration.idle_since = None
                 continue
             if iteration.idle_since is None:
@@ -105,6 +147,10 @@ class GarbageCollection:
         records = self._records
         del records.iterations[iteration.iteration_id]
         del records.iteration_keys[(iteration.job_id, iteration.repetition)]
+        self._drop_tasks(iteration)
+
+    def _drop_tasks(self, iteration: ev.IterationRecord) -> None:
+        records = self._records
         tasks, worker_tasks = records.tasks, records.worker_tasks
         for address, task_id in iteration.tasks.items():  # Records.unindex_runner, inlined: hot
             runner = tasks.pop(task_id).runner
@@ -119,4 +165,5 @@ class GarbageCollection:
                 del worker_tasks[runner]
         for task_id in records.lost_tasks.pop(iteration.iteration_id, ()):
             del tasks[task_id]
-        del records.unfinished[iteration.iteration_id]
+        iteration.tasks = {}
+        records.unfinished.pop(iteration.iteration_id, None)

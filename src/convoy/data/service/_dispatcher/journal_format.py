@@ -27,7 +27,10 @@ from convoy.data.service._dispatcher.events import EVENTS, Event, SavedState
 from convoy.data.service._dispatcher.state import DispatcherState
 from convoy.errors import InvalidArgumentError
 
-FORMAT = 1
+#: 2: finished iterations are kept as tombstones, anonymous ones forgotten once unattended and
+#: named DYNAMIC ones collected when idle; replaying a journal of format 1 under these rules
+#: would hand out other ids than its dispatcher did, so format 1 is refused.
+FORMAT = 2
 
 _KINDS = {cls: kind for kind, cls in EVENTS.items()}
 
@@ -85,7 +88,8 @@ def decode_meta(data: bytes) -> int:
 def _current_format(plain: dict[str, Any]) -> dict[str, Any]:
     if plain.get("format") != FORMAT:
         raise ValueError(f"format {plain.get('format')!r}, but this version of convoy reads "
-                         f"format {FORMAT}")
+                         f"format {FORMAT} only: start the dispatcher with an empty work_dir "
+                         f"(its jobs cannot be restored), or with the version that wrote it")
     return plain
 
 

@@ -38,6 +38,8 @@ class Records:
         self.lost_tasks: dict[int, list[int]] = {}  # iteration id -> tasks of lost workers
         self.unfinished: dict[int, int] = {}  # iteration id -> its unfinished tasks
         self.waiting: dict[int, ev.TaskRecord] = {}  # current tasks whose runner is NOBODY
+        self.consumers: dict[int, int] = {}  # iteration id -> its clients (if any)
+        self.finished_now: list[int] = []  # iterations whose last task just ended
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -62,7 +64,8 @@ class Records:
         return self.datasets[self.jobs[iteration.job_id].dataset_id].num_split_units
 
     def iteration_finished(self, iteration: ev.IterationRecord) -> bool:
-        return bool(iteration.tasks) and not self.unfinished[iteration.iteration_id]
+        return iteration.finished or (bool(iteration.tasks)
+                                      and not self.unfinished[iteration.iteration_id])
 
     @staticmethod
     def runner(task: ev.TaskRecord) -> str:
@@ -73,7 +76,20 @@ class Records:
     def add_iteration(self, iteration: ev.IterationRecord) -> None:
         self.iterations[iteration.iteration_id] = iteration
         self.iteration_keys[(iteration.job_id, iteration.repetition)] = iteration.iteration_id
-        self.unfinished[iteration.iteration_id] = 0
+        if not iteration.finished:
+            self.unfinished[iteration.iteration_id] = 0
+
+    def add_client(self, client: ev.ClientRecord) -> None:
+        self.clients[client.client_id] = client
+        self.consumers[client.iteration_id] = self.consumers.get(client.iteration_id, 0) + 1
+
+    def drop_client(self, client_id: int) -> ev.ClientRecord | None:
+        client = self.clients.pop(client_id, None)
+        if client is not None:
+            left = self.consumers.pop(client.iteration_id) - 1
+            if left:
+                self.consumers[client.iteration_id] = left
+        return client
 
     def index_task(self, task: ev.TaskRecord) -> None:
         self.tasks[task.task_id] = task
@@ -104,3 +120,5 @@ class Records:
         if not task.finished:  # only current tasks are unfinished
             task.finished = True
             self.unfinished[task.iteration_id] -= 1
+            if not self.unfinished[task.iteration_id]:
+                self.finished_now.append(task.iteration_id)

@@ -48,7 +48,7 @@ class TaskRuns:
     def forget_client(self, client_id: int) -> None:
         """Drop client ``client_id`` (released or silent): no run waits for it any more."""
         records = self._records
-        client = records.clients.pop(client_id, None)
+        client = records.drop_client(client_id)
         if client is None or client.iteration_id not in records.iterations:
             return
         for task_id in records.iterations[client.iteration_id].tasks.values():

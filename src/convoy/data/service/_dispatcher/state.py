@@ -108,7 +108,10 @@ class DispatcherState:
     def apply(self, event: ev.Event) -> Any:
         """Apply one event; returns its result. Raises a convoy error for a bad request,
         leaving the state unchanged (TypeError for an object that is no dispatcher event)."""
-        return _HANDLERS(self, event)
+        result = _HANDLERS(self, event)
+        if self.records.finished_now:
+            self.gc.bury_finished()
+        return result
 
     def is_durable(self, event: ev.Event) -> bool:
         """Whether ``event`` would change more than last-seen times (which a restart need not
@@ -148,7 +151,8 @@ class DispatcherState:
         for task in saved.tasks:
             records.index_task(task)
         records.workers.update((w.address, w) for w in saved.workers)
-        records.clients.update((c.client_id, c) for c in saved.clients)
+        for client in saved.clients:
+            records.add_client(client)
         return state
 
     def snapshot(self) -> dict[str, Any]:
@@ -161,6 +165,7 @@ class DispatcherState:
                      worker_tasks={a: sorted(t) for a, t in self.records.worker_tasks.items()},
                      lost_tasks={i: sorted(t) for i, t in self.records.lost_tasks.items()},
                      unfinished=dict(self.records.unfinished),
+                     consumers=dict(self.records.consumers),
                      waiting=sorted(self.records.waiting))
         return plain
 
@@ -238,9 +243,8 @@ class DispatcherState:
             self.records.add_iteration(iteration)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
-        client = ev.ClientRecord(self.records.new_id(), iteration_id, event.now)
-        self.clients[client.client_id] = client
-        return iteration_id, client.client_id
+        self.records.add_client(ev.ClientRecord(self.records.new_id(), iteration_id, event.now))
+        return iteration_id, self.records.next_id
 
     def _create_task(self, iteration: ev.IterationRecord, address: str) -> None:
         listed = self.jobs[iteration.job_id].worker_addresses
@@ -280,7 +284,7 @@ class DispatcherState:
         client = self.clients.get(event.client_id)
         if client is not None:
             self.runs.record_received(client.iteration_id, event.received)
-        self.runs.forget_client(event.client_id)
+        self.gc.forget_client(event.client_id)
 
     # ----- workers ------------------------------------------------------------------------------
     def _on_WorkerHeartbeat(self, event: ev.WorkerHeartbeat) -> ev.WorkerInstructions:
@@ -305,12 +309,17 @@ class DispatcherState:
         # consumers have stopped reading it.
         assigned = self.records.worker_tasks.get(event.address, {})
         current = set(event.current_tasks)
+        # a task starts once its iteration has a consumer, and pauses while it has none
+        consumers = self.records.consumers
         new_tasks = [self._assignment(t) for t in assigned.values()
-                     if t.task_id not in current and not t.finished and not self.runs.held(t)]
+                     if t.task_id not in current and not t.finished and not self.runs.held(t)
+                     and t.iteration_id in consumers]
         # finished tasks a worker still runs or reports (this acknowledges the report); tasks
         # it lost when declared lost and came back
         to_delete = sorted(t for t in current if t not in assigned or assigned[t].finished)
-        return ev.WorkerInstructions(new_tasks, to_delete)
+        paused = tuple(sorted(t for t in current if t in assigned and not assigned[t].finished
+                              and assigned[t].iteration_id not in consumers))
+        return ev.WorkerInstructions(new_tasks, to_delete, paused)
 
     def _reported_ends(self, event: ev.WorkerHeartbeat) -> list[ev.TaskRecord]:
         """The current tasks of the heartbeat's worker that it reports finished (a report of

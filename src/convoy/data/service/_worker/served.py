@@ -13,7 +13,7 @@ from convoy.data._split import SplitSupplier
 from convoy.data.service._common.static_policy import task_shard
 from convoy.data.service._worker.round_robin import RoundRobinTask
 from convoy.data.service._worker.state import TaskDefinition
-from convoy.data.service._worker.task import MAX_BUFFERED_ELEMENTS, Task
+from convoy.data.service._worker.task import MAX_BUFFERED_ELEMENTS, BufferBudget, Task
 from convoy.data.service._worker.trainer_cache import READ_AHEAD_ELEMENTS, TrainerCache
 from convoy.data.service._worker.trainer_window import WindowStats
 from convoy.errors import InvalidArgumentError
@@ -30,7 +30,7 @@ class ServedTask:
 
     @classmethod
     def of(cls, definition: TaskDefinition, splits: SplitSupplier | None, cache_bytes: int,
-           worker_address: str) -> ServedTask:
+           worker_address: str, budget: BufferBudget | None = None) -> ServedTask:
         """The task ``definition`` describes (a DYNAMIC one reads ``splits``), not started; a
         task read through the cross-trainer cache keeps a window of ``cache_bytes``."""
         cached = definition.cross_trainer_cache
@@ -38,7 +38,7 @@ class ServedTask:
                     task_shard(definition.processing_mode, definition.num_workers,
                                definition.worker_index),
                     READ_AHEAD_ELEMENTS if cached else MAX_BUFFERED_ELEMENTS,
-                    definition.incarnation, definition.skip)
+                    definition.incarnation, definition.skip, budget)
         return cls(task, TrainerCache(task, cache_bytes, worker_address) if cached else None,
                    RoundRobinTask(task, definition.num_consumers)
                    if definition.num_consumers else None)

@@ -32,6 +32,9 @@ from convoy.errors import ConvoyError, InvalidArgumentError
 MAX_BUFFERED_ELEMENTS = 16_384
 #: ... or this many bytes of arrays.
 MAX_BUFFERED_BYTES = 64 << 20
+#: A paused producer, or one over its worker's bound, looks again this often (and at once
+#: when stopped).
+_RECHECK_S = 0.02
 
 #: Elements produced are added to the metrics this many at a time.
 _COUNT_EVERY = 256
@@ -53,6 +56,28 @@ def _pair_size(pair: tuple[int, Any]) -> int:
     return element_size(pair[1])
 
 
+class BufferBudget:
+    """The bytes one worker buffers across all its tasks, bounded by ``max_bytes``: a task's
+    producer waits while the tasks' buffers together hold that many (or while its task is
+    paused). A task with nothing buffered may always produce one element, so no task starves
+    behind others' buffers."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._channels: set[Channel[Any]] = set()
+
+    def add(self, channel: Channel[Any]) -> None:
+        self._channels.add(channel)
+
+    def remove(self, channel: Channel[Any]) -> None:
+        self._channels.discard(channel)
+
+    @property
+    def used(self) -> int:
+        """The bytes buffered by all tasks now."""
+        return sum(channel.size for channel in list(self._channels))
+
+
 class Task:
     """Runs ``dataset`` (a pickled op) for one task on its own thread (from :meth:`start`);
     DYNAMIC tasks read their source's splits from ``splits``; statically sharded ones run
@@ -62,7 +87,8 @@ class Task:
                  splits: SplitSupplier | None,
                  shard: Callable[[Op], Op] | None = None,
                  max_buffered_elements: int = MAX_BUFFERED_ELEMENTS, incarnation: int = 0,
-                 skip: Iterable[tuple[int, int]] = ()) -> None:
+                 skip: Iterable[tuple[int, int]] = (),
+                 budget: BufferBudget | None = None) -> None:
         self.task_id = task_id
         self.incarnation = incarnation  # from 1 when numbered: (number, element) pairs
         self.encoder = Encoder(compression or None)
@@ -83,10 +109,25 @@ class Task:
         self._draining = False
         self._drain_ends = False
         self._produced = threading.Event()  # the producer thread is done
+        self._budget = budget
+        #: Its iteration has no consumer: it produces nothing new, keeping what it buffered.
+        self.paused = False
+        self._stopped = threading.Event()
 
     def start(self) -> None:
+        if self._budget is not None:
+            self._budget.add(self._elements)
         threading.Thread(target=self._produce, name=f"convoy-task-{self.task_id}",
                          daemon=True).start()
+
+    def _may_produce(self) -> bool:
+        """Wait while paused or while the worker's buffers are full; False once stopped."""
+        budget = self._budget
+        while self.paused or (budget is not None and self._elements.size
+                              and budget.used >= budget.max_bytes):
+            if self._stopped.wait(_RECHECK_S):
+                return False
+        return not self._stopped.is_set()
 
     def _produce(self) -> None:
         try:
@@ -94,7 +135,7 @@ class Task:
             produced = counted_bytes = 0
             try:  # the node owns what runs beside it (prefetch threads, service readers)
                 for element in self._numbered(node.gen) if self.incarnation else node.gen:
-                    if not self._elements.put(element):
+                    if not self._may_produce() or not self._elements.put(element):
                         self._produced.set()
                         return  # stopped
                     produced += 1
@@ -191,7 +232,10 @@ class Task:
 
     def stop(self) -> None:
         """Drop the buffered elements and end the producer thread (at its next element)."""
+        self._stopped.set()
         self._elements.cancel()
+        if self._budget is not None:
+            self._budget.remove(self._elements)
 
     @property
     def stopped(self) -> bool:
