@@ -47,6 +47,7 @@ from convoy.data.service._client.reader_events import (
     WorkerUnreachable,
 )
 from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
+from convoy.data.service._client.resume import Returned
 from convoy.data.service._common.static_policy import is_static, reads_local_workers
 from convoy.data.service._common.wire import (
     ELEMENT_WAIT_S,
@@ -66,6 +67,7 @@ from convoy.errors import (
     ConvoyError,
     DataLossError,
     DeadlineExceededError,
+    FailedPreconditionError,
     UnavailableError,
 )
 
@@ -108,15 +110,19 @@ class Reader:
         # set: same-host workers answer in shared memory
         self._shared_memory = reader_identity() if options.shared_memory else None
         self._segments = SegmentReader()
-        #: Batches of elements, in the order they arrived.
-        self.results: Channel[list[Any]] = Channel(
+        self.returned = Returned()  # what the consumer has returned (for saving its position)
+        self._batch: tuple[int, tuple[tuple[int, int], ...]] | None = None  # being returned
+        self._taken = 0  # elements of it returned so far
+        #: Batches of elements as (task id, their numbers, elements), in the order they arrived.
+        self.results: Channel[tuple[int, tuple[tuple[int, int], ...], list[Any]]] = Channel(
             "elements read from the data service",
             max_items=2 * options.max_outstanding_requests)
 
     @classmethod
     def open(cls, dispatcher: _rpc.Client, options: ReadOptions, dataset_id: str,
-             repetition: int) -> Reader:
-        """Join the iteration ``repetition`` of the job reading ``dataset_id``; start reading.
+             repetition: int, resume: pb.ResumePoint | None = None) -> Reader:
+        """Join the iteration ``repetition`` of the job reading ``dataset_id``; start reading
+        (where a saved reading stopped, given its ``resume`` point: then the job is new).
         The reader owns ``dispatcher`` from then on (it is closed if opening fails)."""
 
         def call(method: str, request: Any) -> Any:
@@ -128,7 +134,7 @@ class Reader:
                 dataset_id=dataset_id, job_name=options.job_name,
                 options=options.job_options()))
             iteration = call("GetOrCreateIteration", pb.GetOrCreateIterationRequest(
-                job_id=job.job_id, repetition=repetition))
+                job_id=job.job_id, repetition=repetition, resume=resume))
         except BaseException:
             dispatcher.close()
             raise
@@ -151,11 +157,32 @@ class Reader:
         """The iteration's elements, for the consumer; raises the error that ended it. The
         reader closes once they end."""
         try:
-            for batch in self.results:
-                yield from batch
+            for task_id, numbers, batch in self.results:
+                self._batch = (task_id, numbers)
+                self._taken = 0
+                for element in batch:
+                    self._taken += 1
+                    yield element
+                self._batch = None
+                self.returned.commit(task_id, numbers, len(batch))
                 self._apply(ElementsReturned(len(batch)))
         finally:
             self.close()
+
+    def position(self) -> tuple[pb.GetResumePointResponse, Returned]:
+        """What saving this reading needs: the iteration's split cursor and tasks (from the
+        dispatcher) and what the consumer has returned, up to the element it has now."""
+        if self._state.closed:
+            raise FailedPreconditionError("cannot save a data service iterator after close()")
+        point = _rpc.retry(
+            lambda: self._dispatcher.call("GetResumePoint", pb.GetResumePointRequest(
+                client_id=self._client_id)), self._options.timeout_s,
+            f"GetResumePoint at dispatcher {self._dispatcher.address}")
+        returned = Returned({t: list(r) for t, r in self.returned.ranges.items()},
+                            dict(self.returned.counts))
+        if self._batch is not None:
+            returned.commit(self._batch[0], self._batch[1], self._taken)
+        return point, returned
 
     def close(self) -> None:
         """Stop reading, tell the dispatcher this consumer has gone, close the clients."""
@@ -289,9 +316,10 @@ class Reader:
             if self._shared_memory is not None:
                 free_orphans()  # the worker may have died, leaving segments behind
             return WorkerUnreachable(task_id, error, time.monotonic())
-        if elements:
-            self.results.put(elements)  # refused only once the consumer has gone
-        return ElementsArrived(task_id, len(elements), tuple(numbers))
+        numbered = tuple(numbers)
+        if elements:  # refused only once the consumer has gone
+            self.results.put((task_id, numbered, elements))
+        return ElementsArrived(task_id, len(elements), numbered)
 
 
 def answer_elements(segments: SegmentReader, worker: str, status: bytes,

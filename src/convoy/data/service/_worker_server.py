@@ -400,4 +400,5 @@ def _definition(task: pb.TaskDef) -> ws.TaskDefinition:
                              policy_from_name(task.processing_mode), task.compression,
                              task.worker_index, task.num_workers, task.incarnation,
                              tuple((s.start, s.stop) for s in task.skip),
-                             task.cross_trainer_cache, task.num_consumers)
+                             task.cross_trainer_cache, task.num_consumers, task.seed,
+                             task.skip_count)

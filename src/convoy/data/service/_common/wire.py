@@ -21,6 +21,7 @@ DISPATCHER_METHODS = [
     Method("ReleaseClient", pb.ReleaseClientRequest, pb.Empty),
     Method("WorkerHeartbeat", pb.WorkerHeartbeatRequest, pb.WorkerHeartbeatResponse),
     Method("GetSplits", pb.GetSplitsRequest, pb.GetSplitsResponse),
+    Method("GetResumePoint", pb.GetResumePointRequest, pb.GetResumePointResponse),
 ]
 
 #: GetElements answers with raw bytes: a status byte, then a codec message.

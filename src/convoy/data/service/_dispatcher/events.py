@@ -56,6 +56,29 @@ class JobRecord:
     fixed_workers: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ResumeTask:
+    """A task of a saved reading, to run again: with its seed, replaying its split answers
+    (DYNAMIC) and skipping the element numbers ``skip``, or its first ``skip_count`` elements
+    (OFF, on the worker at ``worker_address``)."""
+
+    seed: int
+    worker_address: str = ""
+    splits: tuple[SplitsAnswer, ...] = ()
+    skip: tuple[tuple[int, int], ...] = ()
+    skip_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a saved reading stopped: the split cursor and the tasks to run again."""
+
+    split_repetition: int = 0
+    split_cursor: int = 0
+    split_size: int = 1
+    tasks: tuple[ResumeTask, ...] = ()
+
+
 @dataclass(slots=True)
 class IterationRecord:
     iteration_id: int
@@ -66,6 +89,8 @@ class IterationRecord:
     split_cursor: int = 0
     split_size: int = 1
     idle_since: float | None = None  # when garbage collection first saw it without clients
+    #: OFF: the saved positions of the workers of a resumed reading, by worker address.
+    resume_workers: list[ResumeTask] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -100,6 +125,9 @@ class TaskRecord:
     #: Who runs it: None, the worker at ``worker_address``; else the address of the worker
     #: that adopted it when that one was lost ("": none yet).
     runner: str | None = None
+    seed: int = 0  # the seed its ops draw (0: its id); a resumed task keeps the saved one
+    skip_count: int = 0  # OFF: elements skipped at the start (a resumed position)
+    resumed: list[tuple[int, int]] = field(default_factory=list)  # the skip it started with
 
 
 @dataclass(slots=True)
@@ -159,6 +187,7 @@ class GetOrCreateIteration:
     job_id: int
     repetition: int
     now: float
+    resume: ResumePoint | None = None  # a new iteration starts where a saved reading stopped
 
 
 @dataclass(frozen=True)
@@ -271,6 +300,8 @@ class TaskAssignment:
     skip: tuple[tuple[int, int], ...] = ()  # sequence numbers its consumers already have
     cross_trainer_cache: bool = False
     num_consumers: int = 0  # of a coordinated read
+    seed: int = 0  # the seed its ops draw (0: the task id)
+    skip_count: int = 0  # OFF: elements skipped at the start
 
 
 @dataclass(frozen=True)

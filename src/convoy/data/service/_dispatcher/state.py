@@ -34,7 +34,7 @@ from convoy.data.service._common.static_policy import check_static_job, is_stati
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.data.service._dispatcher.gc import GarbageCollection
-from convoy.data.service._dispatcher.records import Records
+from convoy.data.service._dispatcher.records import NOBODY, Records
 from convoy.data.service._dispatcher.runs import TaskRuns
 from convoy.data.service._dispatcher.splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS, Splits
 from convoy.errors import (
@@ -236,6 +236,8 @@ class DispatcherState:
             iteration = ev.IterationRecord(iteration_id, job.job_id, event.repetition,
                                            split_size=split_size)
             self.records.add_iteration(iteration)
+            if event.resume is not None:
+                self._resume(iteration, event.resume)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
         client = ev.ClientRecord(self.records.new_id(), iteration_id, event.now)
@@ -252,8 +254,47 @@ class DispatcherState:
         numbered = options.processing_mode is ShardingPolicy.DYNAMIC and not options.num_consumers
         task = ev.TaskRecord(self.records.new_id(), iteration.iteration_id, address,
                              incarnation=int(numbered))
+        for saved in iteration.resume_workers:  # OFF: the worker's saved position
+            if saved.worker_address == address:
+                task.seed, task.skip_count = saved.seed, saved.skip_count
         iteration.tasks[address] = task.task_id
         self.records.index_task(task)
+
+    def _resume(self, iteration: ev.IterationRecord, resume: ev.ResumePoint) -> None:
+        """Start ``iteration`` where a saved reading stopped. DYNAMIC: the split cursor moves
+        to the saved one, and each saved task runs again as a task of its own (adopted by the
+        live worker with the fewest tasks), replaying its split answers with its seed and
+        skipping what was consumed. OFF: each worker's task skips its saved position."""
+        job = self.jobs[iteration.job_id]
+        if job.options.processing_mode is not ShardingPolicy.DYNAMIC:
+            iteration.resume_workers = list(resume.tasks)
+            return
+        iteration.split_repetition = resume.split_repetition
+        iteration.split_cursor = resume.split_cursor
+        iteration.split_size = max(1, resume.split_size)
+        for index, saved in enumerate(resume.tasks):
+            slot = f"resumed-task-{index}"  # a slot of its own in the iteration
+            task = ev.TaskRecord(
+                self.records.new_id(), iteration.iteration_id, slot, incarnation=1,
+                split_log=[ev.SplitsAnswer("", number, answer.repetition, list(answer.splits),
+                                           answer.end_of_splits)
+                           for number, answer in enumerate(saved.splits, 1)],
+                delivered=list(saved.skip), seed=saved.seed, resumed=list(saved.skip),
+                runner=min(self.workers, default=NOBODY,
+                           key=lambda a: (len(self.records.worker_tasks.get(a, ())), a)))
+            iteration.tasks[slot] = task.task_id
+            self.records.index_task(task)
+
+    def resume_point(self, client_id: int) -> tuple[ev.IterationRecord,
+                                                     list[ev.TaskRecord]]:
+        """The iteration of client ``client_id`` and its tasks, for saving its reading."""
+        client = self.clients.get(client_id)
+        if client is None:
+            raise NotFoundError(
+                f"Unknown iteration client id {client_id}: it was released or timed out"
+                f"{RESTART_HINT}")
+        iteration = self.iterations[client.iteration_id]
+        return iteration, [self.tasks[t] for t in sorted(iteration.tasks.values())]
 
     def iteration_finished(self, iteration: ev.IterationRecord) -> bool:
         return self.records.iteration_finished(iteration)
@@ -337,7 +378,7 @@ class DispatcherState:
         return ev.TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
                                  job.options.processing_mode, index, count, task.incarnation,
                                  tuple(task.delivered), bool(job.options.cross_trainer_cache),
-                                 job.options.num_consumers)
+                                 job.options.num_consumers, task.seed, task.skip_count)
 
     def _on_TaskFinished(self, event: ev.TaskFinished) -> None:
         task = self.known_task(event.task_id)

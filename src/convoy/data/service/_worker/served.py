@@ -38,7 +38,8 @@ class ServedTask:
                     task_shard(definition.processing_mode, definition.num_workers,
                                definition.worker_index),
                     READ_AHEAD_ELEMENTS if cached else MAX_BUFFERED_ELEMENTS,
-                    definition.incarnation, definition.skip)
+                    definition.incarnation, definition.skip, seed=definition.seed,
+                    skip_count=definition.skip_count)
         return cls(task, TrainerCache(task, cache_bytes, worker_address) if cached else None,
                    RoundRobinTask(task, definition.num_consumers)
                    if definition.num_consumers else None)

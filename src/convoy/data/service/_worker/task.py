@@ -12,6 +12,7 @@ and skips the numbers its consumers already have.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -59,8 +60,11 @@ class Task:
                  splits: SplitSupplier | None,
                  shard: Callable[[Op], Op] | None = None,
                  max_buffered_elements: int = MAX_BUFFERED_ELEMENTS, incarnation: int = 0,
-                 skip: Iterable[tuple[int, int]] = ()) -> None:
+                 skip: Iterable[tuple[int, int]] = (), *, seed: int = 0,
+                 skip_count: int = 0) -> None:
         self.task_id = task_id
+        self.seed = seed or task_id  # a resumed task draws the seed of the task it continues
+        self.skip_count = skip_count
         self.incarnation = incarnation  # from 1 when numbered: (number, element) pairs
         self.encoder = Encoder(compression or None)
         self._dataset = dataset
@@ -79,7 +83,9 @@ class Task:
         try:
             node = self._load().iterator(None, 0)
             try:  # the node owns what runs beside it (prefetch threads, service readers)
-                for element in self._numbered(node.gen) if self.incarnation else node.gen:
+                elements = (self._numbered(node.gen) if self.incarnation
+                            else itertools.islice(node.gen, self.skip_count, None))
+                for element in elements:
                     if not self._elements.put(element):
                         return  # stopped
             finally:
@@ -100,7 +106,7 @@ class Task:
         """The task's pipeline. Loading runs on the task's thread, so a dataset that cannot be
         loaded (garbage, a module missing on this worker) fails this task alone."""
         try:
-            with seeded(self.task_id):
+            with seeded(self.seed):
                 op: Op = cloudpickle.loads(self._dataset)
             if self._splits is not None:
                 op = read_splits(op, self._splits)

@@ -1,0 +1,113 @@
+"""Service iterators checkpoint: ``state_dict()`` is plain data, and a restored iterator (a new
+job) yields exactly the elements the saved one had not yielded, under OFF and DYNAMIC."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+
+import convoy as cv
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from convoy.testing import LocalCluster
+
+
+def _values(elements: Any) -> list[int]:
+    return [int(np.asarray(e)) for e in elements]
+
+
+def _pipeline(n: int) -> cv.data.Dataset:
+    return cv.data.Dataset.range(n).shuffle(64, seed=3).map(lambda x: x * 10)
+
+
+@pytest.mark.parametrize("mode", ["off", "dynamic"])
+@pytest.mark.parametrize("num_workers", [1, 2])
+@pytest.mark.parametrize("taken", [0, 1, 337])
+def test_restored_iterator_yields_the_rest(mode: str, num_workers: int, taken: int) -> None:
+    with LocalCluster(num_workers=num_workers) as cluster:
+        ds = _pipeline(1000).apply(cv.data.service.distribute(mode, cluster.target))
+        it = iter(ds)
+        first = _values(next(it) for _ in range(taken))
+        state = pickle.loads(pickle.dumps(it.state_dict()))  # plain data
+        it.close()
+        # a new dataset object, as a new process builds it
+        again = _pipeline(1000).apply(
+            cv.data.service.distribute(mode, cluster.target))
+        restored = iter(again)
+        restored.load_state_dict(state)
+        rest = _values(restored)
+    copies = num_workers if mode == "off" else 1
+    expected = sorted([10 * i for i in range(1000)] * copies)
+    assert sorted(first + rest) == expected
+
+
+def test_a_restored_reading_saves_and_restores_again() -> None:
+    with LocalCluster(num_workers=2) as cluster:
+        def make() -> cv.data.Dataset:
+            return _pipeline(600).apply(
+                cv.data.service.distribute("dynamic", cluster.target))
+
+        seen: list[int] = []
+        it = iter(make())
+        for _ in range(3):
+            seen += _values(next(it) for _ in range(150))
+            state = it.state_dict()
+            it.close()
+            it = iter(make())
+            it.load_state_dict(state)
+        seen += _values(it)
+    assert sorted(seen) == [10 * i for i in range(600)]
+
+
+def test_named_job_restores_into_a_new_job() -> None:
+    with LocalCluster(num_workers=1) as cluster:
+        def make() -> cv.data.Dataset:
+            return _pipeline(300).apply(cv.data.service.distribute(
+                "dynamic", cluster.target, job_name="train"))
+
+        it = iter(make())
+        first = _values(next(it) for _ in range(100))
+        state = it.state_dict()
+        it.close()
+        restored = iter(make())
+        restored.load_state_dict(state)
+        assert sorted(first + _values(restored)) == [10 * i for i in range(300)]
+
+
+def test_state_of_another_dataset_is_refused() -> None:
+    with LocalCluster(num_workers=1) as cluster:
+        dist = cv.data.service.distribute("dynamic", cluster.target)
+        it = iter(_pipeline(100).apply(dist))
+        next(it)
+        state = it.state_dict()
+        it.close()
+        other = iter(_pipeline(101).apply(dist))
+        with pytest.raises(InvalidArgumentError, match="another dataset"):
+            other.load_state_dict(state)
+        other.close()
+
+
+def test_unseeded_list_files_shuffle_refuses_to_save(tmp_path: Any) -> None:
+    for i in range(3):
+        (tmp_path / f"f{i}.txt").write_text(f"{i}\n")
+    with LocalCluster(num_workers=1) as cluster:
+        ds = cv.data.Dataset.list_files(str(tmp_path / "*.txt"), shuffle=True).apply(
+            cv.data.service.distribute("dynamic", cluster.target))
+        it = iter(ds)
+        next(it)
+        with pytest.raises(FailedPreconditionError, match="seed"):
+            it.state_dict()
+        it.close()
+
+
+def test_coordinated_reads_refuse_to_save() -> None:
+    with LocalCluster(num_workers=1) as cluster:
+        ds = cv.data.Dataset.range(10).repeat().apply(cv.data.service.distribute(
+            "off", cluster.target, job_name="c", consumer_index=0, num_consumers=1))
+        it = iter(ds)
+        next(it)
+        with pytest.raises(UnimplementedError, match="coordinated"):
+            it.state_dict()
+        it.close()
