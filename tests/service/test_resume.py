@@ -111,3 +111,37 @@ def test_coordinated_reads_refuse_to_save() -> None:
         with pytest.raises(UnimplementedError, match="coordinated"):
             it.state_dict()
         it.close()
+
+
+# ----- give-back ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,num_workers", [("off", 1), ("dynamic", 1), ("dynamic", 2)])
+def test_a_consumer_leaving_a_shared_job_gives_back_what_it_had_not_returned(
+        mode: str, num_workers: int) -> None:
+    with LocalCluster(num_workers=num_workers) as cluster:
+        def shared() -> cv.data.Dataset:  # as each consumer's process builds it
+            return cv.data.Dataset.range(2000).apply(cv.data.service.distribute(
+                mode, cluster.target, job_name="shared"))
+
+        a = iter(shared())
+        first = _values(next(a) for _ in range(500))
+        a.close()  # it had fetched more than it returned: those go back to the job
+        rest = _values(iter(shared()))
+    assert sorted(first + rest) == list(range(2000)) * (num_workers if mode == "off" else 1)
+
+
+def test_a_collected_consumer_gives_back_too() -> None:
+    import gc
+
+    with LocalCluster(num_workers=1) as cluster:
+        def shared() -> cv.data.Dataset:
+            return cv.data.Dataset.range(2000).apply(cv.data.service.distribute(
+                "dynamic", cluster.target, job_name="shared"))
+
+        a = iter(shared())
+        first = _values(next(a) for _ in range(500))
+        del a
+        gc.collect()
+        rest = _values(iter(shared()))
+    assert sorted(first + rest) == list(range(2000))

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from convoy import _rpc
+from convoy.codec import decode
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig
@@ -42,7 +43,12 @@ from convoy.data.service._worker import state as ws
 from convoy.data.service._worker.served import ServedTask
 from convoy.data.service._worker.trainer_cache import DEFAULT_CACHE_BYTES
 from convoy.data.service._worker.trainer_window import WindowStats
-from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
+from convoy.errors import (
+    ConvoyError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    UnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +110,25 @@ class WorkerServer(_rpc.ServerBase):
         return self.bound_address
 
     def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
-        return {WORKER_METHODS[0]: self._get_elements}
+        return {WORKER_METHODS[0]: self._get_elements, WORKER_METHODS[1]: self._give_back}
+
+    def _give_back(self, request: pb.GiveBackRequest) -> pb.Empty:
+        """Elements a leaving consumer of a shared job had not returned: they go back in
+        front of their task's buffer, for the next consumer."""
+        served = self._running.get(request.task_id)
+        if served is None or served.cached is not None or served.coordinated:
+            raise FailedPreconditionError(
+                f"worker {self._address} cannot take elements back for task "
+                f"{request.task_id}: it does not run it, or reads it in rounds or through the "
+                f"cross-trainer cache")
+        task = served.task
+        if request.incarnation != task.incarnation:
+            raise FailedPreconditionError(
+                f"worker {self._address} runs task {task.task_id} in its run "
+                f"{task.incarnation}, not {request.incarnation}")
+        if not task.give_back(decode(request.elements), list(request.numbers)):
+            raise FailedPreconditionError(f"task {task.task_id} has ended")
+        return pb.Empty()
 
     def _on_start(self) -> None:
         # Registered before returning, as TensorFlow's worker: jobs created next see it.

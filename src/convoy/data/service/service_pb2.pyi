@@ -336,6 +336,18 @@ class GetElementsRequest(_message.Message):
     released_segments: _containers.RepeatedCompositeFieldContainer[ReleasedSegment]
     def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ..., released_segments: _Optional[_Iterable[_Union[ReleasedSegment, _Mapping]]] = ...) -> None: ...
 
+class GiveBackRequest(_message.Message):
+    __slots__ = ("task_id", "incarnation", "elements", "numbers")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    NUMBERS_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    incarnation: int
+    elements: bytes
+    numbers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, task_id: _Optional[int] = ..., incarnation: _Optional[int] = ..., elements: _Optional[bytes] = ..., numbers: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ReleasedSegment(_message.Message):
     __slots__ = ("name", "handout")
     NAME_FIELD_NUMBER: _ClassVar[int]

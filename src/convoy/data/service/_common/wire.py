@@ -25,7 +25,8 @@ DISPATCHER_METHODS = [
 ]
 
 #: GetElements answers with raw bytes: a status byte, then a codec message.
-WORKER_METHODS = [Method("GetElements", pb.GetElementsRequest, None)]
+WORKER_METHODS = [Method("GetElements", pb.GetElementsRequest, None),
+                  Method("GiveBack", pb.GiveBackRequest, pb.Empty)]
 
 #: The first byte of a GetElements answer.
 ELEMENTS = b"E"  # followed by a codec message with one or more elements

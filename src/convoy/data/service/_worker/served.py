@@ -53,6 +53,11 @@ class ServedTask:
         return self.task.task_id
 
     @property
+    def cached(self) -> TrainerCache | None:
+        """The cross-trainer cache it is read through, if any."""
+        return self._cache
+
+    @property
     def coordinated(self) -> bool:
         """Whether the task is read in coordinated rounds."""
         return self._rounds is not None

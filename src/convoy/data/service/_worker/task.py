@@ -139,6 +139,17 @@ class Task:
                                else runs(number for number, _ in taken))
         return NUMBERED + numbers, [element for _, element in taken]
 
+    def give_back(self, elements: list[Any], numbers: list[int]) -> bool:
+        """Put elements a consumer fetched but did not return back in front of the buffer
+        (with their ``numbers`` when numbered); False once the task has ended."""
+        if self.incarnation:
+            if len(numbers) != len(elements):
+                raise InvalidArgumentError(
+                    f"task {self.task_id}: {len(elements)} elements given back with "
+                    f"{len(numbers)} numbers")
+            return self._elements.put_back(list(zip(numbers, elements)))
+        return self._elements.put_back(elements)
+
     def stop(self) -> None:
         """Drop the buffered elements and end the producer thread (at its next element)."""
         self._elements.cancel()
