@@ -145,3 +145,37 @@ def test_a_collected_consumer_gives_back_too() -> None:
         gc.collect()
         rest = _values(iter(shared()))
     assert sorted(first + rest) == list(range(2000))
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_consumers_of_a_shared_job_resume_together(num_workers: int) -> None:
+    import threading
+
+    with LocalCluster(num_workers=num_workers) as cluster:
+        def shared(name: str) -> cv.data.Dataset:
+            return _pipeline(1500).apply(cv.data.service.distribute(
+                "dynamic", cluster.target, job_name=name))
+
+        a, b = iter(shared("run-1")), iter(shared("run-1"))
+        trained = _values(next(a) for _ in range(200)) + _values(next(b) for _ in range(100))
+        state_a = a.state_dict()  # saved at different times, as loader workers do
+        trained += _values(next(b) for _ in range(300))
+        state_b = b.state_dict()
+        _values(next(a) for _ in range(50))  # read after its save: not trained on
+        a.close()
+        b.close()
+        # the restarted run (its own job name), one consumer per saved state
+        results: dict[str, list[int]] = {}
+
+        def resume(key: str, state: Any) -> None:
+            it = iter(shared("run-2"))
+            it.load_state_dict(state)
+            results[key] = _values(it)
+
+        threads = [threading.Thread(target=resume, args=(k, s))
+                   for k, s in (("a", state_a), ("b", state_b))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert sorted(trained + results["a"] + results["b"]) == [10 * i for i in range(1500)]

@@ -128,6 +128,9 @@ class _Handlers:
             return pb.GetResumePointResponse(
                 split_repetition=iteration.split_repetition,
                 split_cursor=iteration.split_cursor, split_size=iteration.split_size,
+                consumers=sum(c.iteration_id == iteration.iteration_id
+                              for c in self.state.clients.values()),
+                iteration_id=iteration.iteration_id,
                 tasks=[pb.ResumeTaskInfo(task_id=t.task_id, task=_resume_task_message(t))
                        for t in tasks])
 
@@ -188,7 +191,7 @@ def _resume_point(m: pb.ResumePoint) -> ev.ResumePoint:
             ev.SplitsAnswer("", 0, a.repetition, [(s.start, s.stop) for s in a.splits],
                             a.end_of_splits) for a in t.splits),
             _received_ranges(t.skip), t.skip_count)
-        for t in m.tasks))
+        for t in m.tasks), max(1, m.consumers))
 
 
 def _received_ranges(ranges: Any) -> tuple[tuple[int, int], ...]:

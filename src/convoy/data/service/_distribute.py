@@ -230,8 +230,9 @@ class DataServiceOp(Op):
         if state is not None:  # a new job, started where the saved reading stopped
             self.check_resumable()
             resume = resume_point(state, self.fingerprint(), policy_name(
-                options.processing_mode))
-            options = options.scoped("") if options.job_name else options
+                options.processing_mode), shared=bool(options.job_name))
+            if options.job_name:  # the consumers of the saved job resume in a job together
+                options = options.scoped(f"{options.job_name}/resumed-{state['iteration']}")
         with self._lock:
             repetition = 0 if resume is not None else self.repetitions
             if resume is None:

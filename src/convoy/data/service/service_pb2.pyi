@@ -169,16 +169,18 @@ class ResumeTask(_message.Message):
     def __init__(self, seed: _Optional[int] = ..., worker_address: _Optional[str] = ..., splits: _Optional[_Iterable[_Union[SplitAnswer, _Mapping]]] = ..., skip: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., skip_count: _Optional[int] = ...) -> None: ...
 
 class ResumePoint(_message.Message):
-    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks")
+    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks", "consumers")
     SPLIT_REPETITION_FIELD_NUMBER: _ClassVar[int]
     SPLIT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     SPLIT_SIZE_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     split_repetition: int
     split_cursor: int
     split_size: int
     tasks: _containers.RepeatedCompositeFieldContainer[ResumeTask]
-    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTask, _Mapping]]] = ...) -> None: ...
+    consumers: int
+    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTask, _Mapping]]] = ..., consumers: _Optional[int] = ...) -> None: ...
 
 class GetResumePointRequest(_message.Message):
     __slots__ = ("client_id",)
@@ -195,16 +197,20 @@ class ResumeTaskInfo(_message.Message):
     def __init__(self, task_id: _Optional[int] = ..., task: _Optional[_Union[ResumeTask, _Mapping]] = ...) -> None: ...
 
 class GetResumePointResponse(_message.Message):
-    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks")
+    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks", "consumers", "iteration_id")
     SPLIT_REPETITION_FIELD_NUMBER: _ClassVar[int]
     SPLIT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     SPLIT_SIZE_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
     split_repetition: int
     split_cursor: int
     split_size: int
     tasks: _containers.RepeatedCompositeFieldContainer[ResumeTaskInfo]
-    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTaskInfo, _Mapping]]] = ...) -> None: ...
+    consumers: int
+    iteration_id: int
+    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTaskInfo, _Mapping]]] = ..., consumers: _Optional[int] = ..., iteration_id: _Optional[int] = ...) -> None: ...
 
 class ReleaseClientRequest(_message.Message):
     __slots__ = ("client_id", "received")

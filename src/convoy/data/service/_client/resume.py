@@ -65,16 +65,17 @@ def saved_state(fingerprint: str, mode: str, point: pb.GetResumePointResponse,
             tasks.append({"seed": task.seed, "worker_address": task.worker_address,
                           "consumed": task.skip_count + returned.counts.get(info.task_id, 0)})
     state: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint,
-                             "mode": mode, "tasks": tasks}
+                             "mode": mode, "tasks": tasks, "iteration": point.iteration_id,
+                             "consumers": max(1, point.consumers)}
     if mode == "DYNAMIC":
         state.update(split_repetition=point.split_repetition,
                      split_cursor=point.split_cursor, split_size=point.split_size)
     return state
 
 
-def resume_point(state: Any, fingerprint: str, mode: str) -> pb.ResumePoint:
+def resume_point(state: Any, fingerprint: str, mode: str, shared: bool) -> pb.ResumePoint:
     """The ResumePoint message of a saved ``state``; InvalidArgumentError if it is not one
-    of this dataset and mode."""
+    of this dataset and mode. ``shared``: the consumers of the saved job resume together."""
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         raise InvalidArgumentError(
             "state must be a dict returned by state_dict() of a data service iterator, got "
@@ -87,11 +88,13 @@ def resume_point(state: Any, fingerprint: str, mode: str) -> pb.ResumePoint:
             "state was saved by a reading of another dataset (its fingerprint differs): the "
             "pipeline must be built the same way, with the same seeds (a shuffle without a "
             "seed, such as list_files(shuffle=True) without seed, differs in every process)")
+    consumers = state["consumers"] if shared else 1
     if mode != "DYNAMIC":
-        return pb.ResumePoint(tasks=[pb.ResumeTask(
+        return pb.ResumePoint(consumers=consumers, tasks=[pb.ResumeTask(
             seed=t["seed"], worker_address=t["worker_address"], skip_count=t["consumed"])
             for t in state["tasks"]])
     return pb.ResumePoint(
+        consumers=consumers,
         split_repetition=state["split_repetition"], split_cursor=state["split_cursor"],
         split_size=state["split_size"],
         tasks=[pb.ResumeTask(

@@ -77,6 +77,7 @@ class ResumePoint:
     split_cursor: int = 0
     split_size: int = 1
     tasks: tuple[ResumeTask, ...] = ()
+    consumers: int = 1  # of the shared job that saved it: the iteration waits for them all
 
 
 @dataclass(slots=True)
@@ -91,6 +92,8 @@ class IterationRecord:
     idle_since: float | None = None  # when garbage collection first saw it without clients
     #: OFF: the saved positions of the workers of a resumed reading, by worker address.
     resume_workers: list[ResumeTask] = field(default_factory=list)
+    #: Consumers of a resumed shared job still to join with their states: it starts after.
+    resume_awaiting: int = 0
 
 
 @dataclass(slots=True)

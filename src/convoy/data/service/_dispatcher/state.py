@@ -28,6 +28,7 @@ import random
 from typing import Any
 
 from convoy._events import Handlers
+from convoy.data.service._common import ranges as _ranges
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._common.coordinated import adds_tasks, check_coordinated_job
 from convoy.data.service._common.static_policy import check_static_job, is_static
@@ -51,6 +52,9 @@ def fresh_id_base() -> int:
     return 2000 + random.SystemRandom().randrange(1 << 40) * 1_000_000
 
 
+
+#: The iteration slots (in place of worker addresses) of the tasks of a saved reading.
+RESUMED_SLOT = "resumed-task-"
 
 _RECORDS = ("datasets", "jobs", "iterations", "tasks", "workers", "clients")
 
@@ -238,8 +242,14 @@ class DispatcherState:
             self.records.add_iteration(iteration)
             if event.resume is not None:
                 self._resume(iteration, event.resume)
+                iteration.resume_awaiting = max(0, event.resume.consumers - 1)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
+        elif event.resume is not None:
+            iteration = self.iterations[iteration_id]
+            if iteration.resume_awaiting > 0:  # another consumer of the saved shared job
+                self._resume(iteration, event.resume)
+                iteration.resume_awaiting -= 1
         client = ev.ClientRecord(self.records.new_id(), iteration_id, event.now)
         self.clients[client.client_id] = client
         return iteration_id, client.client_id
@@ -267,13 +277,30 @@ class DispatcherState:
         skipping what was consumed. OFF: each worker's task skips its saved position."""
         job = self.jobs[iteration.job_id]
         if job.options.processing_mode is not ShardingPolicy.DYNAMIC:
-            iteration.resume_workers = list(resume.tasks)
+            iteration.resume_workers.extend(resume.tasks)
             return
-        iteration.split_repetition = resume.split_repetition
-        iteration.split_cursor = resume.split_cursor
+        # consumers of a shared job saved at different times: the latest cursor, the longest
+        # split answers of each task (both only grow), and what any of them consumed
+        if ((resume.split_repetition, resume.split_cursor)
+                > (iteration.split_repetition, iteration.split_cursor)):
+            iteration.split_repetition = resume.split_repetition
+            iteration.split_cursor = resume.split_cursor
         iteration.split_size = max(1, resume.split_size)
-        for index, saved in enumerate(resume.tasks):
-            slot = f"resumed-task-{index}"  # a slot of its own in the iteration
+        resumed = {self.tasks[t].seed: self.tasks[t] for a, t in iteration.tasks.items()
+                   if a.startswith(RESUMED_SLOT)}
+        for saved in resume.tasks:
+            task = resumed.get(saved.seed)
+            if task is not None:
+                if len(saved.splits) > len(task.split_log):
+                    task.split_log = [
+                        ev.SplitsAnswer("", number, answer.repetition, list(answer.splits),
+                                        answer.end_of_splits)
+                        for number, answer in enumerate(saved.splits, 1)]
+                for start, stop in saved.skip:
+                    _ranges.add(task.delivered, start, stop)
+                    _ranges.add(task.resumed, start, stop)
+                continue
+            slot = f"{RESUMED_SLOT}{len(iteration.tasks)}"  # a slot of its own
             task = ev.TaskRecord(
                 self.records.new_id(), iteration.iteration_id, slot, incarnation=1,
                 split_log=[ev.SplitsAnswer("", number, answer.repetition, list(answer.splits),
