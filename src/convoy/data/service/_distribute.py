@@ -227,6 +227,8 @@ class DataServiceOp(Op):
 
     def iterator(self, state: Any, key: int) -> Node:
         options, resume = self.options, None
+        if isinstance(state, dict) and state.get("finished"):
+            return _EmptyNode()  # saved at its end
         if state is not None:  # a new job, started where the saved reading stopped
             self.check_resumable()
             resume = resume_point(state, self.fingerprint(), policy_name(
@@ -286,6 +288,18 @@ class DataServiceOp(Op):
             return self.dataset_id
 
 
+class _EmptyNode(Node):
+    """A reading restored at its end."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.gen = iter(())
+
+    def state_dict(self) -> Any:
+        return {"version": 1, "finished": True}
+
+
 def _ops(op: Op) -> Any:
     """``op`` and every op it reads from."""
     yield op
@@ -306,6 +320,8 @@ class _ServiceNode(Node):
     def state_dict(self) -> Any:
         """This consumer's position as plain data (see :mod:`._client.resume`)."""
         self._op.check_resumable()
+        if self._reader.finished:
+            return {"version": 1, "finished": True}
         point, returned = self._reader.position()
         return saved_state(self._op.fingerprint(),
                            policy_name(self._op.options.processing_mode), point, returned)

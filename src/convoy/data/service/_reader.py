@@ -115,6 +115,7 @@ class Reader:
         self.returned = Returned()  # what the consumer has returned (for saving its position)
         self._batch: _Batch | None = None  # being returned
         self._taken = 0  # elements of it returned so far
+        self._ended = False  # the consumer has taken the last element
         # A consumer of a shared job gives back what it fetched but had not returned.
         self._gives_back = bool(options.job_name and options.num_consumers is None
                                 and not options.trainer_id)
@@ -172,8 +173,15 @@ class Reader:
                 self._batch = None
                 self.returned.commit(task_id, numbers, len(batch))
                 self._apply(ElementsReturned(len(batch)))
+            self._ended = True
         finally:
             self.close()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the consumer has taken every element (the reading ended normally)."""
+        with self._cond:
+            return isinstance(self._state.outcome, EndResults) and self._ended
 
     def position(self) -> tuple[pb.GetResumePointResponse, Returned]:
         """What saving this reading needs: the iteration's split cursor and tasks (from the
