@@ -94,6 +94,7 @@ class IterationRecord:
     resume_workers: list[ResumeTask] = field(default_factory=list)
     #: Consumers of a resumed shared job still to join with their states: it starts after.
     resume_awaiting: int = 0
+    resume_joined: int = 0  # consumers that joined it with their states
 
 
 @dataclass(slots=True)

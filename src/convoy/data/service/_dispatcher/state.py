@@ -242,6 +242,7 @@ class DispatcherState:
             self.records.add_iteration(iteration)
             if event.resume is not None:
                 self._resume(iteration, event.resume)
+                iteration.resume_joined = 1
                 iteration.resume_awaiting = max(0, event.resume.consumers - 1)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
@@ -249,7 +250,10 @@ class DispatcherState:
             iteration = self.iterations[iteration_id]
             if iteration.resume_awaiting > 0:  # another consumer of the saved shared job
                 self._resume(iteration, event.resume)
-                iteration.resume_awaiting -= 1
+                # states saved at different times may count different consumers: the most
+                iteration.resume_joined += 1
+                iteration.resume_awaiting = max(iteration.resume_awaiting - 1,
+                                                event.resume.consumers - iteration.resume_joined)
         client = ev.ClientRecord(self.records.new_id(), iteration_id, event.now)
         self.clients[client.client_id] = client
         return iteration_id, client.client_id
