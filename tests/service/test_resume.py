@@ -196,3 +196,20 @@ def test_readme_resuming_a_job() -> None:
         code = match.group(1).replace("grpc://localhost:5050", cluster.target)
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     assert out.getvalue().split() == ["300", "800", "True"]
+
+
+def test_a_shared_off_job_refuses_to_restore() -> None:
+    with LocalCluster(num_workers=1) as cluster:
+        def shared() -> cv.data.Dataset:
+            return _pipeline(300).apply(cv.data.service.distribute(
+                "off", cluster.target, job_name="off-shared"))
+
+        a, b = iter(shared()), iter(shared())
+        next(a), next(b)
+        state = a.state_dict()
+        a.close()
+        b.close()
+        restored = iter(shared())
+        with pytest.raises(UnimplementedError, match="use DYNAMIC"):
+            restored.load_state_dict(state)
+        restored.close()

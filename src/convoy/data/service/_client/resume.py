@@ -16,7 +16,7 @@ from typing import Any
 
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common import ranges as _ranges
-from convoy.errors import InvalidArgumentError
+from convoy.errors import InvalidArgumentError, UnimplementedError
 
 STATE_VERSION = 1
 
@@ -89,7 +89,11 @@ def resume_point(state: Any, fingerprint: str, mode: str, shared: bool) -> pb.Re
             "pipeline must be built the same way, with the same seeds (a shuffle without a "
             "seed, such as list_files(shuffle=True) without seed, differs in every process)")
     consumers = state["consumers"] if shared else 1
-    if mode != "DYNAMIC":
+    if mode != "DYNAMIC" and consumers > 1:
+        raise UnimplementedError(
+            f"a reading of a job shared by {consumers} consumers under {mode} cannot be "
+            "restored: their reads interleave in each worker's stream, so a count per worker "
+            "does not say which elements each consumed; use DYNAMIC sharding")
         return pb.ResumePoint(consumers=consumers, tasks=[pb.ResumeTask(
             seed=t["seed"], worker_address=t["worker_address"], skip_count=t["consumed"])
             for t in state["tasks"]])
