@@ -94,6 +94,7 @@ def resume_point(state: Any, fingerprint: str, mode: str, shared: bool) -> pb.Re
             f"a reading of a job shared by {consumers} consumers under {mode} cannot be "
             "restored: their reads interleave in each worker's stream, so a count per worker "
             "does not say which elements each consumed; use DYNAMIC sharding")
+    if mode != "DYNAMIC":
         return pb.ResumePoint(consumers=consumers, tasks=[pb.ResumeTask(
             seed=t["seed"], worker_address=t["worker_address"], skip_count=t["consumed"])
             for t in state["tasks"]])
