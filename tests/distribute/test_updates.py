@@ -37,6 +37,19 @@ def test_sparse_sgd_with_repeated_rows_matches_dense():
     np.testing.assert_allclose(variable, expected)
 
 
+
+@pytest.mark.parametrize("indices", [[3, 0, 2], [3, 0, 3]])  # without repeats, and with
+def test_sparse_sgd_leaves_the_callers_gradient_unchanged(indices):
+    # a store in this process gets the caller's arrays themselves
+    values = np.arange(6.0).reshape(3, 2)
+    variable = np.zeros((4, 2))
+    apply_update({"name": "SGD", "learning_rate": 0.5}, variable,
+                 IndexedSlices(values, np.array(indices)), None)
+    np.testing.assert_array_equal(values, np.arange(6.0).reshape(3, 2))
+    expected = np.zeros((4, 2))
+    np.add.at(expected, indices, -0.5 * values)
+    np.testing.assert_array_equal(variable, expected)
+
 @pytest.mark.parametrize("config, problem", [
     ({"name": "Nope"}, "unknown optimizer"),
     ({"name": "SGD"}, r"numbers for \['learning_rate'\]"),

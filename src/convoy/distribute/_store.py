@@ -25,7 +25,7 @@ from convoy import monitoring
 from convoy._rpc import Outcome
 from convoy._slices import combine_rows, put_rows, take_rows
 from convoy.distribute import _wire
-from convoy.distribute._updates import apply_update
+from convoy.distribute._updates import apply_rule, checked_rule
 from convoy.errors import (
     AlreadyExistsError,
     ConvoyError,
@@ -182,9 +182,10 @@ class VariableStore:
         if type(optimizer) is not dict:
             raise InvalidArgumentError(f"apply takes an optimizer config dict, got "
                                        f"{type(optimizer).__name__}")
+        rule = checked_rule(optimizer)
         for name, gradient in updates:
-            apply_update(optimizer, self.value(name), gradient,
-                         functools.partial(self._slot, name))
+            apply_rule(rule, optimizer, self.value(name), gradient,
+                       functools.partial(self._slot, name))
 
     def _slot(self, name: str, slot: str, like: np.ndarray, initial: float) -> np.ndarray:
         key = (name, slot)

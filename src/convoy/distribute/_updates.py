@@ -108,9 +108,11 @@ _RULES: dict[str, Callable[[dict[str, Any], np.ndarray, Any, Slot], None]] = {
 }
 
 
-def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
-                 slot: Slot) -> None:
-    """Apply one gradient to ``variable`` in place with the optimizer ``config`` names."""
+Rule = Callable[[dict[str, Any], np.ndarray, Any, Slot], None]
+
+
+def checked_rule(config: dict[str, Any]) -> Rule:
+    """The update rule ``config`` names, once its numbers are checked."""
     rule = _RULES.get(config.get("name", ""))
     if rule is None:
         raise InvalidArgumentError(
@@ -120,12 +122,33 @@ def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
            if isinstance(config.get(key), bool) or not isinstance(config.get(key), int | float)]
     if bad:
         raise InvalidArgumentError(f"optimizer config {config!r:.200} needs numbers for {bad}")
+    return rule
+
+
+def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
+                 slot: Slot) -> None:
+    """Apply one gradient to ``variable`` in place with the optimizer ``config`` names."""
+    apply_rule(checked_rule(config), config, variable, gradient, slot)
+
+
+def apply_rule(rule: Rule, config: dict[str, Any], variable: np.ndarray, gradient: Any,
+               slot: Slot) -> None:
+    """Apply one gradient to ``variable`` in place with ``rule`` (from :func:`checked_rule`)."""
     if not isinstance(gradient, IndexedSlices):
         rule(config, variable, _dense_gradient(variable, gradient), slot)
         return
+    rows, g = _unique_rows(variable, gradient)
+    if rule is _sgd and not config.get("momentum"):  # no slots: _sgd's arithmetic, in place
+        part = take_rows(variable, rows)
+        if np.may_share_memory(g, gradient.values) or not g.flags.writeable:  # the caller's
+            g = g * config["learning_rate"]
+        else:
+            g *= config["learning_rate"]
+        part -= g
+        put_rows(variable, rows, part)
+        return
     # Sparse ("lazy"): the dense rule on copies of the touched rows of the variable and of
     # its slots shaped like it, written back after.
-    rows, g = _unique_rows(variable, gradient)
     part = take_rows(variable, rows)
     touched: list[tuple[np.ndarray, np.ndarray]] = [(variable, part)]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import numbers
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -278,6 +279,7 @@ class ShardedVariable(_Ops):
         self.shape = (int(self._offsets[-1]), *first.shape[1:])
         self.dtype = first.dtype
         self.trainable = first.trainable
+        self._remembered: tuple[weakref.ref[np.ndarray], list[Any]] | None = None
 
     def __reduce__(self) -> Any:  # just the shards: a handle pickles small and fast
         return (ShardedVariable, (self._variables, self.name))
@@ -305,8 +307,15 @@ class ShardedVariable(_Ops):
         send_updates([(v._store, [(kind, v._key, p.copy())])
                       for v, p in zip(self._variables, parts)])
 
-    def route(self, ids: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """For each shard that owns some of ``ids`` (flat): (shard, positions, local rows)."""
+    def route(self, ids: np.ndarray,
+              remember: bool = False) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """For each shard that owns some of ``ids`` (flat): (shard, positions, local rows).
+
+        With ``remember``, the routes of a read-only ``ids`` are kept for the next call with
+        that same array (a pull's ids, routed again when their gradients are applied)."""
+        remembered = self._remembered
+        if remembered is not None and remembered[0]() is ids:
+            return remembered[1]
         if ids.dtype.kind not in "iu":
             raise InvalidArgumentError(f"ids for {self.name!r} must be integers, got {ids.dtype}")
         if ids.size and (ids.min() < 0 or ids.max() >= self.shape[0]):
@@ -319,6 +328,8 @@ class ShardedVariable(_Ops):
         for shard in np.flatnonzero(np.bincount(shard_of, minlength=len(self._variables))):
             positions = np.flatnonzero(shard_of == shard)
             routes.append((int(shard), positions, ids[positions] - self._offsets[shard]))
+        if remember and not ids.flags.writeable:
+            self._remembered = (weakref.ref(ids), routes)
         return routes
 
     def sparse_read(self, indices: Any) -> np.ndarray:

@@ -8,7 +8,6 @@ parameter server; :meth:`Pulled.gradients` turns gathered rows' gradients into
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ class Pulled:
     def __init__(self) -> None:
         self.dense: list[tuple[torch.Tensor, Any]] = []
         self.rows: dict[Any, torch.Tensor] = {}
-        self._row_sources: list[tuple[torch.Tensor, Any, np.ndarray, tuple[int, ...]]] = []
+        self._row_sources: list[tuple[torch.Tensor, Any, np.ndarray]] = []
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         return iter([t for t, _ in self.dense])
@@ -42,10 +41,10 @@ class Pulled:
         for tensor, variable in self.dense:
             if tensor.grad is not None:
                 pairs.append((tensor.grad.numpy(), variable))
-        for tensor, variable, ids, _ in self._row_sources:
+        for tensor, variable, flat in self._row_sources:
             if tensor.grad is not None:
-                grad = tensor.grad.numpy().reshape((ids.size, *variable.shape[1:]))
-                pairs.append((IndexedSlices(grad, ids.reshape(-1)), variable))
+                grad = tensor.grad.numpy().reshape((flat.size, *variable.shape[1:]))
+                pairs.append((IndexedSlices(grad, flat), variable))
         return pairs
 
 
@@ -58,62 +57,54 @@ def pull(dense: Sequence[Variable | ShardedVariable] = (),
          rows: dict[Any, Any] | None = None) -> Iterator[Pulled]:
     """Read ``dense`` variables whole and ``rows`` (variable -> ids) as gathered rows, as
     torch tensors with ``requires_grad``; one call per parameter server touched."""
-    pulled = Pulled()
-    operations: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
-    stores: dict[int, Any] = {}
-    placements: list[tuple[str, Any, int, int, Any]] = []
+    calls: dict[int, tuple[Any, list[tuple[Any, ...]]]] = {}
+    # where each operation's result goes: (store key, index in its call)
+    dense_at: list[list[tuple[int, int]]] = []
+    rows_at: list[tuple[Any, np.ndarray, tuple[int, ...], list[tuple[int, int, Any]]]] = []
 
     def request(store: Any, operation: tuple[Any, ...]) -> tuple[int, int]:
-        stores[id(store)] = store
-        operations[id(store)].append(operation)
-        return id(store), len(operations[id(store)]) - 1
+        key = id(store)
+        call = calls.get(key)
+        if call is None:
+            call = calls[key] = (store, [])
+        call[1].append(operation)
+        return key, len(call[1]) - 1
 
     for variable in dense:
         if not isinstance(variable, (Variable, ShardedVariable)):
             raise InvalidArgumentError(f"dense must hold variables, got {type(variable).__name__}")
-        for shard in _targets(variable):
-            placements.append(("dense", variable, *request(shard._store, ("read", shard._key)),
-                               None))
-    routes_of: dict[int, Any] = {}
-    for variable, ids in (rows or {}).items():
-        flat = np.asarray(ids).reshape(-1)
-        if isinstance(variable, ShardedVariable):
-            routes = variable.route(flat)
-            routes_of[id(variable)] = routes
-            for shard_index, positions, local in routes:
-                shard = variable.variables[shard_index]
-                placements.append(("rows", variable,
-                                   *request(shard._store, ("gather", shard._key, local)),
-                                   positions))
-        else:
-            placements.append(("rows", variable,
-                               *request(variable._store, ("gather", variable._key, flat)),
-                               None))
-    keys = list(operations)
-    results = dict(zip(keys, execute_all([(stores[k], operations[k]) for k in keys])))
-
-    dense_parts: dict[int, list[np.ndarray]] = defaultdict(list)
-    row_blocks: dict[int, np.ndarray] = {}
-    for kind, variable, store_key, index, positions in placements:
-        value = results[store_key][index]
-        if kind == "dense":
-            dense_parts[id(variable)].append(value)
-            continue
-        ids = np.asarray(rows[variable]).reshape(-1)  # type: ignore[index]
-        block = row_blocks.setdefault(id(variable), np.empty((ids.size, *variable.shape[1:]),
-                                                             variable.dtype))
-        if positions is None:
-            block[...] = value
-        else:
-            put_rows(block, positions, value)
-    for variable in dense:
-        parts = dense_parts[id(variable)]
-        value = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])
-        pulled.dense.append((torch.from_numpy(value).requires_grad_(), variable))
+        dense_at.append([request(shard._store, ("read", shard._key))
+                         for shard in _targets(variable)])
     for variable, ids in (rows or {}).items():
         shape = np.shape(ids)
-        block = row_blocks[id(variable)].reshape((*shape, *variable.shape[1:]))
-        tensor = torch.from_numpy(block).requires_grad_()  # block is ours: share, not copy
+        flat = np.array(ids).reshape(-1)  # ours: the gradients' indices, never changed
+        flat.flags.writeable = False
+        if isinstance(variable, ShardedVariable):
+            shards = variable._variables
+            gathers: list[tuple[int, int, Any]] = [
+                (*request(shards[s]._store, ("gather", shards[s]._key, local)), positions)
+                for s, positions, local in variable.route(flat, remember=True)]
+        else:
+            gathers = [(*request(variable._store, ("gather", variable._key, flat)), None)]
+        rows_at.append((variable, flat, shape, gathers))
+    results = dict(zip(calls, execute_all(list(calls.values()))))
+
+    pulled = Pulled()
+    for variable, places in zip(dense, dense_at):
+        parts = [results[key][index] for key, index in places]
+        value = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])
+        pulled.dense.append((torch.from_numpy(value).requires_grad_(), variable))
+    for variable, flat, shape, gathered in rows_at:
+        if len(gathered) == 1 and gathered[0][2] is None:
+            block = results[gathered[0][0]][gathered[0][1]]  # the store's answer: ours
+            if not block.flags.writeable:
+                block = block.copy()
+        else:
+            block = np.empty((flat.size, *variable.shape[1:]), variable.dtype)
+            for key, index, positions in gathered:
+                put_rows(block, positions, results[key][index])
+        # the block is ours: share, not copy
+        tensor = torch.from_numpy(block.reshape((*shape, *variable.shape[1:]))).requires_grad_()
         pulled.rows[variable] = tensor
-        pulled._row_sources.append((tensor, variable, np.asarray(ids), shape))
+        pulled._row_sources.append((tensor, variable, flat))
     yield pulled

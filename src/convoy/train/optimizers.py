@@ -26,11 +26,13 @@ _ONE = np.int64(1)
 
 
 def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, Variable]]:
-    """A gradient for a sharded variable as gradients for its shards (arrays of its own)."""
+    """A gradient for a sharded variable as gradients for its shards (arrays of its own,
+    checked)."""
     shards = variable.variables
     if isinstance(gradient, IndexedSlices):
         delta = gradient.checked("gradient", variable.shape[1:])
-        flat = delta.indices.reshape(-1)
+        # a pull's gradient has the pull's own flat ids, whose routes the variable remembers
+        flat = delta.indices if delta.indices.ndim == 1 else delta.indices.reshape(-1)
         values = delta.values.reshape((flat.size, *variable.shape[1:]))
         routed = {s: (positions, rows) for s, positions, rows in variable.route(flat)}
         # Shards without rows get an empty update: per-variable optimizer state (Adam's step
@@ -41,7 +43,7 @@ def _split_sharded(gradient: Any, variable: ShardedVariable) -> list[tuple[Any, 
             positions, rows = routed.get(s, nothing)
             pairs.append((IndexedSlices(take_rows(values, positions), rows), shard))
         return pairs
-    parts = [np.array(part) for part in variable._split(gradient)]
+    parts = [np.array(part) for part in variable._split(gradient)]  # _split checks dtype, shape
     return list(zip(parts, shards))
 
 
@@ -87,18 +89,18 @@ class Optimizer:
         for gradient, variable in grads_and_vars:
             if gradient is None:
                 continue
-            pairs = (_split_sharded(gradient, variable) if isinstance(variable, ShardedVariable)
-                     else [(owned(gradient), variable)])
+            if isinstance(variable, ShardedVariable):
+                pairs = _split_sharded(gradient, variable)
+            elif not isinstance(variable, Variable):
+                raise InvalidArgumentError(
+                    f"apply_gradients takes (gradient, variable) pairs, got a "
+                    f"{type(variable).__name__} as a variable"
+                )
+            elif isinstance(gradient, IndexedSlices):
+                pairs = [(owned(gradient).checked("gradient", variable.shape[1:]), variable)]
+            else:
+                pairs = [(np.asarray(owned(gradient), dtype=variable.dtype), variable)]
             for grad, var in pairs:
-                if not isinstance(var, Variable):
-                    raise InvalidArgumentError(
-                        f"apply_gradients takes (gradient, variable) pairs, got a "
-                        f"{type(var).__name__} as a variable"
-                    )
-                if isinstance(grad, IndexedSlices):
-                    grad = grad.checked("gradient", var.shape[1:])
-                else:
-                    grad = np.asarray(grad, dtype=var.dtype)
                 stores[id(var._store)] = var._store
                 by_store[id(var._store)].append((var._key, grad))
         operations: dict[int, list[tuple[Any, ...]]] = {
