@@ -61,8 +61,9 @@ def test_metrics_carry_every_name_prefixed_convoy(server):
     assert "# TYPE convoy_rpc_duration_seconds histogram" in text
     assert all(name.startswith("convoy_") for name in names), sorted(names)
     assert samples(text)[f'convoy_build_info{{version="{convoy.__version__}"}}'] == 1
-    for event in ("handed_out", "acknowledged", "returned"):  # shown from the start
-        assert samples(text)[f'convoy_data_splits_total{{event="{event}"}}'] == 0
+    for event in ("handed_out", "acknowledged", "returned"):  # shown from the start (the
+        # counters are the process's: other tests in it may have moved them already)
+        assert samples(text)[f'convoy_data_splits_total{{event="{event}"}}'] >= 0
 
 
 def test_a_metric_moved_shows_in_the_next_scrape(server):
