@@ -21,6 +21,7 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
+	$(PY) examples/resume.py
 	$(PY) examples/recommend.py
 
 bench: $(STAMP)

@@ -127,3 +127,30 @@ def test_every_item_arrives_once_in_order_whatever_the_bounds(items: list[int], 
     producer.join(timeout=10)
     assert received == items
     assert (error is not None) == fail
+
+
+def test_put_back_goes_in_front_and_counts_towards_the_bounds() -> None:
+    channel: Channel[int] = Channel("numbers", max_items=3)
+    channel.put(3)
+    channel.put(4)
+    assert channel.put_back([1, 2])
+    assert len(channel) == 4  # beyond the bound: a producer waits until it is drained
+    with pytest.raises(TimeoutError):
+        channel.put(5, timeout=0.01)
+    assert channel.get_many(10) == [1, 2, 3, 4]
+
+
+def test_drain_cancels_and_returns_what_was_waiting() -> None:
+    channel: Channel[int] = Channel("numbers")
+    channel.put(1)
+    channel.put(2)
+    assert channel.drain() == [1, 2]
+    assert channel.cancelled and not channel.put(3) and not channel.put_back([4])
+
+
+def test_put_back_after_the_last_item_was_taken_is_refused() -> None:
+    channel: Channel[int] = Channel("numbers")
+    channel.put(1)
+    channel.close()
+    assert channel.get_many(5) == [1]
+    assert not channel.put_back([1])

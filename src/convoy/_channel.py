@@ -126,6 +126,27 @@ class Channel(Generic[T]):
                 raise Closed(f"{self.name}: closed")
             return []
 
+    def put_back(self, items: list[T]) -> bool:
+        """Put ``items`` back at the front, in their order, without waiting (they count
+        towards the bounds from then on); False if nothing more will be taken (cancelled, or
+        closed with every item taken)."""
+        with self._cond:
+            if self._cancelled or (self._closed and not self._items):
+                return False
+            for item in reversed(items):
+                size = self._size_of(item) if self._size_of is not None else 0
+                self._items.appendleft((item, size))
+                self._size += size
+            self._cond.notify_all()
+            return True
+
+    def drain(self) -> list[T]:
+        """Cancel (as :meth:`cancel`) and return the items dropped, oldest first."""
+        with self._cond:
+            items = [item for item, _ in self._items]
+            self.cancel()
+            return items
+
     def cancel(self) -> None:
         """Drop every item and refuse new ones; wakes a blocked producer and consumers."""
         with self._cond:

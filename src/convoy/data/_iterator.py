@@ -20,10 +20,14 @@ class DatasetIterator:
     exactly the elements the saved iterator had not yet yielded.
     """
 
-    def __init__(self, dataset: Dataset, key: int) -> None:
+    def __init__(self, dataset: Dataset, key: int, state: dict[str, Any] | None = None) -> None:
+        """``state``: start at that position (from ``state_dict()``) rather than the start."""
+        if state is not None:
+            _check_state(state)
+            key = state["key"]
         self._dataset = dataset
         self._key = key
-        self._root = dataset._op.iterator(None, key)
+        self._root = dataset._op.iterator(None if state is None else state["root"], key)
         self._next = self._root.gen.__next__
 
     def __iter__(self) -> DatasetIterator:
@@ -60,11 +64,7 @@ class DatasetIterator:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Move to the position ``state`` (from ``state_dict()`` of an iterator over an equal
         dataset)."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise InvalidArgumentError(
-                "state must be a dict returned by DatasetIterator.state_dict(), got "
-                f"{type(state).__name__}"
-            )
+        _check_state(state)
         root = self._dataset._op.iterator(state["root"], state["key"])
         self._root.close()
         self._root, self._key = root, state["key"]
@@ -79,3 +79,11 @@ class DatasetIterator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_state(state: Any) -> None:
+    if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+        raise InvalidArgumentError(
+            "state must be a dict returned by DatasetIterator.state_dict(), got "
+            f"{type(state).__name__}"
+        )

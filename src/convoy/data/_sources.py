@@ -179,6 +179,7 @@ class ListFilesOp(IndexSource):
             raise NotFoundError(f"list_files: no files matched pattern(s) {patterns}")
         self.files = [os.fsencode(name) for name in names]
         self.shuffle = shuffle
+        self.seed_given = seed is not None  # else drawn: another in every process
         self.seed = seed if seed is not None else draw_seed()
 
     def num_elements(self) -> int:

@@ -87,6 +87,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         self._epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
         self._passes = 0
         self._seed = random.getrandbits(63)
+        self._pass: tuple[int, DatasetIterator | None] = (-1, None)  # the pass being read
+        self._resume: dict[str, Any] | None = None  # from load_state_dict, for the next pass
 
     def set_epoch(self, epoch: int) -> None:
         """Read epoch ``epoch`` (its own repetition of a distributed dataset's job) on the
@@ -94,13 +96,41 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         self._epoch.fill_(check.integer("epoch", epoch, 0))
 
     def __iter__(self) -> Iterator[Any]:
-        epoch = int(self._epoch)
-        if epoch < 0:
-            epoch = self._passes
-        self._passes += 1
-        with DatasetIterator(self._epoch_dataset(epoch), derive_key(0, epoch)) as iterator:
+        resume, self._resume = self._resume, None
+        if resume is not None:  # the pass that was saved, from where it stopped
+            epoch, self._passes = resume["epoch"], resume["passes"]
+        else:
+            epoch = int(self._epoch)
+            if epoch < 0:
+                epoch = self._passes
+            self._passes += 1
+        saved = None if resume is None else resume["iterator"]
+        with DatasetIterator(self._epoch_dataset(epoch), derive_key(0, epoch),
+                             saved) as iterator:
+            self._pass = (epoch, iterator)
             for element in iterator:
                 yield to_torch(element)
+            self._pass = (epoch, None)  # ended
+
+    def state_dict(self) -> dict[str, Any]:
+        """This reader's position as plain data: its pass (epoch) and where in it, for
+        torchdata's ``StatefulDataLoader`` (which saves each loader worker's) or a
+        ``Checkpoint``."""
+        epoch, iterator = self._pass
+        return {"epoch": epoch, "passes": self._passes,
+                "iterator": None if iterator is None else iterator.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next pass resume the one ``state`` (from :meth:`state_dict`) saved."""
+        if not isinstance(state, dict) or set(state) != {"epoch", "passes", "iterator"}:
+            raise InvalidArgumentError(
+                "state must be a dict returned by IterableDataset.state_dict(), got "
+                f"{type(state).__name__}")
+        if state["iterator"] is None:  # saved between passes: the next starts afresh
+            self._passes = state["passes"]
+            self._resume = None
+        else:
+            self._resume = state
 
     def _epoch_dataset(self, epoch: int) -> Dataset:
         info = torch.utils.data.get_worker_info()
@@ -116,6 +146,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
     # seeds from one sequence, equal in every worker, so the workers still agree.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
+        state["_pass"] = (-1, None)  # a live iterator stays in its process
         state["dataset"] = _pickling.dumps(self.dataset, "the dataset cannot be sent to the "
                                            "DataLoader's worker processes")
         return state

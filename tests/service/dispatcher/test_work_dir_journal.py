@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,18 @@ def _maker() -> ModuleType:
     return module
 
 
+def _known_fields(restored: Any, expected: Any) -> Any:
+    """``restored`` without the record fields added since the fixture was written; each must
+    hold its empty default (records of an earlier version get the defaults)."""
+    if isinstance(restored, dict) and isinstance(expected, dict):
+        added = {key: restored[key] for key in restored.keys() - expected.keys()}
+        if all(isinstance(key, str) and not key.isdigit() for key in added):
+            assert not any(added.values()), f"fields added since the fixture: {added}"
+            return {key: _known_fields(value, expected[key])
+                    for key, value in restored.items() if key in expected}
+    return restored
+
+
 def test_a_work_dir_of_an_earlier_version_restores_the_same_state(tmp_path: Path) -> None:
     maker = _maker()
     shutil.copytree(FIXTURES / "work-dir-journal", tmp_path / "work")
@@ -38,7 +51,8 @@ def test_a_work_dir_of_an_earlier_version_restores_the_same_state(tmp_path: Path
                                              fault_tolerant_mode=True))
     try:
         restored = maker.durable(maker.plain(server._handlers.state.snapshot()))
-        assert json.loads(json.dumps(restored, sort_keys=True)) == expected
+        restored = _known_fields(json.loads(json.dumps(restored, sort_keys=True)), expected)
+        assert restored == expected
         (iteration,) = expected["iterations"].values()
         (task_id,) = iteration["tasks"].values()
         assert iteration["split_cursor"] == 12

@@ -201,12 +201,25 @@ class _Handlers:
                              ) -> pb.GetOrCreateIterationResponse:
         if r.repetition < 0:
             raise InvalidArgumentError(f"repetition must be >= 0, got {r.repetition}")
+        resume = _resume_point(r.resume) if r.HasField("resume") else None
         with self.lock:  # one lock, so the iteration is read as the event left it
             iteration_id, client_id = self._apply(
-                ev.GetOrCreateIteration(r.job_id, r.repetition, time.time()))
+                ev.GetOrCreateIteration(r.job_id, r.repetition, time.time(), resume))
             finished = self.state.iterations[iteration_id].finished
         return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id,
                                                iteration_finished=finished)
+
+    def GetResumePoint(self, r: pb.GetResumePointRequest) -> pb.GetResumePointResponse:
+        with self.lock:
+            iteration, tasks = self.state.resume_point(r.client_id)
+            return pb.GetResumePointResponse(
+                split_repetition=iteration.split_repetition,
+                split_cursor=iteration.split_cursor, split_size=iteration.split_size,
+                consumers=sum(c.iteration_id == iteration.iteration_id
+                              for c in self.state.clients.values()),
+                iteration_id=iteration.iteration_id,
+                tasks=[pb.ResumeTaskInfo(task_id=t.task_id, task=_resume_task_message(t))
+                       for t in tasks])
 
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
         settled = tuple((run.task_id, run.incarnation) for run in r.settled)
@@ -317,6 +330,37 @@ def _received(ranges: Any) -> tuple[tuple[int, int, int], ...]:
     return received
 
 
+def _resume_point(m: pb.ResumePoint) -> ev.ResumePoint:
+    if min(m.split_cursor, m.split_size, m.split_repetition) < 0:
+        raise InvalidArgumentError("a resume point needs split_cursor, split_size and "
+                                   "split_repetition >= 0")
+    return ev.ResumePoint(m.split_repetition, m.split_cursor, m.split_size, tuple(
+        ev.ResumeTask(t.seed, t.worker_address, tuple(
+            ev.SplitsAnswer("", 0, a.repetition, [(s.start, s.stop) for s in a.splits],
+                            a.end_of_splits) for a in t.splits),
+            _received_ranges(t.skip), t.skip_count)
+        for t in m.tasks), max(1, m.consumers))
+
+
+def _received_ranges(ranges: Any) -> tuple[tuple[int, int], ...]:
+    received = tuple((r.start, r.stop) for r in ranges)
+    if any(start < 0 or stop < start for start, stop in received):
+        raise InvalidArgumentError("skipped ranges need 0 <= start <= stop")
+    return received
+
+
+def _resume_task_message(task: ev.TaskRecord) -> pb.ResumeTask:
+    """What a saved reading keeps of ``task``: its seed, its worker, its split answers and
+    the skip it started with."""
+    return pb.ResumeTask(
+        seed=task.seed or task.task_id, worker_address=task.worker_address,
+        splits=[pb.SplitAnswer(repetition=a.repetition,
+                               splits=[pb.Split(start=x, stop=y) for x, y in a.splits],
+                               end_of_splits=a.end_of_splits) for a in task.split_log],
+        skip=[pb.Split(start=a, stop=b) for a, b in task.resumed],
+        skip_count=task.skip_count)
+
+
 def _task_def(task: ev.TaskAssignment) -> pb.TaskDef:
     return pb.TaskDef(task_id=task.task_id, iteration_id=task.iteration_id,
                       dataset_id=task.dataset.dataset_id, dataset=task.dataset.payload,
@@ -325,7 +369,8 @@ def _task_def(task: ev.TaskAssignment) -> pb.TaskDef:
                       num_workers=task.num_workers, incarnation=task.incarnation,
                       skip=[pb.Split(start=a, stop=b) for a, b in task.skip],
                       cross_trainer_cache=task.cross_trainer_cache,
-                      num_consumers=task.num_consumers)
+                      num_consumers=task.num_consumers, seed=task.seed,
+                      skip_count=task.skip_count)
 
 
 class DispatchServer(_rpc.ServerBase):

@@ -21,6 +21,7 @@ from convoy.codec import validate_compression
 from convoy.data._dataset import Dataset
 from convoy.data._grouping import refuse_nested_datasets
 from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
+from convoy.data._sources import ListFilesOp
 from convoy.data._split import source_units, split_units
 from convoy.data._static_shard import check_file_sources
 from convoy.data.service import service_pb2 as pb
@@ -31,9 +32,10 @@ from convoy.data.service._client.options import (
     read_options,
     timeout_s,
 )
-from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._client.resume import resume_point, saved_state
+from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._reader import Reader
-from convoy.errors import InvalidArgumentError, UnimplementedError
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 
 
 def _op_name(obj: Any) -> str:
@@ -225,20 +227,58 @@ class DataServiceOp(Op):
         return self.element_spec
 
     def iterator(self, state: Any, key: int) -> Node:
-        if state is not None:
-            raise UnimplementedError("data service iterators cannot be restored from a "
-                                     "checkpoint yet")
+        options, resume = self.options, None
+        if isinstance(state, dict) and state.get("finished"):
+            return _EmptyNode()  # saved at its end
+        if state is not None:  # a new job, started where the saved reading stopped
+            self.check_resumable()
+            resume = resume_point(state, self.fingerprint(), policy_name(
+                options.processing_mode), shared=bool(options.job_name))
+            if options.job_name:  # the consumers of the saved job resume in a job together
+                options = options.scoped(f"{options.job_name}/resumed-{state['iteration']}")
         with self._lock:
-            repetition = self.repetitions
-            self.options.check_cache_repetition(repetition)
-            self.repetitions += 1
-        dispatcher = dispatcher_client(self.options.service)
+            repetition = 0 if resume is not None else self.repetitions
+            if resume is None:
+                self.options.check_cache_repetition(repetition)
+                self.repetitions += 1
+        dispatcher = dispatcher_client(options.service)
         try:
             dataset_id = self.ensure_registered(dispatcher)
         except BaseException:
             dispatcher.close()
             raise
-        return _ServiceNode(Reader.open(dispatcher, self.options, dataset_id, repetition))
+        return _ServiceNode(Reader.open(dispatcher, options, dataset_id, repetition, resume),
+                            self)
+
+    def fingerprint(self) -> str:
+        """What identifies the distributed dataset in a saved state."""
+        if self.registration is not None:
+            return self.registration.fingerprint
+        return f"dataset_id={self.dataset_id}"
+
+    def check_resumable(self) -> None:
+        """Refuse, naming why, a reading whose position cannot be saved or restored."""
+        options = self.options
+        if options.num_consumers is not None:
+            raise UnimplementedError(
+                "data service iterators of coordinated reads (num_consumers) cannot be saved "
+                "or restored")
+        if options.trainer_id:
+            raise UnimplementedError(
+                "data service iterators read through the cross-trainer cache cannot be saved "
+                "or restored")
+        if options.processing_mode not in (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC):
+            raise UnimplementedError(
+                f"data service iterators can be saved under OFF and DYNAMIC sharding, not "
+                f"{policy_name(options.processing_mode)}")
+        if self.input_op is not None:
+            for op in _ops(self.input_op):
+                unseeded = not getattr(op, "seed_given", True)
+                if isinstance(op, ListFilesOp) and op.shuffle and unseeded:
+                    raise FailedPreconditionError(
+                        "cannot save a data service iterator whose split order is not "
+                        "deterministic: list_files(shuffle=True) without a seed orders the "
+                        "files differently in every process; pass seed=")
 
     def ensure_registered(self, dispatcher: _rpc.Client) -> str:
         with self._lock:
@@ -249,17 +289,43 @@ class DataServiceOp(Op):
             return self.dataset_id
 
 
-class _ServiceNode(Node):
-    __slots__ = ("_reader", "__weakref__")
+class _EmptyNode(Node):
+    """A reading restored at its end."""
 
-    def __init__(self, reader: Reader) -> None:
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.gen = iter(())
+
+    def state_dict(self) -> Any:
+        return {"version": 1, "finished": True}
+
+
+def _ops(op: Op) -> Any:
+    """``op`` and every op it reads from."""
+    yield op
+    for child in op.inputs:
+        yield from _ops(child)
+
+
+class _ServiceNode(Node):
+    __slots__ = ("_reader", "_op", "__weakref__")
+
+    def __init__(self, reader: Reader, op: DataServiceOp) -> None:
         self._reader = reader
+        self._op = op
         self.gen = reader.elements()
         # Closed once nobody can read on: whoever holds `gen` (it may be held alone).
         weakref.finalize(self.gen, reader.close)
 
     def state_dict(self) -> Any:
-        raise UnimplementedError("data service iterators cannot be saved yet")
+        """This consumer's position as plain data (see :mod:`._client.resume`)."""
+        self._op.check_resumable()
+        if self._reader.finished:
+            return {"version": 1, "finished": True}
+        point, returned = self._reader.position()
+        return saved_state(self._op.fingerprint(),
+                           policy_name(self._op.options.processing_mode), point, returned)
 
     def close(self) -> None:
         self._reader.close()

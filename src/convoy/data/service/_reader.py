@@ -19,7 +19,7 @@ from typing import Any
 
 from convoy import _rpc, monitoring
 from convoy._channel import Channel, Closed
-from convoy.codec import decode
+from convoy.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client.coordinated_reader_state import (
     CoordinatedReaderState,
@@ -36,6 +36,7 @@ from convoy.data.service._client.reader_events import (
     EndOfSequence,
     EndResults,
     FailResults,
+    GivenBack,
     HeartbeatFailed,
     HeartbeatNow,
     HeartbeatView,
@@ -49,6 +50,8 @@ from convoy.data.service._client.reader_events import (
     WorkerUnreachable,
 )
 from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
+from convoy.data.service._client.resume import Returned
+from convoy.data.service._common.ranges import runs
 from convoy.data.service._common.static_policy import is_static, reads_local_workers
 from convoy.data.service._common.wire import (
     ELEMENT_WAIT_S,
@@ -68,6 +71,7 @@ from convoy.errors import (
     ConvoyError,
     DataLossError,
     DeadlineExceededError,
+    FailedPreconditionError,
     UnavailableError,
 )
 
@@ -127,15 +131,24 @@ class Reader:
         # set: same-host workers answer in shared memory
         self._shared_memory = reader_identity() if options.shared_memory else None
         self._segments = SegmentReader()
-        #: Batches of elements, in the order they arrived.
-        self.results: Channel[list[Any]] = Channel(
+        self.returned = Returned()  # what the consumer has returned (for saving its position)
+        self._batch: _Batch | None = None  # being returned
+        self._taken = 0  # elements of it returned so far
+        self._ended = False  # the consumer has taken the last element
+        # A consumer of a shared job gives back what it fetched but had not returned.
+        self._gives_back = bool(options.job_name and options.num_consumers is None
+                                and not options.trainer_id)
+        self._left: list[_Batch] = []  # batches not returned, once closed
+        #: Batches of elements as (task id, their numbers, elements), in the order they arrived.
+        self.results: Channel[_Batch] = Channel(
             "elements read from the data service",
             max_items=2 * options.max_outstanding_requests)
 
     @classmethod
     def open(cls, dispatcher: _rpc.Client, options: ReadOptions, dataset_id: str,
-             repetition: int) -> Reader:
-        """Join the iteration ``repetition`` of the job reading ``dataset_id``; start reading.
+             repetition: int, resume: pb.ResumePoint | None = None) -> Reader:
+        """Join the iteration ``repetition`` of the job reading ``dataset_id``; start reading
+        (where a saved reading stopped, given its ``resume`` point: then the job is new).
         The reader owns ``dispatcher`` from then on (it is closed if opening fails)."""
 
         def call(method: str, request: Any) -> Any:
@@ -147,7 +160,7 @@ class Reader:
                 dataset_id=dataset_id, job_name=options.job_name,
                 options=options.job_options()))
             iteration = call("GetOrCreateIteration", pb.GetOrCreateIterationRequest(
-                job_id=job.job_id, repetition=repetition))
+                job_id=job.job_id, repetition=repetition, resume=resume))
         except BaseException:
             dispatcher.close()
             raise
@@ -176,14 +189,42 @@ class Reader:
             while True:
                 started = time.perf_counter()
                 try:
-                    batch = self.results.get(timeout=None)
+                    task_id, numbers, batch = self.results.get(timeout=None)
                 except Closed:
-                    return
+                    break
                 wait.observe(time.perf_counter() - started)
-                yield from batch
+                self._batch = (task_id, numbers, batch)
+                self._taken = 0
+                for element in batch:
+                    self._taken += 1
+                    yield element
+                self._batch = None
+                self.returned.commit(task_id, numbers, len(batch))
                 self._apply(ElementsReturned(len(batch)))
+            self._ended = True
         finally:
             self.close()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the consumer has taken every element (the reading ended normally)."""
+        with self._cond:
+            return isinstance(self._state.outcome, EndResults) and self._ended
+
+    def position(self) -> tuple[pb.GetResumePointResponse, Returned]:
+        """What saving this reading needs: the iteration's split cursor and tasks (from the
+        dispatcher) and what the consumer has returned, up to the element it has now."""
+        if self._state.closed:
+            raise FailedPreconditionError("cannot save a data service iterator after close()")
+        point = _rpc.retry(
+            lambda: self._dispatcher.call("GetResumePoint", pb.GetResumePointRequest(
+                client_id=self._client_id)), self._options.timeout_s,
+            f"GetResumePoint at dispatcher {self._dispatcher.address}")
+        returned = Returned({t: list(r) for t, r in self.returned.ranges.items()},
+                            dict(self.returned.counts))
+        if self._batch is not None:
+            returned.commit(self._batch[0], self._batch[1], self._taken)
+        return point, returned
 
     def close(self) -> None:
         """Stop reading, tell the dispatcher this consumer has gone, close the clients."""
@@ -192,6 +233,8 @@ class Reader:
         if not self._apply(Close()):
             return  # already closed
         self._wake.set()
+        if self._gives_back:
+            self._give_back()
         with self._cond:
             received = _task_ranges(self._state.all_received())
         try:
@@ -208,6 +251,40 @@ class Reader:
         if self._shared_memory is not None:
             free_orphans()
 
+    def _give_back(self) -> None:
+        """Give the elements fetched but not returned back to their tasks, once no request
+        is in flight (an answer arriving after the close is given back too)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not any(t.in_flight for t in self._state.tasks.values()),
+                                timeout=ELEMENT_WAIT_S + 2.0)
+            left, self._left = self._left, []
+            if self._batch is not None:  # the rest of the batch being returned
+                task_id, numbers, batch = self._batch
+                left.insert(0, (task_id, _after(numbers, self._taken), batch[self._taken:]))
+                self._batch = None
+            tasks = {t: (task.worker_address, task.incarnation)
+                     for t, task in self._state.tasks.items()}
+        by_task: dict[int, tuple[list[int], list[Any]]] = {}
+        for task_id, numbers, batch in left:
+            if batch:
+                task_numbers, elements = by_task.setdefault(task_id, ([], []))
+                task_numbers.extend(n for start, stop in numbers for n in range(start, stop))
+                elements.extend(batch)
+        encoder = Encoder(None)
+        for task_id, (task_numbers, elements) in by_task.items():
+            address, incarnation = tasks[task_id]
+            try:
+                with self._cond:
+                    worker = self._worker(address)
+                worker.call("GiveBack", pb.GiveBackRequest(
+                    task_id=task_id, incarnation=incarnation if task_numbers else 0,
+                    elements=encoder.encode(elements), numbers=task_numbers), timeout=5)
+            except ConvoyError as error:
+                log.warning("Could not give %d elements of task %d back to worker %s as this "
+                            "consumer left: %s", len(elements), task_id, address, error)
+                continue
+            self._apply(GivenBack(task_id, tuple(runs(task_numbers))))
+
     def _apply(self, event: Any) -> tuple[Any, ...]:
         """Apply ``event`` and carry out the instructions it calls for."""
         with self._cond:
@@ -219,7 +296,10 @@ class Reader:
                 elif isinstance(instruction, FailResults):
                     self.results.fail(instruction.error)
                 elif isinstance(instruction, CancelResults):
-                    self.results.cancel()
+                    if self._gives_back:
+                        self._left.extend(self.results.drain())
+                    else:
+                        self.results.cancel()
                 elif isinstance(instruction, HeartbeatNow):
                     self._wake.set()
                 elif isinstance(instruction, Warn):
@@ -335,9 +415,12 @@ class Reader:
             if self._shared_memory is not None:
                 free_orphans()  # the worker may have died, leaving segments behind
             return WorkerUnreachable(task_id, error, time.monotonic())
-        if elements:
-            self.results.put(elements)  # refused only once the consumer has gone
-        return ElementsArrived(task_id, len(elements), tuple(numbers))
+        numbered = tuple(numbers)
+        if elements and not self.results.put((task_id, numbered, elements)):
+            with self._cond:  # refused: the consumer has gone
+                if self._gives_back:
+                    self._left.append((task_id, numbered, elements))
+        return ElementsArrived(task_id, len(elements), numbered)
 
 
 def answer_elements(segments: SegmentReader, worker: str, status: bytes,
@@ -353,6 +436,21 @@ def answer_elements(segments: SegmentReader, worker: str, status: bytes,
         return []
     raise DataLossError(f"worker {worker} answered GetElements with status {bytes(status)!r}, "
                         f"which this consumer does not know (another convoy version?)")
+
+
+#: A batch of elements of one task: (task id, their numbers as ranges, the elements).
+_Batch = tuple[int, tuple[tuple[int, int], ...], list[Any]]
+
+
+def _after(numbers: tuple[tuple[int, int], ...], count: int) -> tuple[tuple[int, int], ...]:
+    """The number ranges ``numbers`` without their first ``count`` numbers."""
+    rest = []
+    for start, stop in numbers:
+        skipped = min(count, stop - start)
+        count -= skipped
+        if start + skipped < stop:
+            rest.append((start + skipped, stop))
+    return tuple(rest)
 
 
 def _task_ranges(received: tuple[tuple[int, int, int], ...]) -> list[pb.TaskRange]:

@@ -29,6 +29,7 @@ from typing import Any
 from convoy import _rpc, monitoring
 from convoy._log_summary import RepeatedFailures
 from convoy._security import LOOPBACK
+from convoy.codec import decode
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig
@@ -48,7 +49,12 @@ from convoy.data.service._worker.served import ServedTask
 from convoy.data.service._worker.task import BufferBudget
 from convoy.data.service._worker.trainer_cache import DEFAULT_CACHE_BYTES
 from convoy.data.service._worker.trainer_window import WindowStats
-from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
+from convoy.errors import (
+    ConvoyError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    UnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +141,31 @@ class WorkerServer(_rpc.ServerBase):
         return self.bound_address
 
     def _methods(self) -> Mapping[_rpc.Method, Callable[[Any], Any]]:
-        handlers = {"GetElements": self._get_elements, "PingWorker": self._ping}
+        handlers = {"GetElements": self._get_elements, "PingWorker": self._ping,
+                    "GiveBack": self._give_back}
         return {method: handlers[method.name] for method in WORKER_METHODS}
 
     def _ping(self, request: pb.PingWorkerRequest) -> pb.PingWorkerResponse:
         """The dispatcher checks that this process is alive (a consumer could not reach it)."""
         return pb.PingWorkerResponse(worker_uid=self._uid)
+
+    def _give_back(self, request: pb.GiveBackRequest) -> pb.Empty:
+        """Elements a leaving consumer of a shared job had not returned: they go back in
+        front of their task's buffer, for the next consumer."""
+        served = self._running.get(request.task_id)
+        if served is None or served.cached is not None or served.coordinated:
+            raise FailedPreconditionError(
+                f"worker {self._address} cannot take elements back for task "
+                f"{request.task_id}: it does not run it, or reads it in rounds or through the "
+                f"cross-trainer cache")
+        task = served.task
+        if request.incarnation != task.incarnation:
+            raise FailedPreconditionError(
+                f"worker {self._address} runs task {task.task_id} in its run "
+                f"{task.incarnation}, not {request.incarnation}")
+        if not task.give_back(decode(request.elements), list(request.numbers)):
+            raise FailedPreconditionError(f"task {task.task_id} has ended")
+        return pb.Empty()
 
     def _on_start(self) -> None:
         # Registered before returning, as TensorFlow's worker: jobs created next see it.
@@ -552,4 +577,5 @@ def _definition(task: pb.TaskDef) -> ws.TaskDefinition:
                              policy_from_name(task.processing_mode), task.compression,
                              task.worker_index, task.num_workers, task.incarnation,
                              tuple((s.start, s.stop) for s in task.skip),
-                             task.cross_trainer_cache, task.num_consumers)
+                             task.cross_trainer_cache, task.num_consumers, task.seed,
+                             task.skip_count)

@@ -79,12 +79,14 @@ class GetOrCreateJobResponse(_message.Message):
     def __init__(self, job_id: _Optional[int] = ...) -> None: ...
 
 class GetOrCreateIterationRequest(_message.Message):
-    __slots__ = ("job_id", "repetition")
+    __slots__ = ("job_id", "repetition", "resume")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REPETITION_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     repetition: int
-    def __init__(self, job_id: _Optional[int] = ..., repetition: _Optional[int] = ...) -> None: ...
+    resume: ResumePoint
+    def __init__(self, job_id: _Optional[int] = ..., repetition: _Optional[int] = ..., resume: _Optional[_Union[ResumePoint, _Mapping]] = ...) -> None: ...
 
 class GetOrCreateIterationResponse(_message.Message):
     __slots__ = ("iteration_id", "client_id", "iteration_finished")
@@ -144,6 +146,74 @@ class ClientHeartbeatResponse(_message.Message):
     iteration_finished: bool
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., iteration_finished: _Optional[bool] = ...) -> None: ...
 
+class SplitAnswer(_message.Message):
+    __slots__ = ("repetition", "splits", "end_of_splits")
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    SPLITS_FIELD_NUMBER: _ClassVar[int]
+    END_OF_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    repetition: int
+    splits: _containers.RepeatedCompositeFieldContainer[Split]
+    end_of_splits: bool
+    def __init__(self, repetition: _Optional[int] = ..., splits: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., end_of_splits: _Optional[bool] = ...) -> None: ...
+
+class ResumeTask(_message.Message):
+    __slots__ = ("seed", "worker_address", "splits", "skip", "skip_count")
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SPLITS_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
+    SKIP_COUNT_FIELD_NUMBER: _ClassVar[int]
+    seed: int
+    worker_address: str
+    splits: _containers.RepeatedCompositeFieldContainer[SplitAnswer]
+    skip: _containers.RepeatedCompositeFieldContainer[Split]
+    skip_count: int
+    def __init__(self, seed: _Optional[int] = ..., worker_address: _Optional[str] = ..., splits: _Optional[_Iterable[_Union[SplitAnswer, _Mapping]]] = ..., skip: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., skip_count: _Optional[int] = ...) -> None: ...
+
+class ResumePoint(_message.Message):
+    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks", "consumers")
+    SPLIT_REPETITION_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    split_repetition: int
+    split_cursor: int
+    split_size: int
+    tasks: _containers.RepeatedCompositeFieldContainer[ResumeTask]
+    consumers: int
+    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTask, _Mapping]]] = ..., consumers: _Optional[int] = ...) -> None: ...
+
+class GetResumePointRequest(_message.Message):
+    __slots__ = ("client_id",)
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    def __init__(self, client_id: _Optional[int] = ...) -> None: ...
+
+class ResumeTaskInfo(_message.Message):
+    __slots__ = ("task_id", "task")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    task: ResumeTask
+    def __init__(self, task_id: _Optional[int] = ..., task: _Optional[_Union[ResumeTask, _Mapping]] = ...) -> None: ...
+
+class GetResumePointResponse(_message.Message):
+    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks", "consumers", "iteration_id")
+    SPLIT_REPETITION_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    split_repetition: int
+    split_cursor: int
+    split_size: int
+    tasks: _containers.RepeatedCompositeFieldContainer[ResumeTaskInfo]
+    consumers: int
+    iteration_id: int
+    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTaskInfo, _Mapping]]] = ..., consumers: _Optional[int] = ..., iteration_id: _Optional[int] = ...) -> None: ...
+
 class ReleaseClientRequest(_message.Message):
     __slots__ = ("client_id", "received")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -153,7 +223,7 @@ class ReleaseClientRequest(_message.Message):
     def __init__(self, client_id: _Optional[int] = ..., received: _Optional[_Iterable[_Union[TaskRange, _Mapping]]] = ...) -> None: ...
 
 class TaskDef(_message.Message):
-    __slots__ = ("task_id", "iteration_id", "dataset_id", "dataset", "processing_mode", "compression", "worker_index", "num_workers", "num_consumers", "cross_trainer_cache", "incarnation", "skip")
+    __slots__ = ("task_id", "iteration_id", "dataset_id", "dataset", "processing_mode", "compression", "worker_index", "num_workers", "num_consumers", "cross_trainer_cache", "incarnation", "skip", "seed", "skip_count")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_ID_FIELD_NUMBER: _ClassVar[int]
     DATASET_ID_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +236,8 @@ class TaskDef(_message.Message):
     CROSS_TRAINER_CACHE_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    SKIP_COUNT_FIELD_NUMBER: _ClassVar[int]
     task_id: int
     iteration_id: int
     dataset_id: str
@@ -178,7 +250,9 @@ class TaskDef(_message.Message):
     cross_trainer_cache: bool
     incarnation: int
     skip: _containers.RepeatedCompositeFieldContainer[Split]
-    def __init__(self, task_id: _Optional[int] = ..., iteration_id: _Optional[int] = ..., dataset_id: _Optional[str] = ..., dataset: _Optional[bytes] = ..., processing_mode: _Optional[str] = ..., compression: _Optional[str] = ..., worker_index: _Optional[int] = ..., num_workers: _Optional[int] = ..., num_consumers: _Optional[int] = ..., cross_trainer_cache: _Optional[bool] = ..., incarnation: _Optional[int] = ..., skip: _Optional[_Iterable[_Union[Split, _Mapping]]] = ...) -> None: ...
+    seed: int
+    skip_count: int
+    def __init__(self, task_id: _Optional[int] = ..., iteration_id: _Optional[int] = ..., dataset_id: _Optional[str] = ..., dataset: _Optional[bytes] = ..., processing_mode: _Optional[str] = ..., compression: _Optional[str] = ..., worker_index: _Optional[int] = ..., num_workers: _Optional[int] = ..., num_consumers: _Optional[int] = ..., cross_trainer_cache: _Optional[bool] = ..., incarnation: _Optional[int] = ..., skip: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., seed: _Optional[int] = ..., skip_count: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
     __slots__ = ("worker_address", "worker_uid", "current_tasks", "finished_tasks", "buffered_elements", "buffered_bytes")
@@ -275,6 +349,18 @@ class GetElementsRequest(_message.Message):
     shared_memory: SharedMemoryReader
     released_segments: _containers.RepeatedCompositeFieldContainer[ReleasedSegment]
     def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ..., released_segments: _Optional[_Iterable[_Union[ReleasedSegment, _Mapping]]] = ...) -> None: ...
+
+class GiveBackRequest(_message.Message):
+    __slots__ = ("task_id", "incarnation", "elements", "numbers")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    NUMBERS_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    incarnation: int
+    elements: bytes
+    numbers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, task_id: _Optional[int] = ..., incarnation: _Optional[int] = ..., elements: _Optional[bytes] = ..., numbers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReleasedSegment(_message.Message):
     __slots__ = ("name", "handout")

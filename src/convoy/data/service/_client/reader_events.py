@@ -100,9 +100,18 @@ class Close:
     """The consumer stops reading."""
 
 
+@dataclass(frozen=True)
+class GivenBack:
+    """Elements of a task the consumer had received, numbered ``numbers`` (ranges), went back
+    to their task as the consumer left: they are no longer the consumer's to report."""
+
+    task_id: int
+    numbers: tuple[Range, ...]
+
+
 # ----- instructions and answers ------------------------------------------------------------------
 Event = (HeartbeatView | HeartbeatFailed | NextRead | ElementsArrived | EndOfSequence
-         | WorkerUnreachable | ReadFailed | ElementsReturned | Close)
+         | WorkerUnreachable | ReadFailed | ElementsReturned | Close | GivenBack)
 
 
 @dataclass(frozen=True)

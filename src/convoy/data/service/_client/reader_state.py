@@ -271,6 +271,13 @@ class ReaderState:
         self.closed = True
         return (ev.CancelResults(),)
 
+    def _on_GivenBack(self, event: ev.GivenBack) -> Instructions:
+        task = self.tasks.get(event.task_id)
+        if task is not None:
+            for start, stop in event.numbers:
+                _ranges.remove(task.received, start, stop)
+        return ()
+
     # ----- queries --------------------------------------------------------------------------------
     def reports(self) -> tuple[tuple[ev.Range, ...], tuple[ev.TaskRange, ...]]:
         """What the next heartbeat reports: the held runs this reader is done with (none of

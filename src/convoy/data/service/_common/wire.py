@@ -25,11 +25,13 @@ DISPATCHER_METHODS = [
     Method("ReportUnreachableWorker", pb.ReportUnreachableWorkerRequest,
            pb.ReportUnreachableWorkerResponse),
     Method("DeregisterWorker", pb.DeregisterWorkerRequest, pb.Empty),
+    Method("GetResumePoint", pb.GetResumePointRequest, pb.GetResumePointResponse),
 ]
 
 #: GetElements answers with raw bytes: a status byte, then a codec message.
 WORKER_METHODS = [Method("GetElements", pb.GetElementsRequest, None),
-                  Method("PingWorker", pb.PingWorkerRequest, pb.PingWorkerResponse)]
+                  Method("PingWorker", pb.PingWorkerRequest, pb.PingWorkerResponse),
+                  Method("GiveBack", pb.GiveBackRequest, pb.Empty)]
 
 #: The first byte of a GetElements answer.
 ELEMENTS = b"E"  # followed by a codec message with one or more elements

@@ -56,6 +56,30 @@ class JobRecord:
     fixed_workers: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ResumeTask:
+    """A task of a saved reading, to run again: with its seed, replaying its split answers
+    (DYNAMIC) and skipping the element numbers ``skip``, or its first ``skip_count`` elements
+    (OFF, on the worker at ``worker_address``)."""
+
+    seed: int
+    worker_address: str = ""
+    splits: tuple[SplitsAnswer, ...] = ()
+    skip: tuple[tuple[int, int], ...] = ()
+    skip_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a saved reading stopped: the split cursor and the tasks to run again."""
+
+    split_repetition: int = 0
+    split_cursor: int = 0
+    split_size: int = 1
+    tasks: tuple[ResumeTask, ...] = ()
+    consumers: int = 1  # of the shared job that saved it: the iteration waits for them all
+
+
 @dataclass(slots=True)
 class IterationRecord:
     iteration_id: int
@@ -69,6 +93,11 @@ class IterationRecord:
     #: Every task has ended: its tasks and splits are dropped, and what stays is this record
     #: (a tombstone: reopening the iteration reads nothing, as in TensorFlow).
     finished: bool = False
+    #: OFF: the saved positions of the workers of a resumed reading, by worker address.
+    resume_workers: list[ResumeTask] = field(default_factory=list)
+    #: Consumers of a resumed shared job still to join with their states: it starts after.
+    resume_awaiting: int = 0
+    resume_joined: int = 0  # consumers that joined it with their states
 
 
 @dataclass(slots=True)
@@ -103,6 +132,9 @@ class TaskRecord:
     #: Who runs it: None, the worker at ``worker_address``; else the address of the worker
     #: that adopted it when that one was lost ("": none yet).
     runner: str | None = None
+    seed: int = 0  # the seed its ops draw (0: its id); a resumed task keeps the saved one
+    skip_count: int = 0  # OFF: elements skipped at the start (a resumed position)
+    resumed: list[tuple[int, int]] = field(default_factory=list)  # the skip it started with
 
 
 @dataclass(slots=True)
@@ -162,6 +194,7 @@ class GetOrCreateIteration:
     job_id: int
     repetition: int
     now: float
+    resume: ResumePoint | None = None  # a new iteration starts where a saved reading stopped
 
 
 @dataclass(frozen=True)
@@ -286,6 +319,8 @@ class TaskAssignment:
     skip: tuple[tuple[int, int], ...] = ()  # sequence numbers its consumers already have
     cross_trainer_cache: bool = False
     num_consumers: int = 0  # of a coordinated read
+    seed: int = 0  # the seed its ops draw (0: the task id)
+    skip_count: int = 0  # OFF: elements skipped at the start
 
 
 @dataclass(frozen=True)

@@ -80,4 +80,5 @@ class TaskRuns:
 
     def held(self, task: ev.TaskRecord) -> bool:
         """Whether ``task``'s run cannot start yet (clients to hear from, or no worker)."""
-        return bool(task.awaiting) or self._records.runner(task) == NOBODY
+        return (bool(task.awaiting) or self._records.runner(task) == NOBODY
+                or self._records.iterations[task.iteration_id].resume_awaiting > 0)

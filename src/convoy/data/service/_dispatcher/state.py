@@ -28,13 +28,14 @@ import random
 from typing import Any
 
 from convoy._events import Handlers
+from convoy.data.service._common import ranges as _ranges
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._common.coordinated import adds_tasks, check_coordinated_job
 from convoy.data.service._common.static_policy import check_static_job, is_static
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.data.service._dispatcher.gc import GarbageCollection
-from convoy.data.service._dispatcher.records import Records
+from convoy.data.service._dispatcher.records import NOBODY, Records
 from convoy.data.service._dispatcher.runs import TaskRuns
 from convoy.data.service._dispatcher.splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS, Splits
 from convoy.errors import (
@@ -51,6 +52,9 @@ def fresh_id_base() -> int:
     return 2000 + random.SystemRandom().randrange(1 << 40) * 1_000_000
 
 
+
+#: The iteration slots (in place of worker addresses) of the tasks of a saved reading.
+RESUMED_SLOT = "resumed-task-"
 
 _RECORDS = ("datasets", "jobs", "iterations", "tasks", "workers", "clients")
 
@@ -241,10 +245,23 @@ class DispatcherState:
             iteration = ev.IterationRecord(iteration_id, job.job_id, event.repetition,
                                            split_size=split_size)
             self.records.add_iteration(iteration)
+            if event.resume is not None:
+                self._resume(iteration, event.resume)
+                iteration.resume_joined = 1
+                iteration.resume_awaiting = max(0, event.resume.consumers - 1)
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
-        self.records.add_client(ev.ClientRecord(self.records.new_id(), iteration_id, event.now))
-        return iteration_id, self.records.next_id
+        elif event.resume is not None:
+            iteration = self.iterations[iteration_id]
+            if iteration.resume_awaiting > 0:  # another consumer of the saved shared job
+                self._resume(iteration, event.resume)
+                # states saved at different times may count different consumers: the most
+                iteration.resume_joined += 1
+                iteration.resume_awaiting = max(iteration.resume_awaiting - 1,
+                                                event.resume.consumers - iteration.resume_joined)
+        client = ev.ClientRecord(self.records.new_id(), iteration_id, event.now)
+        self.records.add_client(client)
+        return iteration_id, client.client_id
 
     def _create_task(self, iteration: ev.IterationRecord, address: str) -> None:
         listed = self.jobs[iteration.job_id].worker_addresses
@@ -256,8 +273,64 @@ class DispatcherState:
         numbered = options.processing_mode is ShardingPolicy.DYNAMIC and not options.num_consumers
         task = ev.TaskRecord(self.records.new_id(), iteration.iteration_id, address,
                              incarnation=int(numbered))
+        for saved in iteration.resume_workers:  # OFF: the worker's saved position
+            if saved.worker_address == address:
+                task.seed, task.skip_count = saved.seed, saved.skip_count
         iteration.tasks[address] = task.task_id
         self.records.index_task(task)
+
+    def _resume(self, iteration: ev.IterationRecord, resume: ev.ResumePoint) -> None:
+        """Start ``iteration`` where a saved reading stopped. DYNAMIC: the split cursor moves
+        to the saved one, and each saved task runs again as a task of its own (adopted by the
+        live worker with the fewest tasks), replaying its split answers with its seed and
+        skipping what was consumed. OFF: each worker's task skips its saved position."""
+        job = self.jobs[iteration.job_id]
+        if job.options.processing_mode is not ShardingPolicy.DYNAMIC:
+            iteration.resume_workers.extend(resume.tasks)
+            return
+        # consumers of a shared job saved at different times: the latest cursor, the longest
+        # split answers of each task (both only grow), and what any of them consumed
+        if ((resume.split_repetition, resume.split_cursor)
+                > (iteration.split_repetition, iteration.split_cursor)):
+            iteration.split_repetition = resume.split_repetition
+            iteration.split_cursor = resume.split_cursor
+        iteration.split_size = max(1, resume.split_size)
+        resumed = {self.tasks[t].seed: self.tasks[t] for a, t in iteration.tasks.items()
+                   if a.startswith(RESUMED_SLOT)}
+        for saved in resume.tasks:
+            task = resumed.get(saved.seed)
+            if task is not None:
+                if len(saved.splits) > len(task.split_log):
+                    task.split_log = [
+                        ev.SplitsAnswer("", number, answer.repetition, list(answer.splits),
+                                        answer.end_of_splits)
+                        for number, answer in enumerate(saved.splits, 1)]
+                for start, stop in saved.skip:
+                    _ranges.add(task.delivered, start, stop)
+                    _ranges.add(task.resumed, start, stop)
+                continue
+            slot = f"{RESUMED_SLOT}{len(iteration.tasks)}"  # a slot of its own
+            task = ev.TaskRecord(
+                self.records.new_id(), iteration.iteration_id, slot, incarnation=1,
+                split_log=[ev.SplitsAnswer("", number, answer.repetition, list(answer.splits),
+                                           answer.end_of_splits)
+                           for number, answer in enumerate(saved.splits, 1)],
+                delivered=list(saved.skip), seed=saved.seed, resumed=list(saved.skip),
+                runner=min(self.workers, default=NOBODY,
+                           key=lambda a: (len(self.records.worker_tasks.get(a, ())), a)))
+            iteration.tasks[slot] = task.task_id
+            self.records.index_task(task)
+
+    def resume_point(self, client_id: int) -> tuple[ev.IterationRecord,
+                                                     list[ev.TaskRecord]]:
+        """The iteration of client ``client_id`` and its tasks, for saving its reading."""
+        client = self.clients.get(client_id)
+        if client is None:
+            raise NotFoundError(
+                f"Unknown iteration client id {client_id}: it was released or timed out"
+                f"{RESTART_HINT}")
+        iteration = self.iterations[client.iteration_id]
+        return iteration, [self.tasks[t] for t in sorted(iteration.tasks.values())]
 
     def iteration_finished(self, iteration: ev.IterationRecord) -> bool:
         return self.records.iteration_finished(iteration)
@@ -346,7 +419,7 @@ class DispatcherState:
         return ev.TaskAssignment(task.task_id, task.iteration_id, self.datasets[job.dataset_id],
                                  job.options.processing_mode, index, count, task.incarnation,
                                  tuple(task.delivered), bool(job.options.cross_trainer_cache),
-                                 job.options.num_consumers)
+                                 job.options.num_consumers, task.seed, task.skip_count)
 
     def _on_TaskFinished(self, event: ev.TaskFinished) -> None:
         task = self.known_task(event.task_id)

@@ -38,7 +38,8 @@ class ServedTask:
                     task_shard(definition.processing_mode, definition.num_workers,
                                definition.worker_index),
                     READ_AHEAD_ELEMENTS if cached else MAX_BUFFERED_ELEMENTS,
-                    definition.incarnation, definition.skip, budget)
+                    definition.incarnation, definition.skip, budget, seed=definition.seed,
+                    skip_count=definition.skip_count)
         return cls(task, TrainerCache(task, cache_bytes, worker_address) if cached else None,
                    RoundRobinTask(task, definition.num_consumers)
                    if definition.num_consumers else None)
@@ -50,6 +51,11 @@ class ServedTask:
     @property
     def task_id(self) -> int:
         return self.task.task_id
+
+    @property
+    def cached(self) -> TrainerCache | None:
+        """The cross-trainer cache it is read through, if any."""
+        return self._cache
 
     @property
     def coordinated(self) -> bool:

@@ -47,6 +47,8 @@ class TaskDefinition:
     skip: tuple[tuple[int, int], ...] = ()  # sequence numbers its consumers already have
     cross_trainer_cache: bool = False  # trainers with different ids share its elements
     num_consumers: int = 0  # of a coordinated read (0: consumers are served first come)
+    seed: int = 0  # the seed its ops draw (0: the task id)
+    skip_count: int = 0  # OFF: elements skipped at the start (a resumed position)
 
 
 # ----- events ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ and skips the numbers its consumers already have.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -88,8 +89,11 @@ class Task:
                  shard: Callable[[Op], Op] | None = None,
                  max_buffered_elements: int = MAX_BUFFERED_ELEMENTS, incarnation: int = 0,
                  skip: Iterable[tuple[int, int]] = (),
-                 budget: BufferBudget | None = None) -> None:
+                 budget: BufferBudget | None = None, *, seed: int = 0,
+                 skip_count: int = 0) -> None:
         self.task_id = task_id
+        self.seed = seed or task_id  # a resumed task draws the seed of the task it continues
+        self.skip_count = skip_count
         self.incarnation = incarnation  # from 1 when numbered: (number, element) pairs
         self.encoder = Encoder(compression or None)
         self._dataset = dataset
@@ -134,7 +138,9 @@ class Task:
             node = self._load().iterator(None, 0)
             produced = counted_bytes = 0
             try:  # the node owns what runs beside it (prefetch threads, service readers)
-                for element in self._numbered(node.gen) if self.incarnation else node.gen:
+                elements = (self._numbered(node.gen) if self.incarnation
+                            else itertools.islice(node.gen, self.skip_count, None))
+                for element in elements:
                     if not self._may_produce() or not self._elements.put(element):
                         self._produced.set()
                         return  # stopped
@@ -192,7 +198,7 @@ class Task:
         """The task's pipeline. Loading runs on the task's thread, so a dataset that cannot be
         loaded (garbage, a module missing on this worker) fails this task alone."""
         try:
-            with seeded(self.task_id):
+            with seeded(self.seed):
                 op: Op = cloudpickle.loads(self._dataset)
             if self._splits is not None:
                 op = read_splits(op, self._splits)
@@ -229,6 +235,17 @@ class Task:
     def buffered(self) -> tuple[int, int]:
         """The elements waiting in its buffer, and their bytes (of arrays)."""
         return len(self._elements), self._elements.size
+
+    def give_back(self, elements: list[Any], numbers: list[int]) -> bool:
+        """Put elements a consumer fetched but did not return back in front of the buffer
+        (with their ``numbers`` when numbered); False once the task has ended."""
+        if self.incarnation:
+            if len(numbers) != len(elements):
+                raise InvalidArgumentError(
+                    f"task {self.task_id}: {len(elements)} elements given back with "
+                    f"{len(numbers)} numbers")
+            return self._elements.put_back(list(zip(numbers, elements)))
+        return self._elements.put_back(elements)
 
     def stop(self) -> None:
         """Drop the buffered elements and end the producer thread (at its next element)."""

@@ -1,0 +1,80 @@
+"""Training resumes where it stopped: ``convoy.torch.IterableDataset`` saves its pass and
+position (alone, in a ``cv.train.Checkpoint`` with a model and optimizer, or per loader worker
+through torchdata's ``StatefulDataLoader``), over local pipelines and the data service."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import convoy as cv
+from convoy.testing import LocalCluster
+
+service = cv.data.service
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(num_workers=2) as cluster:
+        yield cluster
+
+
+def _pipeline(kind: str, cluster: LocalCluster) -> cv.data.Dataset:
+    ds = cv.data.Dataset.range(600).shuffle(100, seed=5)
+    if kind == "local":
+        return ds.batch(10)
+    return ds.apply(service.distribute(kind, cluster.target)).batch(10)
+
+
+def _ids(batch: Any) -> list[int]:
+    return [int(x) for x in batch]
+
+
+@pytest.mark.parametrize("kind", ["local", "off", "dynamic"])
+def test_checkpoint_saves_model_optimizer_and_data_position(
+        kind: str, cluster: LocalCluster, tmp_path: Path) -> None:
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    it = iter(_pipeline(kind, cluster))
+    checkpoint = cv.train.Checkpoint(model=model, optimizer=optimizer, iterator=it)
+    seen = [n for _ in range(17) for n in _ids(next(it))]
+    path = checkpoint.save(tmp_path / "ckpt")
+    saved_weight = model.weight.detach().clone()
+    it.close()
+
+    model2 = torch.nn.Linear(1, 1)
+    optimizer2 = torch.optim.SGD(model2.parameters(), lr=0.1)
+    it2 = iter(_pipeline(kind, cluster))
+    cv.train.Checkpoint(model=model2, optimizer=optimizer2, iterator=it2).restore(
+        path).assert_consumed()
+    assert torch.equal(model2.weight, saved_weight)
+    rest = [n for batch in it2 for n in _ids(batch)]
+    assert sorted(seen + rest) == sorted(list(range(600)) * (2 if kind == "off" else 1))
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+@pytest.mark.parametrize("kind", ["local", "dynamic"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resumes_the_face(kind: str, num_workers: int,
+                                              cluster: LocalCluster) -> None:
+    stateful = pytest.importorskip("torchdata.stateful_dataloader",
+                                   reason="torchdata is not installed")
+
+    def loader() -> Any:
+        face = cv.torch.IterableDataset(_pipeline(kind, cluster))
+        return stateful.StatefulDataLoader(face, batch_size=None, num_workers=num_workers)
+
+    first = loader()
+    batches = iter(first)
+    trained = [n for _ in range(23) for n in _ids(next(batches))]
+    state = first.state_dict()
+    del batches, first  # the training stops (its loader workers with it)
+
+    again = loader()
+    again.load_state_dict(state)
+    rest = [n for batch in again for n in _ids(batch)]
+    assert sorted(trained + rest) == list(range(600))
