@@ -513,7 +513,7 @@ def test_answers_that_cannot_change_are_not_journaled(state: st.DispatcherState)
 def test_split_requests_that_name_a_wrong_task_are_refused(state: st.DispatcherState) -> None:
     heartbeat(state, "w1:1")
     dataset_id = register(state, units=10)
-    iteration_id, _ = iteration(state, job(state, dataset_id))
+    iteration_id, client_id = iteration(state, job(state, dataset_id))
     other, _ = iteration(state, job(state, dataset_id))
     (task_id,) = state.iterations[iteration_id].tasks.values()
     for event, error, match in [
@@ -526,9 +526,10 @@ def test_split_requests_that_name_a_wrong_task_are_refused(state: st.DispatcherS
     assert_unchanged(state, ev.GetSplits(iteration_id, 1, 2, task_id, "u1", 1),
                      InvalidArgumentError, "was for repetition 0, not 1")
     state.apply(ev.WorkerHeartbeat("w1:1", "uid-w1:1", (task_id,), 1.0, (task_id,)))
-    # its iteration has finished, and dropped its tasks
+    state.apply(ev.ReleaseClient(client_id))
+    # its iteration has finished and its consumer left: its tasks are dropped
     assert_unchanged(state, ev.GetSplits(iteration_id, 0, 1, task_id, "u1", 2),
-                     NotFoundError, f"Task {task_id} not found")
+                     NotFoundError, "not found")
 
 
 def test_splits_of_an_off_job_are_refused(state: st.DispatcherState) -> None:
@@ -574,7 +575,8 @@ def test_a_lost_worker_leaves_its_unfinished_iterations(state: st.DispatcherStat
     assert state.apply(ev.CollectGarbage(100.0, 500.0, 30.0)) == ["gone:1"]
     assert state.tasks[gone].finished
     assert state.iterations[running].tasks == {"busy:2": busy}
-    assert state.iterations[done].finished  # finished iterations are left alone
+    # finished iterations are left alone (kept whole while their consumer may still read)
+    assert state.records.iteration_finished(state.iterations[done])
     view = state.apply(ev.ClientHeartbeat(client_id, 100.0))
     assert view == ev.ClientView([ev.TaskView(busy, "busy:2", 1)], False)
     state.apply(ev.TaskFinished("busy:2", busy))

@@ -1,5 +1,5 @@
 """What a dispatcher keeps of finished jobs: a named job's finished iteration stays as a small
-record (a tombstone), an anonymous job's goes; its tasks and split answers are dropped at once.
+record (a tombstone), an anonymous job's goes; its tasks and split answers are dropped once its consumers have left.
 Measured on the pure state with tracemalloc (before, each job kept about 0.3 MB)."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def run_job(state: st.DispatcherState, dataset_id: str, name: str, now: float) -
         state.apply(ev.ClientHeartbeat(client_id, now, received=((task_id, 0, 100),)))
     for address, task_id in zip(WORKERS, tasks, strict=True):
         state.apply(ev.WorkerHeartbeat(address, f"uid-{address}", (task_id,), now, (task_id,)))
+    state.apply(ev.ReleaseClient(client_id))  # buried once its consumer has left
     assert state.iterations.get(iteration_id) is None or state.iterations[iteration_id].finished
-    state.apply(ev.ReleaseClient(client_id))
 
 
 def test_a_thousand_finished_jobs_cost_under_5_mb() -> None:

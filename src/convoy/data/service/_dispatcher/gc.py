@@ -71,6 +71,7 @@ class GarbageCollection:
         client = self._records.clients.get(client_id)
         self._runs.forget_client(client_id)
         if client is not None:
+            self._bury(client.iteration_id)
             self._drop_if_abandoned(client.iteration_id)
 
     def _drop_if_abandoned(self, iteration_id: int) -> None:
@@ -87,17 +88,26 @@ class GarbageCollection:
             del records.jobs[job_id]
 
     def bury_finished(self) -> None:
-        """Drop the tasks and splits of iterations that have just finished; what stays is
-        their record (a tombstone), and of an anonymous job's, nothing once unattended."""
+        """Drop the tasks and splits of iterations that have just finished, once their
+        consumers have left; what stays is their record (a tombstone), and of an anonymous
+        job's, nothing."""
         records = self._records
         finished, records.finished_now = records.finished_now, []
         for iteration_id in finished:
-            iteration = records.iterations.get(iteration_id)
-            if iteration is None or not records.iteration_finished(iteration):
-                continue  # forgotten already, or every task left with a lost worker
-            self._drop_tasks(iteration)
-            iteration.finished = True
-            self._drop_if_abandoned(iteration_id)
+            self._bury(iteration_id)
+
+    def _bury(self, iteration_id: int) -> None:
+        """Drop the tasks and splits of ``iteration_id`` once every task has ended and no
+        consumer reads it any more: a consumer still reading may save its position, which
+        names its tasks (their seeds, workers and split answers)."""
+        records = self._records
+        iteration = records.iterations.get(iteration_id)
+        if (iteration is None or iteration.finished or records.consumers.get(iteration_id)
+                or not records.iteration_finished(iteration)):
+            return  # forgotten or buried already, still read, or not finished
+        self._drop_tasks(iteration)
+        iteration.finished = True
+        self._drop_if_abandoned(iteration_id)
 
     def _release_tasks_of(self, lost: list[str], adopt: bool) -> None:
         """With ``adopt``, a lost worker's unfinished DYNAMIC tasks are adopted by other
