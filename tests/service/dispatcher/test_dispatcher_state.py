@@ -322,11 +322,15 @@ def test_a_restarted_worker_gets_its_unfinished_tasks_again(state: st.Dispatcher
 def test_a_restarted_worker_does_not_rerun_finished_iterations(
         state: st.DispatcherState) -> None:
     heartbeat(state, "w1:1", uid="old")
-    iteration_id, _ = iteration(state, job(state, register(state)))
+    iteration_id, client_id = iteration(state, job(state, register(state)))
     (task_id,) = state.iterations[iteration_id].tasks.values()
     state.apply(ev.TaskFinished("w1:1", task_id))
     assert heartbeat(state, "w1:1", uid="new").new_tasks == []
-    assert task_id not in state.tasks and state.iterations[iteration_id].finished
+    # its consumer may still save its position, which names the task: kept until it leaves
+    assert task_id in state.tasks
+    state.apply(ev.ReleaseClient(client_id))
+    assert heartbeat(state, "w1:1", uid="new").new_tasks == []
+    assert task_id not in state.tasks
 
 
 def test_unknown_tasks_are_deleted(state: st.DispatcherState) -> None:
@@ -353,11 +357,14 @@ def test_task_finished_and_iteration_finished(state: st.DispatcherState) -> None
     state.apply(ev.TaskFinished("w2:2", last))
     assert state.apply(ev.ClientHeartbeat(client_id, 2.0)).iteration_finished
     assert state.iteration_finished(state.iterations[iteration_id])
-    # a finished iteration drops its tasks at once: a worker still reporting one is told to
-    # delete it (the acknowledgement), and nothing is sent again
-    assert last not in state.tasks and state.iterations[iteration_id].tasks == {}
+    # a finished iteration keeps its tasks while its consumer reads (the consumer may save
+    # its position, which names them); a worker still reporting one is told to delete it
+    # (the acknowledgement), and nothing is sent again
+    assert last in state.tasks
     orders = heartbeat(state, "w1:1", current=(last,))
     assert orders.new_tasks == [] and orders.tasks_to_delete == [last]
+    state.apply(ev.ReleaseClient(client_id))  # the consumer left: the tasks go
+    assert last not in state.tasks
 
 
 def test_ends_reported_in_heartbeats_finish_tasks_and_are_acknowledged(
