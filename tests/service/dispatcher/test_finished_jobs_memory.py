@@ -1,6 +1,7 @@
 """What a dispatcher keeps of finished jobs: a named job's finished iteration stays as a small
-record (a tombstone), an anonymous job's goes; its tasks and split answers are dropped once its consumers have left.
-Measured on the pure state with tracemalloc (before, each job kept about 0.3 MB)."""
+record (a tombstone), an anonymous job's goes; its tasks and split answers are dropped once
+its consumers have left. Measured on the pure state with tracemalloc (before, each job kept
+about 0.3 MB)."""
 
 from __future__ import annotations
 
