@@ -11,9 +11,10 @@ TF_VERSION ?= 2.21.0
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]'
-	# The CPU build of PyTorch, pinned: an unpinned torch resolves to a multi-GB CUDA build.
+	# The CPU build of PyTorch, pinned, first: an unpinned torch (torchdata asks for one)
+	# resolves to a multi-GB CUDA build.
 	$(PY) -m pip install --quiet 'torch==$(TORCH_VERSION)'
+	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 test: $(STAMP)
