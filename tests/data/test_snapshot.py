@@ -189,11 +189,11 @@ def test_compressions_read_back(snapshot_dir: Path, compression: str | None) -> 
 
 # ----- iterator checkpoints: exactly once within an epoch ----------------------------------------
 def snapshot_contents(snapshot_dir: Path) -> list[int]:
-    """Every element in the files of the finalized run, read shard after shard."""
+    """Every element in the files of the finalized run (AUTO: SNAPPY), shard after shard."""
     (fingerprint,) = os.listdir(snapshot_dir)
     metadata = _save.read_metadata(str(snapshot_dir / fingerprint))
     assert metadata is not None and metadata.finalized
-    op = _save.reader_op(str(snapshot_dir / fingerprint / metadata.run_id), None,
+    op = _save.reader_op(str(snapshot_dir / fingerprint / metadata.run_id), "SNAPPY",
                          cv.data.TensorSpec([], np.int64), lambda d: d.flat_map(lambda s: s))
     return [int(x) for x in cv.data.Dataset(op)]
 

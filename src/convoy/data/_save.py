@@ -46,14 +46,14 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 # ----- arguments -------------------------------------------------------------------------------
 def check_compression(compression: Any, argument: str = "compression") -> str | None:
-    """``compression`` as the TFRecord reader/writer takes it: None (none) or ``"GZIP"``."""
+    """``compression`` as the TFRecord reader/writer takes it: None (none), ``"GZIP"`` or
+    ``"SNAPPY"`` (TensorFlow's snappy block framing)."""
     if compression in (None, ""):
         return None
-    if compression == "GZIP":
-        return "GZIP"
-    if compression == "SNAPPY":
-        raise UnimplementedError(f"{argument}: SNAPPY is not supported; use 'GZIP' or None")
-    raise InvalidArgumentError(f"{argument} must be None, '' or 'GZIP', got {compression!r}")
+    if compression in ("GZIP", "SNAPPY"):
+        return str(compression)
+    raise InvalidArgumentError(
+        f"{argument} must be None, '', 'GZIP' or 'SNAPPY', got {compression!r}")
 
 
 def shard_index(shard_func: Callable[..., Any], element: Any) -> int:
@@ -288,29 +288,37 @@ class _ShardReaderNode(Node):
         self.gen = self._run(op)
 
     def _run(self, op: ShardReaderOp) -> Iterator[Any]:
-        structure = op.structure
-        width = len(nest.flatten(structure))
-        parse = tensor_pb2.TensorProto.FromString
         while os.path.exists(path := checkpoint_file(op.shard_dir, self.checkpoint)):
-            _check_not_gzip(path, op.compression)
-            components: list[Any] = []
-            for record, offset in read_records(path, op.compression, self.offset):
-                try:
-                    components.append(_leaf(from_proto(parse(record))))
-                except DecodeError:
-                    raise DataLossError(f"a record of {path} is not a TensorProto") from None
-                if len(components) == width:
-                    self.offset = offset
-                    yield nest.pack_sequence_as(structure, components)
-                    components = []
-            if components:
-                raise DataLossError(
-                    f"{path} ends inside an element ({len(components)} of {width} components)")
+            for element, offset in read_elements(path, op.compression, op.structure,
+                                                 self.offset):
+                self.offset = offset
+                yield element
             self.checkpoint += 1
             self.offset = 0
 
     def state_dict(self) -> Any:
         return (self.checkpoint, self.offset)
+
+
+def read_elements(path: str, compression: str | None, structure: Any,
+                  offset: int = 0) -> Iterator[tuple[Any, int]]:
+    """``(element, offset after it)`` for each element of one file: ``n`` consecutive
+    TensorProto records (one per component) packed into ``structure``."""
+    _check_not_gzip(path, compression)
+    width = len(nest.flatten(structure))
+    parse = tensor_pb2.TensorProto.FromString
+    components: list[Any] = []
+    for record, after in read_records(path, compression, offset):
+        try:
+            components.append(_leaf(from_proto(parse(record))))
+        except DecodeError:
+            raise DataLossError(f"a record of {path} is not a TensorProto") from None
+        if len(components) == width:
+            yield nest.pack_sequence_as(structure, components), after
+            components = []
+    if components:
+        raise DataLossError(
+            f"{path} ends inside an element ({len(components)} of {width} components)")
 
 
 def _check_not_gzip(path: str, compression: str | None) -> None:
@@ -384,13 +392,20 @@ def load(path: Any, element_spec: Any = None, compression: Any = None,
          reader_func: Callable[[Any], Any] | None = None, wait: bool = False) -> Op:
     """The op reading the dataset saved under ``path``."""
     directory = os.fspath(path)
-    compression = check_compression(compression)
     if reader_func is not None and not callable(reader_func):
         raise InvalidArgumentError(f"reader_func must be callable, got {reader_func!r}")
-    metadata = read_metadata(directory)
-    while metadata is None and wait:
-        time.sleep(1.0)
+    from convoy.data import _distributed_snapshot as distributed
+
+    while True:
+        written = distributed.read_metadata(directory)
+        if written is not None:  # what distributed_save writes
+            return distributed.load(directory, written, element_spec, compression,
+                                    reader_func)
         metadata = read_metadata(directory)
+        if metadata is not None or not wait:
+            break
+        time.sleep(1.0)
+    compression = check_compression(compression)
     if metadata is None:
         raise NotFoundError(f"Could not find metadata file [{directory}]")
     if metadata.version != FILE_FORMAT_VERSION:

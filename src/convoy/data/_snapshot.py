@@ -28,8 +28,8 @@ from convoy.errors import DataLossError, InvalidArgumentError
 
 
 def check_snapshot_compression(compression: Any) -> str | None:
-    """``"AUTO"`` means uncompressed here (TensorFlow's AUTO is SNAPPY, not supported)."""
-    return None if compression == "AUTO" else _save.check_compression(compression)
+    """``"AUTO"`` means SNAPPY, as in TensorFlow."""
+    return "SNAPPY" if compression == "AUTO" else _save.check_compression(compression)
 
 
 class SnapshotOp(Op):

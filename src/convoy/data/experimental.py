@@ -34,6 +34,7 @@ __all__ = [
     "cardinality",
     "dense_to_ragged_batch",
     "dense_to_sparse_batch",
+    "distributed_save",
     "from_list",
     "get_next_as_optional",
     "group_by_window",
@@ -266,3 +267,12 @@ def _column_index(column: Any, names: list[str]) -> int:
             f"Value {column} specified in `select_columns` must be of one of the columns: "
             f"{names}.")
     return names.index(column)
+
+
+def distributed_save(dataset: Dataset, path: Any, data_service_address: str,
+                     compression: str | None = "AUTO") -> None:
+    """Starts writing ``dataset`` under ``path`` through the data service's workers;
+    ``Dataset.load(path, wait=True)`` reads it once written."""
+    from convoy.data.service._distributed_save import distributed_save as start
+
+    start(dataset, path, data_service_address, compression)

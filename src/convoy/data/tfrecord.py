@@ -7,8 +7,10 @@ A file is a sequence of records, each laid out as::
     bytes  data[length]
     uint32 masked CRC32C   of the data
 
-optionally compressed as a whole with gzip (``"GZIP"``) or zlib (``"ZLIB"``). Files are
-byte-compatible with ``tf.io.TFRecordWriter`` and ``tf.data.TFRecordDataset``.
+optionally compressed as a whole with gzip (``"GZIP"``) or zlib (``"ZLIB"``), or in snappy
+blocks (``"SNAPPY"``: each block a 4-byte big-endian length and raw snappy data, as
+TensorFlow's snappy record writer frames them). Files are byte-compatible with
+``tf.io.TFRecordWriter`` and ``tf.data.TFRecordDataset``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import IO, Any, cast
 
+import cramjam
 import google_crc32c
 
 from convoy.errors import (
@@ -52,6 +55,13 @@ _MAX_SINGLE_READ = 16 * 1024 * 1024
 
 # compression type -> zlib wbits (None: uncompressed); the same window TensorFlow uses.
 _WBITS: dict[str, int | None] = {"": None, "ZLIB": zlib.MAX_WBITS, "GZIP": zlib.MAX_WBITS | 16}
+#: Snappy is not zlib: it has this stand-in for its wbits.
+_SNAPPY = -1
+_CODECS: dict[str, int | None] = {**_WBITS, "SNAPPY": _SNAPPY}
+_SNAPPY_LENGTH = struct.Struct(">I")
+# Uncompressed bytes per snappy block: its compressed size stays well within the input buffer
+# TensorFlow's snappy reader has for one block.
+_SNAPPY_BLOCK = 64 * 1024
 
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -62,10 +72,11 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
 def _wbits_for(compression_type: Any, argument: str) -> int | None:
     if compression_type is None:
         return None
-    if isinstance(compression_type, str) and compression_type in _WBITS:
-        return _WBITS[compression_type]
+    if isinstance(compression_type, str) and compression_type in _CODECS:
+        return _CODECS[compression_type]
     raise InvalidArgumentError(
-        f"{argument}: expected a compression type, one of '', 'GZIP', 'ZLIB' or None; "
+        f"{argument}: expected a compression type, one of '', 'GZIP', 'ZLIB', 'SNAPPY' or "
+        "None; "
         f"got {compression_type!r}"
     )
 
@@ -111,10 +122,41 @@ class _DeflateSink:
             self._file.close()
 
 
+class _SnappySink:
+    """Writes bytes into a file as snappy blocks (length-prefixed, as TensorFlow frames them)."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+        self._pending = bytearray()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._pending += data
+        while len(self._pending) >= _SNAPPY_BLOCK:
+            self._emit(_SNAPPY_BLOCK)
+
+    def _emit(self, size: int) -> None:
+        block = bytes(cramjam.snappy.compress_raw(bytes(self._pending[:size])))
+        del self._pending[:size]
+        self._file.write(_SNAPPY_LENGTH.pack(len(block)) + block)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._emit(len(self._pending))
+        self._file.flush()
+
+    def close(self) -> None:
+        try:
+            if self._pending:
+                self._emit(len(self._pending))
+        finally:
+            self._file.close()
+
+
 class TFRecordWriter:
     """Writes records to a TFRecord file, like ``tf.io.TFRecordWriter``.
 
-    ``options`` is the compression type: ``""`` or ``None`` (none), ``"GZIP"`` or ``"ZLIB"``.
+    ``options`` is the compression type: ``""`` or ``None`` (none), ``"GZIP"``, ``"ZLIB"`` or
+    ``"SNAPPY"``.
     An existing file is overwritten, or with ``append=True`` (uncompressed only) extended.
     Use as a context manager, or call :meth:`close`.
     """
@@ -126,8 +168,9 @@ class TFRecordWriter:
         if append and wbits is not None:
             raise InvalidArgumentError("append: only uncompressed files can be appended to")
         file = _open(path, "ab" if append else "wb", self._path)
-        self._sink: IO[bytes] | _DeflateSink | None = (
-            file if wbits is None else _DeflateSink(file, wbits)
+        self._sink: IO[bytes] | _DeflateSink | _SnappySink | None = (
+            file if wbits is None
+            else _SnappySink(file) if wbits == _SNAPPY else _DeflateSink(file, wbits)
         )
 
     @property
@@ -135,7 +178,7 @@ class TFRecordWriter:
         """The path of the file being written."""
         return self._path
 
-    def _open_sink(self, operation: str) -> IO[bytes] | _DeflateSink:
+    def _open_sink(self, operation: str) -> IO[bytes] | _DeflateSink | _SnappySink:
         if self._sink is None:
             raise FailedPreconditionError(
                 f"TFRecordWriter.{operation}: the writer for {self._path} is closed"
@@ -172,7 +215,7 @@ class TFRecordWriter:
         """Flushes and makes the records written so far durable (``fsync``)."""
         sink = self._open_sink("sync")
         sink.flush()
-        if not isinstance(sink, _DeflateSink):
+        if not isinstance(sink, (_DeflateSink, _SnappySink)):
             os.fsync(sink.fileno())
 
     def close(self) -> None:
@@ -243,6 +286,46 @@ class _InflateReader(io.RawIOBase):
                 n = len(out)
                 buffer[:n] = out
                 return n
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            super().close()
+
+
+class _SnappyReader(io.RawIOBase):
+    """Decompresses a file of length-prefixed snappy blocks."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        super().__init__()
+        self._file = file
+        self._block = b""
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._at >= len(self._block):
+            header = self._file.read(_SNAPPY_LENGTH.size)
+            if not header:
+                return 0
+            if len(header) < _SNAPPY_LENGTH.size:
+                raise _StreamError("the snappy stream ends inside a block length")
+            length = _SNAPPY_LENGTH.unpack(header)[0]
+            data = _read_exact(self._file, length)
+            if len(data) < length:
+                raise _StreamError("the snappy stream ends inside a block")
+            try:
+                self._block = bytes(cramjam.snappy.decompress_raw(data))
+            except cramjam.DecompressionError as e:
+                raise _StreamError(f"a snappy block is corrupt ({e})") from e
+            self._at = 0
+        n = min(len(buffer), len(self._block) - self._at)
+        buffer[:n] = self._block[self._at:self._at + n]
+        self._at += n
+        return n
 
     def close(self) -> None:
         try:
@@ -323,7 +406,8 @@ def _open_at(path: str | os.PathLike[Any], shown: str, wbits: int | None,
         if offset:
             file.seek(offset)
         return file
-    stream = io.BufferedReader(_InflateReader(file, wbits), _BUFFER_SIZE)
+    raw = _SnappyReader(file) if wbits == _SNAPPY else _InflateReader(file, wbits)
+    stream = io.BufferedReader(raw, _BUFFER_SIZE)
     skipped = 0
     try:
         while skipped < offset:

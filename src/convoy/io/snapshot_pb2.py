@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from convoy.io import tensor_pb2 as convoy_dot_io_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63onvoy/io/snapshot.proto\x12\tconvoy.io\x1a\x16\x63onvoy/io/tensor.proto\"8\n\x0eSnapshotRecord\x12&\n\x06tensor\x18\x01 \x03(\x0b\x32\x16.convoy.io.TensorProto\"\xb7\x01\n\x16SnapshotMetadataRecord\x12\x12\n\ngraph_hash\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x1a\n\x12\x63reation_timestamp\x18\x03 \x01(\x03\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\"\n\x05\x64type\x18\x05 \x03(\x0e\x32\x13.convoy.io.DataType\x12\x14\n\x0cnum_elements\x18\x06 \x01(\x03\x12\x12\n\tfinalized\x18\xe8\x07 \x01(\x08\"^\n\x0eTensorMetadata\x12\x31\n\x0ctensor_shape\x18\x02 \x01(\x0b\x32\x1b.convoy.io.TensorShapeProto\x12\x19\n\x11tensor_size_bytes\x18\x03 \x01(\x03\"L\n\x16SnapshotTensorMetadata\x12\x32\n\x0ftensor_metadata\x18\x01 \x03(\x0b\x32\x19.convoy.io.TensorMetadatab\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63onvoy/io/snapshot.proto\x12\tconvoy.io\x1a\x16\x63onvoy/io/tensor.proto\"8\n\x0eSnapshotRecord\x12&\n\x06tensor\x18\x01 \x03(\x0b\x32\x16.convoy.io.TensorProto\"\xb7\x01\n\x16SnapshotMetadataRecord\x12\x12\n\ngraph_hash\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x1a\n\x12\x63reation_timestamp\x18\x03 \x01(\x03\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\"\n\x05\x64type\x18\x05 \x03(\x0e\x32\x13.convoy.io.DataType\x12\x14\n\x0cnum_elements\x18\x06 \x01(\x03\x12\x12\n\tfinalized\x18\xe8\x07 \x01(\x08\"^\n\x0eTensorMetadata\x12\x31\n\x0ctensor_shape\x18\x02 \x01(\x0b\x32\x1b.convoy.io.TensorShapeProto\x12\x19\n\x11tensor_size_bytes\x18\x03 \x01(\x03\"L\n\x16SnapshotTensorMetadata\x12\x32\n\x0ftensor_metadata\x18\x01 \x03(\x0b\x32\x19.convoy.io.TensorMetadata\"H\n\x1b\x44istributedSnapshotMetadata\x12\x14\n\x0c\x65lement_spec\x18\x01 \x01(\x0c\x12\x13\n\x0b\x63ompression\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,4 +40,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSORMETADATA']._serialized_end=401
   _globals['_SNAPSHOTTENSORMETADATA']._serialized_start=403
   _globals['_SNAPSHOTTENSORMETADATA']._serialized_end=479
+  _globals['_DISTRIBUTEDSNAPSHOTMETADATA']._serialized_start=481
+  _globals['_DISTRIBUTEDSNAPSHOTMETADATA']._serialized_end=553
 # @@protoc_insertion_point(module_scope)

@@ -44,3 +44,11 @@ class SnapshotTensorMetadata(_message.Message):
     TENSOR_METADATA_FIELD_NUMBER: _ClassVar[int]
     tensor_metadata: _containers.RepeatedCompositeFieldContainer[TensorMetadata]
     def __init__(self, tensor_metadata: _Optional[_Iterable[_Union[TensorMetadata, _Mapping]]] = ...) -> None: ...
+
+class DistributedSnapshotMetadata(_message.Message):
+    __slots__ = ("element_spec", "compression")
+    ELEMENT_SPEC_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    element_spec: bytes
+    compression: str
+    def __init__(self, element_spec: _Optional[bytes] = ..., compression: _Optional[str] = ...) -> None: ...

@@ -9,7 +9,6 @@ here, run once per file (the parameter ids name the file).
 Not ported (the feature does not exist in convoy):
 
 - ``testZipReplicateOnSplit``: convoy has no ``replicate_on_split`` rewrite.
-- ``testSnapshot``: convoy has no ``snapshot`` transformation.
 - ``testGcDynamicShardingJobIfRequested``: convoy's DispatcherConfig has no
   ``gc_dynamic_sharding_jobs`` (see ``test_dont_gc_jobs_with_visitation_guarantees``).
 """
@@ -311,6 +310,23 @@ def test_concatenate(make_cluster, num_workers):
     if num_workers > 1:
         results = sorted(results)
     assert results == list(range(200))
+
+
+@pytest.mark.parametrize("already_written", [True, False])
+def test_snapshot(cluster3, name, tmp_path, already_written):
+    """testSnapshot: a ``snapshot``ed dataset cannot be split under DYNAMIC (each worker would
+    write and read the whole snapshot directory), refused before any job runs. TensorFlow
+    raises UnimplementedError ("Splitting is not implemented for snapshot datasets"); convoy
+    refuses unsplittable pipelines with InvalidArgumentError naming the op. Under OFF each of
+    the 3 workers reads (or writes, then reads) the whole snapshot."""
+    dataset = Dataset.range(100).snapshot(str(tmp_path))
+    if already_written:
+        assert ints(dataset) == list(range(100))
+    with pytest.raises(InvalidArgumentError, match="cannot split `snapshot`"):
+        ints(dynamic_job(dataset, cluster3, name))
+    if already_written:
+        off = dataset.apply(service.distribute(OFF, cluster3.target))
+        assert sorted(ints(off)) == sorted(list(range(100)) * 3)
 
 
 def test_distributed_epoch(cluster2):

@@ -481,3 +481,77 @@ class DeregisterWorkerRequest(_message.Message):
     worker_address: str
     worker_uid: str
     def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ...) -> None: ...
+
+class SnapshotRequest(_message.Message):
+    __slots__ = ("path", "dataset_id", "compression")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    dataset_id: str
+    compression: str
+    def __init__(self, path: _Optional[str] = ..., dataset_id: _Optional[str] = ..., compression: _Optional[str] = ...) -> None: ...
+
+class GetSnapshotStreamRequest(_message.Message):
+    __slots__ = ("worker_address", "worker_uid")
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_UID_FIELD_NUMBER: _ClassVar[int]
+    worker_address: str
+    worker_uid: str
+    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ...) -> None: ...
+
+class GetSnapshotStreamResponse(_message.Message):
+    __slots__ = ("found", "path", "stream_index", "dataset", "compression", "seed")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    STREAM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    path: str
+    stream_index: int
+    dataset: bytes
+    compression: str
+    seed: int
+    def __init__(self, found: _Optional[bool] = ..., path: _Optional[str] = ..., stream_index: _Optional[int] = ..., dataset: _Optional[bytes] = ..., compression: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class GetSnapshotSplitRequest(_message.Message):
+    __slots__ = ("path", "stream_index", "worker_address", "repetition", "request_number")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    STREAM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    stream_index: int
+    worker_address: str
+    repetition: int
+    request_number: int
+    def __init__(self, path: _Optional[str] = ..., stream_index: _Optional[int] = ..., worker_address: _Optional[str] = ..., repetition: _Optional[int] = ..., request_number: _Optional[int] = ...) -> None: ...
+
+class GetSnapshotSplitResponse(_message.Message):
+    __slots__ = ("split", "end_of_splits")
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    END_OF_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    split: Split
+    end_of_splits: bool
+    def __init__(self, split: _Optional[_Union[Split, _Mapping]] = ..., end_of_splits: _Optional[bool] = ...) -> None: ...
+
+class SnapshotStreamDoneRequest(_message.Message):
+    __slots__ = ("path", "stream_index", "worker_address", "error")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    STREAM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    stream_index: int
+    worker_address: str
+    error: str
+    def __init__(self, path: _Optional[str] = ..., stream_index: _Optional[int] = ..., worker_address: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SnapshotStreamDoneResponse(_message.Message):
+    __slots__ = ("snapshot_done",)
+    SNAPSHOT_DONE_FIELD_NUMBER: _ClassVar[int]
+    snapshot_done: bool
+    def __init__(self, snapshot_done: _Optional[bool] = ...) -> None: ...

@@ -26,6 +26,10 @@ DISPATCHER_METHODS = [
            pb.ReportUnreachableWorkerResponse),
     Method("DeregisterWorker", pb.DeregisterWorkerRequest, pb.Empty),
     Method("GetResumePoint", pb.GetResumePointRequest, pb.GetResumePointResponse),
+    Method("Snapshot", pb.SnapshotRequest, pb.Empty),
+    Method("GetSnapshotStream", pb.GetSnapshotStreamRequest, pb.GetSnapshotStreamResponse),
+    Method("GetSnapshotSplit", pb.GetSnapshotSplitRequest, pb.GetSnapshotSplitResponse),
+    Method("SnapshotStreamDone", pb.SnapshotStreamDoneRequest, pb.SnapshotStreamDoneResponse),
 ]
 
 #: GetElements answers with raw bytes: a status byte, then a codec message.
