@@ -147,7 +147,8 @@ class FramedStream:
             metadata, reply = self._auth.sign(self._path) if self._auth else ((), "")
             sock.sendall(MAGIC)
             _send(sock, HELLO, _pairs(metadata))
-            kind, body = self._read_frame(sock, deadline, "the handshake", HANDSHAKE_TIMEOUT_S)
+            kind, body = self._read_frame(sock, deadline, "the handshake", HANDSHAKE_TIMEOUT_S,
+                                          MAX_HELLO_BYTES)
             if kind == ERROR:
                 raise _error_of(body, self._where)
             if kind != WELCOME:
@@ -178,33 +179,32 @@ class FramedStream:
             _send(sock, REQUEST, request)
             while True:
                 kind, body = self._read_frame(sock, deadline, "its answer", timeout)
-                if kind == ANSWER:
-                    return body
-                if kind == ERROR:
-                    raise _error_of(body, self._where)
+                if kind in (ANSWER, ERROR):
+                    break
                 if kind != ALIVE:
                     raise errors.DataLossError(f"{self._where}: an answer of kind {kind}")
-        except errors.ConvoyError as error:
-            if _ends_connection(error):
-                self.close()
-            raise
-        except OSError as error:
+        except BaseException as error:  # the framing is lost (KeyboardInterrupt mid-frame too)
             self.close()
-            raise errors.UnavailableError(f"{self._where}: {error} while sending a request or "
-                                          "waiting for its answer") from None
-        except BaseException:  # e.g. KeyboardInterrupt mid-frame: the framing is lost
-            self.close()
+            if isinstance(error, OSError) and not isinstance(error, errors.ConvoyError):
+                raise errors.UnavailableError(f"{self._where}: {error} while sending a request "
+                                              "or waiting for its answer") from None
             raise
+        if kind == ERROR:
+            raise _error_of(body, self._where)
+        return body
 
-    def _read_frame(self, sock: socket.socket, deadline: float, what: str,
-                    timeout: float) -> tuple[int, memoryview]:
-        """The next frame's kind and body; waits for it until ``deadline``, and for a server
-        that says nothing at most :data:`SILENCE_S`."""
+    def _read_frame(self, sock: socket.socket, deadline: float, what: str, timeout: float,
+                    limit: int | None = None) -> tuple[int, memoryview]:
+        """The next frame's kind and body (of at most ``limit`` bytes); waits for it until
+        ``deadline``, and for a server that says nothing at most :data:`SILENCE_S`."""
         header = bytearray(_HEADER.size)
         try:
             self._wait(sock, deadline)
             _read_into(sock, memoryview(header))
             kind, length = _HEADER.unpack(header)
+            if limit is not None and length > limit:
+                raise errors.DataLossError(f"{self._where}: a frame of {length:,} bytes while "
+                                           f"this process waited for {what}")
             body = bytearray(length)
             self._wait(sock, deadline)
             _read_into(sock, memoryview(body))
@@ -232,12 +232,6 @@ class FramedStream:
                 self._socket.close()
             finally:
                 self._socket = None
-
-
-def _ends_connection(error: errors.ConvoyError) -> bool:
-    """Whether a call's ``error`` leaves the connection unusable (not an answered error)."""
-    return isinstance(error, errors.UnavailableError | errors.DeadlineExceededError
-                      | errors.DataLossError | errors.UnauthenticatedError)
 
 
 class _Connection:
