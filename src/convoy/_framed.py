@@ -280,6 +280,10 @@ class FramedServer:
     def stop(self) -> None:
         """Stop accepting and close every connection (a request being answered ends)."""
         self._stopped.set()
+        try:  # wakes the accepting thread (closing alone would leave it listening)
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
         with self._lock:
             connections = list(self._connections)
