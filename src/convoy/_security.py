@@ -18,6 +18,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import ssl
 import stat
 import threading
 import time
@@ -42,6 +43,9 @@ LOOPBACK = "127.0.0.1"
 MAX_REQUEST_BYTES = 256 * 2**20
 #: How far a call's timestamp may be from the server's clock (so, how long nonces are kept).
 WINDOW_S = 60.0
+
+#: Where gRPC finds its default roots when a client names no CA (plain sockets use it too).
+_GRPC_ROOTS_ENV = "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"
 
 _CALL_KEY = "convoy-auth"
 _REPLY_KEY = "convoy-auth-reply"
@@ -173,6 +177,35 @@ class Security:
             private_key=None if self.key is None else _read(self.key),
             certificate_chain=None if self.certificate is None else _read(self.certificate))
         return grpc.secure_channel(address, credentials, options=options)
+
+    def server_ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS settings of :meth:`add_port` for a plain socket server (None without TLS):
+        this side's certificate, and with a CA, client certificates it signed required."""
+        if not self.tls:
+            return None
+        if self.certificate is None or self.key is None:
+            raise errors.InvalidArgumentError(
+                "a TLS server needs `certificate` and `key`; `ca` alone checks clients only")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.certificate, self.key)
+        if self.ca is not None:
+            context.load_verify_locations(self.ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def client_ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS settings of :meth:`channel` for a plain socket (None without TLS): the
+        server's certificate checked against the CA (else the roots gRPC trusts), with its
+        host name; this side's certificate shown if there is one."""
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(
+            cafile=self.ca or os.environ.get(_GRPC_ROOTS_ENV) or None)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.certificate is not None and self.key is not None:
+            context.load_cert_chain(self.certificate, self.key)
+        return context
 
 
 _for_clients: Security | None = None

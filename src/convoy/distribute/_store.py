@@ -263,7 +263,7 @@ _ARITY = {
 }
 
 
-def serve_operations(store: VariableStore, request: bytes) -> bytes:
+def serve_operations(store: VariableStore, request: bytes | memoryview) -> bytes:
     """A parameter server's ``Execute``: run each operation list of the request atomically,
     in order, and answer each one's :class:`Outcome` (its results, or its error)."""
     lists = _wire.load_operation_lists(request)

@@ -16,6 +16,7 @@ fixed cost of a call would otherwise dominate small training steps.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import cloudpickle
@@ -27,7 +28,15 @@ from convoy.errors import DataLossError, InvalidArgumentError, UnknownError
 
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
-PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True)]
+#: A ps's ``Execute`` runs operation lists; ``FramedPort`` takes None and answers the port of
+#: its framed transport for ``Execute`` (see :mod:`convoy._framed`), or None if it has none.
+PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True),
+              _rpc.Method("FramedPort", None, None)]
+#: The environment variable that chooses how a process's ``Execute`` messages travel:
+#: ``framed`` (the default: the ps's framed port, gRPC with a ps that has none) or ``grpc``;
+#: a ps with ``grpc`` opens no framed port.
+PS_TRANSPORT_ENV = "CONVOY_PS_TRANSPORT"
+PS_TRANSPORTS = ("framed", "grpc")
 #: Both services' read-only ``Status`` (for ``convoy status``): takes None, answers a dict of
 #: plain values (see :func:`convoy.distribute.server.Server.status`).
 STATUS = _rpc.Method("Status", None, None)
@@ -43,12 +52,21 @@ Call = tuple[bytes, bytes, bytes, int | None]
 _encoder = Encoder(None)
 
 
+def ps_transport() -> str:
+    """How this process sends (or, a ps, serves) ``Execute``: see :data:`PS_TRANSPORT_ENV`."""
+    transport = os.environ.get(PS_TRANSPORT_ENV) or PS_TRANSPORTS[0]
+    if transport not in PS_TRANSPORTS:
+        raise InvalidArgumentError(f"${PS_TRANSPORT_ENV} must be one of {PS_TRANSPORTS}, got "
+                                   f"{transport!r}")
+    return transport
+
+
 def encode(value: Any) -> bytes:
     """``value`` as a message."""
     return _encoder.encode([value])
 
 
-def decode_one(payload: bytes) -> Any:
+def decode_one(payload: bytes | memoryview) -> Any:
     """The value of a message; DataLossError if it is not one element."""
     elements = decode(payload)
     if len(elements) != 1:
@@ -57,7 +75,7 @@ def decode_one(payload: bytes) -> Any:
 
 
 # ----- Execute ----------------------------------------------------------------------------------
-def load_operation_lists(request: bytes) -> list[Any]:
+def load_operation_lists(request: bytes | memoryview) -> list[Any]:
     """The operation lists of an ``Execute`` request (each list is checked as it runs)."""
     batch = decode_one(request)
     if type(batch) is not list:
@@ -66,7 +84,8 @@ def load_operation_lists(request: bytes) -> list[Any]:
     return batch
 
 
-def load_execute_answer(answer: bytes, count: int, address: str) -> list[Outcome]:
+def load_execute_answer(answer: bytes | memoryview, count: int,
+                        address: str) -> list[Outcome]:
     """The ``count`` outcomes of an ``Execute`` answer from the ps at ``address``."""
     outcomes = decode_one(answer)
     if (type(outcomes) is not list or len(outcomes) != count

@@ -12,6 +12,7 @@ from typing import Any
 
 from convoy import _check as check
 from convoy import _rpc
+from convoy._framed import FramedServer
 from convoy._security import MAX_REQUEST_BYTES, Security
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 from convoy.distribute._store import VariableStore, serve_operations
@@ -22,6 +23,7 @@ from convoy.distribute._wire import (
     WORKER_METHODS,
     WORKER_SERVICE,
     encode,
+    ps_transport,
 )
 from convoy.distribute._worker_calls import CallRunner
 from convoy.distribute._worker_context import WorkerContext, become_worker, worker_context
@@ -79,6 +81,7 @@ class Server(_rpc.ServerBase):
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
         self._store: VariableStore | None = None  # a ps's
         self._calls: CallRunner | None = None  # a worker's
+        self._framed: FramedServer | None = None  # a ps's framed port for Execute
         self.context = (WorkerContext(task_index, self.cluster_spec.num_tasks("worker"))
                         if job_name == "worker" else None)
         if start:
@@ -94,7 +97,17 @@ class Server(_rpc.ServerBase):
     def _methods(self) -> Mapping[_rpc.Method, Callable[[bytes], bytes]]:
         if self.context is None:
             store = self._store = VariableStore()
-            return {PS_METHODS[0]: lambda request: serve_operations(store, request),
+
+            def execute(request: bytes | memoryview) -> bytes:
+                return serve_operations(store, request)
+
+            if ps_transport() == "framed":  # before the gRPC port: FramedPort may come at once
+                self._framed = FramedServer(PS_SERVICE, "Execute", execute, self._security,
+                                            self._host)
+            framed_port = None if self._framed is None else self._framed.port
+            execute_method, framed_port_method = PS_METHODS
+            return {execute_method: execute,
+                    framed_port_method: lambda _: encode(framed_port),
                     STATUS: lambda _: encode(self.status())}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
         calls = self._calls = CallRunner(self._pool, self.max_function_bytes)
@@ -124,5 +137,7 @@ class Server(_rpc.ServerBase):
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
 
     def _on_stop(self) -> None:
+        if self._framed is not None:
+            self._framed.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
