@@ -117,6 +117,38 @@ def test_save_load(tmp_path: Path, num_workers: int, num_elements: int) -> None:
     assert (tmp_path / "saved" / "DONE").exists()
 
 
+def test_the_dispatcher_marks_the_save_done_when_its_last_worker_cannot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker that finished the last stream is lost before it writes ``DONE``: the
+    dispatcher has written it already (TensorFlow's dispatcher writes it too)."""
+    from convoy.data import _distributed_snapshot as layout
+    from convoy.data.service import _worker_server
+
+    class LostBeforeDone:  # the worker's view of the layout, minus its final DONE
+        def __getattr__(self, name: str) -> Any:
+            return getattr(layout, name)
+
+        def mark(self, path: str, name: str, text: str = "") -> None:
+            if not (name == layout.DONE_FILE and Path(path) == tmp_path / "saved"):
+                layout.mark(path, name, text)
+
+    monkeypatch.setattr(_worker_server, "layout", LostBeforeDone())
+    with LocalCluster(num_workers=1) as cluster:
+        cv.data.experimental.distributed_save(cv.data.Dataset.range(10), tmp_path / "saved",
+                                              cluster.address)
+        assert saved_ids(tmp_path / "saved") == list(range(10))
+
+
+def test_waiting_for_a_save_no_one_writes_ends_in_an_error_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from convoy.data import _distributed_snapshot as layout
+
+    monkeypatch.setattr(layout, "STALL_TIMEOUT_S", 0.5)
+    layout.write_metadata(str(tmp_path / "saved"), cv.data.TensorSpec([], np.int64), None)
+    with pytest.raises(cv.errors.DeadlineExceededError, match="distributed save at .*saved"):
+        list(cv.data.Dataset.load(tmp_path / "saved", wait=True))
+
+
 @pytest.mark.parametrize("compression", [None, "AUTO", "GZIP"])
 def test_compression(tmp_path: Path, compression: str | None) -> None:
     """Ported from distributed_save_test.py: testCompression."""

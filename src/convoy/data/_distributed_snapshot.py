@@ -30,7 +30,7 @@ from google.protobuf import text_format
 from convoy.data import _save
 from convoy.data._op import UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._sources import IndexSource
-from convoy.errors import DataLossError, InvalidArgumentError
+from convoy.errors import DataLossError, DeadlineExceededError, InvalidArgumentError
 from convoy.io import snapshot_pb2, struct_pb2
 
 CHUNKS_DIR = "chunks"
@@ -40,6 +40,10 @@ ERROR_FILE = "ERROR"
 _CHUNK = re.compile(r"chunk_(\d+)_(\d+)_(\d+)")
 #: How often a reading of a save in progress looks for new chunks.
 POLL_INTERVAL_S = 0.2
+#: How long ``load(wait=True)`` waits for a save in progress to commit its next chunk or finish.
+#: Workers commit a chunk each second while they write, so a longer silence means no one is
+#: writing (no worker, or a dispatcher that restarted and forgot the save).
+STALL_TIMEOUT_S = 600.0
 
 
 # ----- layout ------------------------------------------------------------------------------------
@@ -189,6 +193,7 @@ class _GrowingChunksNode(Node):
 
     def _run(self, op: _GrowingChunksOp) -> Iterator[Any]:
         seen = set(self.read)
+        progressed = time.monotonic()
         while True:
             done = is_done(op.path)  # before listing: chunks listed after it are all there
             reason = error(op.path)
@@ -200,9 +205,16 @@ class _GrowingChunksNode(Node):
                 if name not in seen:
                     seen.add(name)
                     self.read.append(name)
+                    progressed = time.monotonic()
                     yield _chunk_dataset(file, op.compression, op.structure)
             if done:
                 return
+            if time.monotonic() - progressed > STALL_TIMEOUT_S:
+                raise DeadlineExceededError(
+                    f"waited {STALL_TIMEOUT_S:.0f} s for the distributed save at {op.path} to "
+                    f"commit a chunk or to be marked {DONE_FILE} ({len(seen)} chunks read): "
+                    "is a data service worker writing it? A dispatcher that restarted forgets "
+                    "the saves it had in progress")
             time.sleep(POLL_INTERVAL_S)
 
     def state_dict(self) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 from convoy import _rpc, monitoring
 from convoy._security import LOOPBACK
+from convoy.data import _distributed_snapshot as layout
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import WIRE_COMPRESSIONS as _COMPRESSIONS
 from convoy.data.service._common.config import WIRE_TARGET_WORKERS as _TARGET_WORKERS
@@ -373,7 +374,20 @@ class _Handlers:
                         r.error)
         if done:
             log.info("the distributed save at %s is done", r.path)
+            _mark_done(r.path)
         return pb.SnapshotStreamDoneResponse(snapshot_done=done)
+
+
+def _mark_done(path: str) -> None:
+    """Writes the save's ``DONE`` here, as TensorFlow's dispatcher does, so that a worker lost
+    right after its last stream cannot leave the save unmarked. The worker told the save is done
+    writes it too (the write is atomic and idempotent): the path may not be reachable from
+    the dispatcher."""
+    try:
+        layout.mark(path, layout.DONE_FILE)
+    except OSError as error:
+        log.warning("could not mark the distributed save at %s done from the dispatcher (%s); "
+                    "its last worker marks it", path, error)
 
 
 def _received(ranges: Any) -> tuple[tuple[int, int, int], ...]:
