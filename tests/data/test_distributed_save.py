@@ -144,6 +144,7 @@ def test_waiting_for_a_save_no_one_writes_ends_in_an_error_naming_it(
     from convoy.data import _distributed_snapshot as layout
 
     monkeypatch.setattr(layout, "STALL_TIMEOUT_S", 0.5)
+    (tmp_path / "saved").mkdir()
     layout.write_metadata(str(tmp_path / "saved"), cv.data.TensorSpec([], np.int64), None)
     with pytest.raises(cv.errors.DeadlineExceededError, match="distributed save at .*saved"):
         list(cv.data.Dataset.load(tmp_path / "saved", wait=True))
