@@ -26,6 +26,7 @@ DISPATCHER_METHODS = [
            pb.ReportUnreachableWorkerResponse),
     Method("DeregisterWorker", pb.DeregisterWorkerRequest, pb.Empty),
     Method("GetResumePoint", pb.GetResumePointRequest, pb.GetResumePointResponse),
+    Method("Share", pb.ShareRequest, pb.ShareResponse),
 ]
 
 #: GetElements answers with raw bytes: a status byte, then a codec message.
