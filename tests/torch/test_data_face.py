@@ -424,11 +424,13 @@ def test_a_rank_that_never_comes_fails_the_others_naming_it(cluster):
         list(face)
 
 
-def test_equal_shares_of_a_distributed_dataset_alone_and_refusing_to_save(cluster):
+def test_equal_shares_of_a_distributed_dataset_epoch_after_epoch_refusing_to_save(cluster):
     dataset = distributed(cluster, 23, job_name="face-one-rank-shares")
     face = cv.torch.IterableDataset(dataset, rank=0, world_size=1, equal_shares="pad")
-    face.set_epoch(0)
-    assert sorted(ints(loader(face, 2, False))) == list(range(23))
+    data = loader(face, 2, True)
+    for epoch in range(2):  # each epoch its own shares
+        face.set_epoch(epoch)
+        assert sorted(ints(data)) == list(range(23))
     with pytest.raises(UnimplementedError, match="equal_shares"):
         face.state_dict()
     with pytest.raises(UnimplementedError, match="equal_shares"):
