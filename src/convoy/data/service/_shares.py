@@ -154,11 +154,30 @@ def _talk(dispatcher: _rpc.Client, share: Share) -> None:
             with share.cond:
                 _apply(share, answer)
                 share.cond.notify_all()
-                share.cond.wait(WAITING_S if share.wants else IDLE_S)
+                # report again soon, and at once (but no more often) when there is news
+                share.cond.wait(WAITING_S)
+                if not _waiting(share):
+                    share.cond.wait_for(functools.partial(_changed, share, request), IDLE_S)
     except BaseException as error:
         share.fail(error)
     finally:
         dispatcher.close()
+
+
+def _waiting(share: Share) -> bool:
+    """Whether someone waits on the dispatcher: the caller for leave, or the settled shares
+    for elements to hand over or receive."""
+    settled = share.settled
+    if settled is not None:
+        return not share.handed_over or share.received < settled.receive
+    return share.wants and share.yielded >= share.allowed
+
+
+def _changed(share: Share, reported: pb.ShareRequest) -> bool:
+    """Whether there is news since the report ``reported``."""
+    return (_waiting(share) or share.error is not None or share.done or share.stopped
+            or (share.fetched, share.exhausted, share.full)
+            != (reported.fetched, reported.exhausted, reported.full))
 
 
 def _request(share: Share, encoder: Encoder) -> pb.ShareRequest:
