@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import convoy as cv
-from convoy.errors import InvalidArgumentError, UnimplementedError
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from convoy.testing import LocalCluster, free_port
 
 service = cv.data.service
@@ -295,8 +295,15 @@ def test_arguments_are_checked(cluster):
         cv.torch.IterableDataset(dataset, equal_shares="even")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="known length"):
         cv.torch.IterableDataset(dataset.filter(lambda x: x > 1), equal_shares=True)
-    with pytest.raises(UnimplementedError, match="equal_shares"):
-        cv.torch.IterableDataset(distributed(cluster, 4), equal_shares=True)
+    off = cv.data.Dataset.range(4).apply(service.distribute(
+        service.ShardingPolicy.OFF, cluster.target, job_name="face-off-shares"))
+    with pytest.raises(InvalidArgumentError, match="equal_shares.*processing_mode OFF"):
+        cv.torch.IterableDataset(off, equal_shares=True)
+    coordinated = cv.data.Dataset.range(4).repeat().apply(service.distribute(
+        DYNAMIC, cluster.target, job_name="face-coordinated-shares", consumer_index=0,
+        num_consumers=2))
+    with pytest.raises(InvalidArgumentError, match="equal_shares.*coordinated read"):
+        cv.torch.IterableDataset(coordinated, equal_shares="pad")
     with pytest.raises(InvalidArgumentError, match="job_name"):
         cv.torch.IterableDataset(distributed(cluster, 4), rank=0, world_size=2)
     with pytest.raises(InvalidArgumentError, match="epoch"):
@@ -350,15 +357,95 @@ def test_ddp_ranks_share_one_job(cluster, tmp_path):
     assert len(seen[0]["local"][0]) == len(seen[1]["local"][0]) == 50
 
 
+# ----- equal shares of a distributed dataset ---------------------------------------------------
+
+EQUAL_SHARES_RANK = """
+import datetime, json, sys
+import torch.distributed as dist
+
+rank, code, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+# a rank left behind fails its all-reduce (rather than hang) once this timeout is over
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=3, timeout=datetime.timedelta(seconds=60))
+seen = {}
+for mode in ("True", '"pad"'):
+    namespace = {"__name__": "readme"}
+    exec(compile(open(code).read().replace("equal_shares=True", f"equal_shares={mode}"),
+                 "README.md", "exec"), namespace)
+    seen[mode] = namespace["seen"]
+dist.barrier()
+dist.destroy_process_group()
+with open(out, "w") as f:
+    json.dump(seen, f)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ddp_ranks_take_equal_shares_of_a_distributed_epoch(cluster, tmp_path):
+    """The README's DDP loop on 3 gloo ranks, 2 loader workers each, every step an
+    all-reduce: every rank takes as many steps; every element is read once but for fewer
+    than 3 batches left over ("drop"), or at least once with fewer than 3 batches of copies
+    ("pad"). (Each worker batches its own splits: some batches are short.)"""
+    import json
+
+    code = tmp_path / "readme.py"
+    code.write_text(readme_block("From PyTorch", 1).replace("grpc://localhost:5050",
+                                                            cluster.target))
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(EQUAL_SHARES_RANK))
+    port = str(free_port())
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), str(code), port,
+                               str(tmp_path / f"rank{rank}.json")], env=os.environ.copy(),
+                              stdout=subprocess.PIPE, text=True)
+             for rank in range(3)]
+    outputs = [process.communicate(timeout=240)[0] for process in ranks]
+    assert [process.returncode for process in ranks] == [0, 0, 0], outputs
+    steps = [[re.fullmatch(rf"rank {rank}: (\d+) steps", line) for line in out.splitlines()]
+             for rank, out in enumerate(outputs)]
+    assert all(len(lines) == 2 and all(lines) for lines in steps), outputs
+    drop_steps, pad_steps = ({int(lines[mode][1]) for lines in steps} for mode in (0, 1))
+    assert len(drop_steps) == len(pad_steps) == 1, outputs  # the same on every rank
+    assert 34 <= min(drop_steps) <= min(pad_steps) <= min(drop_steps) + 1
+    seen = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(3)]
+    dropped = collections.Counter(x for s in seen for x in s["True"])
+    assert max(dropped.values()) == 1  # each element once at most
+    assert 1_030 - len(dropped) < 3 * 10  # but for the tail: fewer batches than ranks
+    padded = collections.Counter(x for s in seen for x in s['"pad"'])
+    assert set(padded) == set(range(1_030))  # every element at least once
+    assert sum(padded.values()) - 1_030 < 3 * 10  # copies: fewer batches than ranks
+
+
+def test_a_rank_that_never_comes_fails_the_others_naming_it(cluster):
+    dataset = distributed(cluster, 50, job_name="face-missing-rank", dispatcher_timeout_ms=1500)
+    face = cv.torch.IterableDataset(dataset, rank=0, world_size=2, equal_shares=True)
+    face.set_epoch(0)
+    with pytest.raises(FailedPreconditionError, match=r"rank 1 of 2 never came.*"
+                       r"dispatcher_timeout_ms"):
+        list(face)
+
+
+def test_equal_shares_of_a_distributed_dataset_epoch_after_epoch_refusing_to_save(cluster):
+    dataset = distributed(cluster, 23, job_name="face-one-rank-shares")
+    face = cv.torch.IterableDataset(dataset, rank=0, world_size=1, equal_shares="pad")
+    data = loader(face, 2, True)
+    for epoch in range(2):  # each epoch its own shares
+        face.set_epoch(epoch)
+        assert sorted(ints(data)) == list(range(23))
+    with pytest.raises(UnimplementedError, match="equal_shares"):
+        face.state_dict()
+    with pytest.raises(UnimplementedError, match="equal_shares"):
+        face.load_state_dict({"epoch": 0, "passes": 1, "iterator": None})
+
+
 # ----- the README -----------------------------------------------------------------------------
 
-def readme_block(section: str) -> str:
-    """The first python block of the README's section ``section``."""
+def readme_block(section: str, index: int = 0) -> str:
+    """The python block ``index`` of the README's section ``section``."""
     text = README.read_text()
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", body, re.S)
-    assert match, f"no python block under '## {section}'"
-    return match.group(1)
+    blocks = re.findall(r"```python\n(.*?)```", body, re.S)
+    assert len(blocks) > index, f"no python block {index} under '## {section}'"
+    return str(blocks[index])
 
 
 def test_readme_from_pytorch(cluster, capsys):

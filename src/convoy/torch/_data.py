@@ -37,8 +37,10 @@ from convoy import _pickling
 from convoy.data import Dataset, DatasetIterator
 from convoy.data._op import Op, derive_key, seeded
 from convoy.data._shuffle import ShuffleOp
-from convoy.data.service._client.options import DEFAULT_SHARED_BUFFER
+from convoy.data.service._client.options import DEFAULT_SHARED_BUFFER, dispatcher_client
+from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._distribute import DataServiceOp
+from convoy.data.service._shares import Share, equal_share
 from convoy.errors import InvalidArgumentError, UnimplementedError
 from convoy.torch._tensors import to_torch
 
@@ -60,9 +62,12 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
     tensors; tuples, namedtuples, lists and dicts keep their structure.
 
     ``equal_shares`` (``True`` meaning ``"drop"``, or ``"pad"``) gives every rank the same
-    number of elements of a local pipeline of known length: ``"drop"`` leaves out the tail
-    that cannot be shared equally, ``"pad"`` adds elements from the start of another pass.
-    Not available yet for a distributed dataset.
+    number of elements (counted over its loader workers): ``"drop"`` leaves out the tail that
+    cannot be shared equally (fewer than ``world_size`` elements), ``"pad"`` adds copies of
+    early elements. A local pipeline needs a known length. A distributed one (DYNAMIC, not a
+    coordinated read) is shared as it is read, the dispatcher keeping count; its ranks must
+    all come, else the others fail after ``dispatcher_timeout_ms``, and its position cannot be
+    saved within an epoch.
     """
 
     def __init__(self, dataset: Dataset, *, rank: int | None = None,
@@ -75,9 +80,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         self.distributed = any(isinstance(op, DataServiceOp) for op in _ops(dataset._op))
         if self.distributed:
             if self.equal_shares:
-                raise UnimplementedError(
-                    "equal_shares is not available yet for a distributed dataset; it "
-                    "applies to local pipelines")
+                _check_shared(dataset)
             dataset = _named_jobs(dataset, self.world_size)
         else:
             _check_local(dataset, self.world_size, self.equal_shares)
@@ -104,6 +107,9 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             if epoch < 0:
                 epoch = self._passes
             self._passes += 1
+        if self.distributed and self.equal_shares:
+            yield from self._equal_pass(epoch)
+            return
         saved = None if resume is None else resume["iterator"]
         with DatasetIterator(self._epoch_dataset(epoch), derive_key(0, epoch),
                              saved) as iterator:
@@ -116,12 +122,14 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         """This reader's position as plain data: its pass (epoch) and where in it, for
         torchdata's ``StatefulDataLoader`` (which saves each loader worker's) or a
         ``Checkpoint``."""
+        self._check_resumable()
         epoch, iterator = self._pass
         return {"epoch": epoch, "passes": self._passes,
                 "iterator": None if iterator is None else iterator.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next pass resume the one ``state`` (from :meth:`state_dict`) saved."""
+        self._check_resumable()
         if not isinstance(state, dict) or set(state) != {"epoch", "passes", "iterator"}:
             raise InvalidArgumentError(
                 "state must be a dict returned by IterableDataset.state_dict(), got "
@@ -131,6 +139,27 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             self._resume = None
         else:
             self._resume = state
+
+    def _check_resumable(self) -> None:
+        if self.distributed and self.equal_shares:
+            raise UnimplementedError(
+                "equal_shares on a distributed dataset cannot save or restore its position "
+                "(the ranks' shares are settled at the end of the epoch): checkpoint between "
+                "epochs, or read with equal_shares=False")
+
+    def _equal_pass(self, epoch: int) -> Iterator[Any]:
+        """This reader's equal share of the epoch's pass of the job (see ``_shares``)."""
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        dataset = self._epoch_dataset(epoch)
+        (op,) = _service_ops(dataset)
+        share = Share(f"job {op.options.job_name!r}, repetition {epoch}", self.rank,
+                      self.world_size, worker, workers, self.equal_shares == "pad",
+                      op.options.timeout_s)
+        key = derive_key(0, epoch)
+        for element in equal_share(lambda: DatasetIterator(dataset, key),
+                                   dispatcher_client(op.options.service), share):
+            yield to_torch(element)
 
     def _epoch_dataset(self, epoch: int) -> Dataset:
         info = torch.utils.data.get_worker_info()
@@ -198,6 +227,28 @@ def _replaced(op: Op, replace: Callable[[Op], Op | None]) -> Op:
     if all(a is b for a, b in zip(inputs, op.inputs)):
         return op
     return op.with_inputs(inputs)
+
+
+def _service_ops(dataset: Dataset) -> list[DataServiceOp]:
+    return [op for op in _ops(dataset._op) if isinstance(op, DataServiceOp)]
+
+
+def _check_shared(dataset: Dataset) -> None:
+    """Refuse equal shares of a distributed dataset they cannot apply to."""
+    ops = _service_ops(dataset)
+    if len(ops) != 1:
+        raise InvalidArgumentError(
+            f"equal_shares needs a dataset reading one job of the data service, got {len(ops)}")
+    options = ops[0].options
+    if options.processing_mode is ShardingPolicy.OFF:
+        raise InvalidArgumentError(
+            "equal_shares shares one pass of the data among the ranks; under processing_mode "
+            "OFF each worker makes a whole pass: use DYNAMIC ('distributed_epoch'), or "
+            "equal_shares=False")
+    if options.num_consumers is not None:
+        raise InvalidArgumentError(
+            "equal_shares cannot apply to a coordinated read (num_consumers): its rounds "
+            "already give every consumer the same number of elements")
 
 
 def _check_local(dataset: Dataset, world_size: int,

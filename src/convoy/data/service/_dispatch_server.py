@@ -32,6 +32,7 @@ from convoy.data.service._common.wire import (
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal import Journal, LocalStorage
 from convoy.data.service._dispatcher.limits import admit
+from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
 from convoy.data.service._dispatcher.snapshots import Snapshots
 from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
 from convoy.data.service._status import status, task_splits
@@ -89,6 +90,7 @@ class _Handlers:
         self.buffered: dict[str, tuple[int, int]] = {}
         self.checking: set[str] = set()  # workers being pinged after a consumer's report
         self.snapshots = Snapshots()  # distributed_save's streams (not journaled)
+        self.shares = EqualShares()  # not journaled: a restart forgets them
         #: ``(address, uid) -> bool``: whether that worker process is gone (a ping, by default)
         self.worker_gone: Callable[[str, str], bool] = (
             lambda address, uid: worker_gone(address, uid, self.config.security()))
@@ -224,6 +226,19 @@ class _Handlers:
                 iteration_id=iteration.iteration_id,
                 tasks=[pb.ResumeTaskInfo(task_id=t.task_id, task=_resume_task_message(t))
                        for t in tasks])
+
+    def Share(self, r: pb.ShareRequest) -> pb.ShareResponse:
+        report = ShareReport(
+            key=r.key, world_size=r.world_size, rank=r.rank, workers=r.workers,
+            worker=r.worker, pad=r.pad, fetched=r.fetched, yielded=r.yielded, wants=r.wants,
+            exhausted=r.exhausted, given=tuple(r.given), given_start=r.given_start,
+            received=r.received, done=r.done, first=r.first, full=r.full, error=r.error,
+            timeout_s=r.timeout_ms / 1000, now=time.monotonic())
+        with self.lock:
+            answer = self.shares.report(report)
+        return pb.ShareResponse(allowed=answer.allowed, settled=answer.settled,
+                                give=answer.give, pad=answer.pad, receive=answer.receive,
+                                elements=answer.elements, more=answer.more)
 
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
         settled = tuple((run.task_id, run.incarnation) for run in r.settled)

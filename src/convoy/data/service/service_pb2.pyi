@@ -370,6 +370,64 @@ class ReleasedSegment(_message.Message):
     handout: int
     def __init__(self, name: _Optional[str] = ..., handout: _Optional[int] = ...) -> None: ...
 
+class ShareRequest(_message.Message):
+    __slots__ = ("key", "world_size", "rank", "workers", "worker", "pad", "fetched", "yielded", "wants", "exhausted", "given", "given_start", "received", "done", "first", "timeout_ms", "full", "error")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    PAD_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_FIELD_NUMBER: _ClassVar[int]
+    YIELDED_FIELD_NUMBER: _ClassVar[int]
+    WANTS_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    GIVEN_FIELD_NUMBER: _ClassVar[int]
+    GIVEN_START_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    world_size: int
+    rank: int
+    workers: int
+    worker: int
+    pad: bool
+    fetched: int
+    yielded: int
+    wants: bool
+    exhausted: bool
+    given: _containers.RepeatedScalarFieldContainer[bytes]
+    given_start: int
+    received: int
+    done: bool
+    first: bool
+    timeout_ms: int
+    full: bool
+    error: str
+    def __init__(self, key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., workers: _Optional[int] = ..., worker: _Optional[int] = ..., pad: _Optional[bool] = ..., fetched: _Optional[int] = ..., yielded: _Optional[int] = ..., wants: _Optional[bool] = ..., exhausted: _Optional[bool] = ..., given: _Optional[_Iterable[bytes]] = ..., given_start: _Optional[int] = ..., received: _Optional[int] = ..., done: _Optional[bool] = ..., first: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., full: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ShareResponse(_message.Message):
+    __slots__ = ("allowed", "settled", "give", "pad", "receive", "elements", "more")
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    GIVE_FIELD_NUMBER: _ClassVar[int]
+    PAD_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_FIELD_NUMBER: _ClassVar[int]
+    ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    allowed: int
+    settled: bool
+    give: int
+    pad: int
+    receive: int
+    elements: _containers.RepeatedScalarFieldContainer[bytes]
+    more: bool
+    def __init__(self, allowed: _Optional[int] = ..., settled: _Optional[bool] = ..., give: _Optional[int] = ..., pad: _Optional[int] = ..., receive: _Optional[int] = ..., elements: _Optional[_Iterable[bytes]] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class GetStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

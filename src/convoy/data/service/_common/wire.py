@@ -30,6 +30,7 @@ DISPATCHER_METHODS = [
     Method("GetSnapshotStream", pb.GetSnapshotStreamRequest, pb.GetSnapshotStreamResponse),
     Method("GetSnapshotSplit", pb.GetSnapshotSplitRequest, pb.GetSnapshotSplitResponse),
     Method("SnapshotStreamDone", pb.SnapshotStreamDoneRequest, pb.SnapshotStreamDoneResponse),
+    Method("Share", pb.ShareRequest, pb.ShareResponse),
 ]
 
 #: GetElements answers with raw bytes: a status byte, then a codec message.

@@ -1,0 +1,272 @@
+"""Equal shares of a shared iteration among ranks: how many of its elements each consumer may
+hand to its caller, so that every rank hands out the same number.
+
+The ranks' consumers (a rank's DataLoader workers) read one job first come, first served, and
+report how many elements they took. A rank may hand out no more than ``floor(L / R)`` of
+them, ``L`` being the elements taken by all so far and ``R`` the ranks: never more than its
+final share, whatever the total turns out to be. Once every consumer has seen the end, the
+total ``T`` is known and the shares are settled: each rank hands out ``T // R`` (``"drop"``:
+the tail goes to no one) or ``ceil(T / R)`` (``"pad"``: copies of early elements fill the
+gap); a rank that took more than its share hands its surplus over to those that took less.
+
+Kept in memory only (not journaled): a dispatcher that restarts forgets the shares, and their
+consumers fail rather than share wrongly. No I/O: the server carries elements as opaque bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+from convoy.errors import FailedPreconditionError, InvalidArgumentError
+
+#: Shares no consumer has spoken of for this long are forgotten.
+FORGET_AFTER_S = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareReport:
+    """What one consumer says of its reading (its counts are totals so far, so a report
+    repeated after a lost answer changes nothing)."""
+
+    key: str  # the iteration the ranks share
+    world_size: int
+    rank: int
+    workers: int  # the rank's consumers
+    worker: int
+    pad: bool
+    fetched: int  # elements it took from the job
+    yielded: int  # of them, handed to its caller
+    wants: bool  # its caller waits for one more
+    exhausted: bool  # it has seen the job's end
+    given: tuple[bytes, ...]  # elements it hands over (as the plan asked) ...
+    given_start: int  # ... from this one on
+    received: int  # elements received so far
+    done: bool  # it has handed out all it will
+    first: bool  # its first report
+    full: bool  # it has taken as many as it may ahead of its caller
+    error: str  # it failed so (and leaves)
+    timeout_s: float  # how long a rank (or consumer) may be missing or silent
+    now: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareAnswer:
+    """How many of its own elements the consumer may hand out (a total); once settled, what
+    it hands over and receives."""
+
+    allowed: int
+    settled: bool = False
+    give: int = 0  # its own elements after ``allowed`` to hand over (the rest are dropped)
+    pad: int = 0  # copies of its first elements to hand over
+    receive: int = 0  # elements it receives in all
+    elements: tuple[bytes, ...] = ()  # received, from ``received`` on
+    more: bool = False  # take more ahead: no consumer can go on otherwise
+
+
+@dataclasses.dataclass
+class _Consumer:
+    rank: int
+    worker: int
+    fetched: int = 0
+    allowed: int = 0
+    exhausted: bool = False
+    done: bool = False
+    left: bool = False  # done before the end
+    error: str = ""  # why it left
+    full: bool = False
+    seen: float = 0.0
+    give: int = 0
+    pad: int = 0
+    receive: int = 0
+    given: int = 0  # elements handed over so far
+    inbox: list[bytes] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _Iteration:
+    world_size: int
+    pad: bool
+    started: float
+    workers: dict[int, int] = dataclasses.field(default_factory=dict)  # rank -> consumers
+    consumers: dict[tuple[int, int], _Consumer] = dataclasses.field(default_factory=dict)
+    granted: dict[int, int] = dataclasses.field(default_factory=dict)  # rank -> allowed, summed
+    settled: bool = False
+    #: settled: consumers still to receive, in order, and how many each
+    owed: deque[tuple[_Consumer, int]] = dataclasses.field(default_factory=deque)
+    seen: float = 0.0
+
+
+class EqualShares:
+    """The shares of every iteration read with equal shares, by key."""
+
+    def __init__(self) -> None:
+        self._iterations: dict[str, _Iteration] = {}
+
+    def report(self, r: ShareReport) -> ShareAnswer:
+        """Apply ``r``; the consumer's answer. FailedPreconditionError if a rank (or one of
+        a rank's consumers) never came or went silent for ``timeout_s``, naming it."""
+        self._forget(r.now)
+        it = self._iteration(r)
+        it.seen = r.now
+        c = self._consumer(it, r)
+        c.seen = r.now
+        self._check_missing(it, r)
+        if it.settled:
+            self._take(it, c, r)
+        else:
+            c.fetched = max(c.fetched, r.fetched)
+            c.exhausted = c.exhausted or r.exhausted
+            c.left = r.done and not c.exhausted
+            c.error = r.error
+            c.full = r.full
+            if r.wants and r.yielded >= c.allowed:
+                self._grant(it, c)
+            if self._complete(it):
+                self._settle(it)
+        if r.done:
+            c.done = True
+            if all(other.done for other in it.consumers.values()):
+                del self._iterations[r.key]
+        return self._answer(c, r)
+
+    # ----- before the end: grants bounded by the elements taken so far ---------------------------
+    def _iteration(self, r: ShareReport) -> _Iteration:
+        it = self._iterations.get(r.key)
+        if it is None:
+            if not r.first:
+                raise FailedPreconditionError(
+                    f"the dispatcher no longer knows the equal shares of {r.key} (it "
+                    "restarted?): their readers cannot go on")
+            it = self._iterations[r.key] = _Iteration(r.world_size, r.pad, r.now)
+        if (r.world_size, r.pad) != (it.world_size, it.pad):
+            raise InvalidArgumentError(
+                f"the readers of {r.key} disagree: world_size {r.world_size} and "
+                f"equal_shares={'pad' if r.pad else 'drop'!r} here, {it.world_size} and "
+                f"{'pad' if it.pad else 'drop'!r} elsewhere")
+        return it
+
+    def _consumer(self, it: _Iteration, r: ShareReport) -> _Consumer:
+        if not 0 <= r.rank < it.world_size or not 0 <= r.worker < r.workers:
+            raise InvalidArgumentError(
+                f"rank {r.rank} of {it.world_size}, loader worker {r.worker} of {r.workers}: "
+                "out of range")
+        workers = it.workers.setdefault(r.rank, r.workers)
+        if workers != r.workers:
+            raise InvalidArgumentError(
+                f"rank {r.rank}'s readers of {r.key} disagree on its number of loader "
+                f"workers ({workers} and {r.workers})")
+        c = it.consumers.get((r.rank, r.worker))
+        if c is None:
+            if it.settled:
+                raise FailedPreconditionError(
+                    f"rank {r.rank}'s loader worker {r.worker} came to {r.key} after its "
+                    "shares were settled")
+            c = it.consumers[r.rank, r.worker] = _Consumer(r.rank, r.worker)
+        return c
+
+    def _grant(self, it: _Iteration, c: _Consumer) -> None:
+        taken = sum(other.fetched for other in it.consumers.values())
+        room = taken // it.world_size - it.granted.get(c.rank, 0)
+        held = c.fetched - c.allowed
+        grant = min(held, room, max(1, room // it.workers[c.rank]))
+        if grant > 0:
+            c.allowed += grant
+            it.granted[c.rank] = it.granted.get(c.rank, 0) + grant
+
+    def _check_missing(self, it: _Iteration, r: ShareReport) -> None:
+        """Fail if a consumer left before the end, or a rank or consumer is missing or
+        silent beyond ``timeout_s``."""
+        for gone in it.consumers.values():
+            if gone.left and (gone.rank, gone.worker) != (r.rank, r.worker):
+                why = f"failed ({gone.error})" if gone.error else "stopped reading"
+                raise FailedPreconditionError(
+                    f"rank {gone.rank}'s loader worker {gone.worker} {why} before the end of "
+                    f"{r.key}: the ranks cannot finish the epoch together")
+        if r.now - it.started < r.timeout_s:
+            return
+        for rank in range(it.world_size):
+            if rank not in it.workers:  # (settled shares have every rank)
+                raise FailedPreconditionError(
+                    f"rank {rank} of {it.world_size} never came to read its equal share of "
+                    f"{r.key} within {r.timeout_s:.1f} s (dispatcher_timeout_ms): the other "
+                    "ranks cannot finish the epoch together without it")
+            for worker in range(it.workers[rank]):
+                c = it.consumers.get((rank, worker))
+                if c is None and not it.settled:
+                    raise FailedPreconditionError(
+                        f"rank {rank}'s loader worker {worker} never came to read {r.key} "
+                        f"within {r.timeout_s:.1f} s (dispatcher_timeout_ms)")
+                if c is not None and not c.done and r.now - c.seen > r.timeout_s:
+                    raise FailedPreconditionError(
+                        f"rank {rank}'s loader worker {worker} reading {r.key} has been silent "
+                        f"for {r.now - c.seen:.1f} s (dispatcher_timeout_ms): it stopped?")
+
+    # ----- the end: the shares settled, surplus handed over -------------------------------------
+    def _stuck(self, it: _Iteration, c: _Consumer) -> bool:
+        """Whether ``c`` must take more ahead of its caller, every consumer having come and
+        each having either seen the end or taken all it may: only then can the end be seen
+        (the elements it takes may be another rank's share, handed over once settled)."""
+        return (c.full and self._present(it)
+                and all(o.exhausted or o.full for o in it.consumers.values()))
+
+    def _present(self, it: _Iteration) -> bool:
+        return (len(it.workers) == it.world_size
+                and len(it.consumers) == sum(it.workers.values()))
+
+    def _complete(self, it: _Iteration) -> bool:
+        return self._present(it) and all(c.exhausted for c in it.consumers.values())
+
+    def _settle(self, it: _Iteration) -> None:
+        total = sum(c.fetched for c in it.consumers.values())
+        share = -(-total // it.world_size) if it.pad else total // it.world_size
+        surplus: list[_Consumer] = []
+        wanting: list[tuple[_Consumer, int]] = []
+        for rank in range(it.world_size):
+            mine = [it.consumers[rank, w] for w in range(it.workers[rank])]
+            need = max(0, share - it.granted.get(rank, 0))
+            for c in mine:
+                keep = min(c.fetched - c.allowed, need)
+                c.allowed += keep
+                need -= keep
+                if c.fetched > c.allowed:
+                    surplus.append(c)
+            for index, c in enumerate(mine):  # the rank's lack, spread over its consumers
+                c.receive = need // len(mine) + (index < need % len(mine))
+                if c.receive:
+                    wanting.append((c, c.receive))
+        lacking = sum(n for _, n in wanting)
+        for c in surplus:
+            c.give = min(c.fetched - c.allowed, lacking)
+            lacking -= c.give
+        if lacking:  # "pad" (fewer than world_size): copies of one consumer's first ones
+            first = next(c for c in it.consumers.values() if c.fetched)
+            first.pad = lacking
+        it.owed = deque(wanting)
+        it.settled = True
+
+    def _take(self, it: _Iteration, c: _Consumer, r: ShareReport) -> None:
+        """Put the elements ``c`` hands over into the inboxes of those owed them."""
+        fresh = r.given[max(0, c.given - r.given_start):]
+        c.given += len(fresh)
+        for element in fresh:
+            if not it.owed:
+                raise InvalidArgumentError(f"more elements handed over for {r.key} than owed")
+            owed, count = it.owed[0]
+            owed.inbox.append(element)
+            if count == 1:
+                it.owed.popleft()
+            else:
+                it.owed[0] = (owed, count - 1)
+
+    def _answer(self, c: _Consumer, r: ShareReport) -> ShareAnswer:
+        it = self._iterations.get(r.key)
+        if it is None or not it.settled:
+            return ShareAnswer(c.allowed, settled=it is None,
+                               more=it is not None and self._stuck(it, c))
+        return ShareAnswer(c.allowed, True, c.give, c.pad, c.receive,
+                           tuple(c.inbox[r.received:]))
+
+    def _forget(self, now: float) -> None:
+        for key in [k for k, it in self._iterations.items() if now - it.seen > FORGET_AFTER_S]:
+            del self._iterations[key]

@@ -1,0 +1,213 @@
+"""One consumer's side of equal shares (see :mod:`._dispatcher.shares`): the elements of a
+shared job, handed to the caller only as the dispatcher allows, so that every rank hands out
+the same number.
+
+A pump thread takes elements from the job ahead of the caller (a bounded few); a talk thread
+reports to the dispatcher and learns how many of them the caller may have, and, at the end,
+what to hand over to other ranks and what to receive from them.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+from convoy import _rpc
+from convoy.codec import Encoder, decode
+from convoy.data.service import service_pb2 as pb
+
+#: Elements a consumer takes from the job beyond those its caller has.
+AHEAD = 16
+#: How often a consumer reports while nothing changes ...
+IDLE_S = 0.2
+#: ... and while its caller waits for the dispatcher's leave.
+WAITING_S = 0.02
+
+
+class Share:
+    """Where a consumer stands; guarded by ``cond``."""
+
+    def __init__(self, key: str, rank: int, world_size: int, worker: int, workers: int,
+                 pad: bool, timeout_s: float) -> None:
+        self.request = pb.ShareRequest(key=key, rank=rank, world_size=world_size,
+                                       worker=worker, workers=workers, pad=pad,
+                                       timeout_ms=int(timeout_s * 1000), first=True)
+        self.cond = threading.Condition()
+        self.held: deque[Any] = deque()  # taken, not yet handed out
+        self.firsts: list[Any] = []  # "pad": copies of its first elements
+        self.keep_firsts = world_size - 1 if pad else 0
+        self.fetched = self.yielded = 0
+        self.allowed = 0
+        self.exhausted = False
+        self.wants = False
+        self.ahead = AHEAD  # elements it may take ahead of its caller
+        self.full = False  # it has taken as many
+        self.settled: pb.ShareResponse | None = None
+        self.handed_over = False
+        self.inbox: deque[Any] = deque()
+        self.received = 0
+        self.done = False  # the caller has had all it will
+        self.stopped = False  # the caller left
+        self.error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        with self.cond:
+            if self.error is None:
+                self.error = error
+            self.cond.notify_all()
+
+
+def equal_share(open_elements: Callable[[], AbstractContextManager[Iterator[Any]]],
+                dispatcher: _rpc.Client, share: Share) -> Iterator[Any]:
+    """This consumer's elements of the job ``open_elements`` reads, as the dispatcher
+    allows; closes ``dispatcher`` at the end."""
+    threading.Thread(target=_pump, args=(open_elements, share), daemon=True,
+                     name="convoy-share-pump").start()
+    threading.Thread(target=_talk, args=(dispatcher, share), daemon=True,
+                     name="convoy-share-talk").start()
+    try:
+        while True:
+            element = _next(share)
+            if element is _END:
+                return
+            yield element
+    finally:
+        with share.cond:
+            share.stopped = True
+            share.cond.notify_all()
+
+
+_END = object()
+
+
+def _next(share: Share) -> Any:
+    with share.cond:
+        while True:
+            if share.error is not None:
+                raise share.error
+            if share.yielded < share.allowed:
+                share.yielded += 1
+                share.wants = False
+                share.cond.notify_all()
+                return share.held.popleft()
+            settled = share.settled
+            if settled is not None and share.handed_over:
+                if share.inbox:
+                    return share.inbox.popleft()
+                if share.received >= settled.receive:
+                    share.done = True
+                    share.cond.notify_all()
+                    return _END
+            if not share.wants:
+                share.wants = True
+                share.cond.notify_all()
+            share.cond.wait(IDLE_S)
+
+
+def _pump(open_elements: Callable[[], AbstractContextManager[Iterator[Any]]],
+          share: Share) -> None:
+    """Take elements from the job, a few ahead of the caller."""
+    try:
+        with open_elements() as elements:
+            for element in elements:
+                with share.cond:
+                    share.held.append(element)
+                    share.fetched += 1
+                    if len(share.firsts) < share.keep_firsts:
+                        share.firsts.append(copy.deepcopy(element))
+                    share.cond.notify_all()
+                    while not (share.stopped or share.error is not None
+                               or len(share.held) - (share.allowed - share.yielded)
+                               < share.ahead):
+                        share.full = True
+                        share.cond.wait()
+                    share.full = False
+                    if share.stopped or share.error is not None:
+                        return
+        with share.cond:
+            share.exhausted = True
+            share.cond.notify_all()
+    except BaseException as error:
+        share.fail(error)
+
+
+def _talk(dispatcher: _rpc.Client, share: Share) -> None:
+    """Report to the dispatcher until the caller has had all its share (or left)."""
+    encoder = Encoder(None)
+    timeout_s = share.request.timeout_ms / 1000
+    try:
+        while True:
+            with share.cond:
+                request = _request(share, encoder)
+                if share.error is not None:  # the others fail at once, told why
+                    request.done = True
+                    request.error = f"{type(share.error).__name__}: {share.error}"
+            answer = _rpc.retry(functools.partial(dispatcher.call, "Share", request),
+                                timeout_s, f"equal shares at dispatcher {dispatcher.address}")
+            if request.done:
+                return
+            with share.cond:
+                _apply(share, answer)
+                share.cond.notify_all()
+                # report again soon, and at once (but no more often) when there is news
+                share.cond.wait(WAITING_S)
+                if not _waiting(share):
+                    share.cond.wait_for(functools.partial(_changed, share, request), IDLE_S)
+    except BaseException as error:
+        share.fail(error)
+    finally:
+        dispatcher.close()
+
+
+def _waiting(share: Share) -> bool:
+    """Whether someone waits on the dispatcher: the caller for leave, or the settled shares
+    for elements to hand over or receive."""
+    settled = share.settled
+    if settled is not None:
+        return not share.handed_over or share.received < settled.receive
+    return share.wants and share.yielded >= share.allowed
+
+
+def _changed(share: Share, reported: pb.ShareRequest) -> bool:
+    """Whether there is news since the report ``reported``."""
+    return (_waiting(share) or share.error is not None or share.done or share.stopped
+            or (share.fetched, share.exhausted, share.full)
+            != (reported.fetched, reported.exhausted, reported.full))
+
+
+def _request(share: Share, encoder: Encoder) -> pb.ShareRequest:
+    request = pb.ShareRequest()
+    request.CopyFrom(share.request)
+    share.request.first = False
+    request.fetched, request.yielded = share.fetched, share.yielded
+    request.wants, request.exhausted = share.wants, share.exhausted
+    request.full = share.full
+    request.received = share.received
+    request.done = share.done or share.stopped
+    settled = share.settled
+    if settled is not None and not share.handed_over:
+        # own elements after those allowed, then copies of its first ones
+        extra = list(share.held)[share.allowed - share.yielded:]
+        firsts = share.firsts
+        given = extra[:settled.give] + [firsts[i % len(firsts)] for i in range(settled.pad)]
+        request.given.extend(encoder.encode([element]) for element in given)
+        for _ in extra:
+            share.held.pop()  # dropped, or handed over
+        share.handed_over = True
+    return request
+
+
+def _apply(share: Share, answer: pb.ShareResponse) -> None:
+    share.allowed = max(share.allowed, answer.allowed)
+    if answer.more and share.full:
+        share.ahead += AHEAD
+    if answer.settled and share.settled is None:
+        share.settled = answer
+    for message in answer.elements:
+        share.inbox.extend(decode(message))
+        share.received += 1

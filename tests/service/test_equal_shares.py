@@ -1,0 +1,99 @@
+"""The dispatcher's equal shares (pure): grants bounded by what all ranks took so far, shares
+settled at the end with the surplus handed over, and ranks that never come named."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
+from convoy.errors import FailedPreconditionError
+
+
+def report(rank: int, *, world_size: int = 2, workers: int = 1, worker: int = 0,
+           now: float = 0.0, **fields: Any) -> ShareReport:
+    base = ShareReport(key="job 'j', repetition 0", world_size=world_size, rank=rank,
+                       workers=workers, worker=worker, pad=False, fetched=0, yielded=0,
+                       wants=False, exhausted=False, given=(), given_start=0, received=0,
+                       done=False, first=True, full=False, error="", timeout_s=10.0, now=now)
+    return dataclasses.replace(base, **fields)
+
+
+def test_a_rank_hands_out_no_more_than_its_share_of_what_all_took():
+    shares = EqualShares()
+    shares.report(report(1, fetched=2))
+    answer = shares.report(report(0, fetched=10, wants=True))
+    assert answer.allowed == 6  # floor(12 / 2), nothing granted to rank 0 before
+    assert shares.report(report(0, fetched=10, yielded=6, wants=True)).allowed == 6
+    assert shares.report(report(1, fetched=4, wants=True)).allowed == 4  # floor(14 / 2) = 7
+    assert shares.report(report(0, fetched=10, yielded=6, wants=True)).allowed == 7
+
+
+@pytest.mark.parametrize(("pad", "share"), [(False, 3), (True, 4)])
+def test_at_the_end_surplus_goes_to_the_ranks_that_lack(pad, share):
+    """7 elements, 2 ranks: rank 0 took 6, rank 1 one; each gets 3 ("drop": one left over)
+    or 4 ("pad": a copy of one of the first)."""
+    shares = EqualShares()
+    shares.report(report(1, fetched=1, pad=pad))
+    shares.report(report(0, fetched=6, pad=pad, wants=True))
+    shares.report(report(1, fetched=1, pad=pad, exhausted=True, first=False))
+    rich = shares.report(report(0, fetched=6, pad=pad, exhausted=True, first=False))
+    assert (rich.allowed, rich.settled, rich.give, rich.receive) == (share, True, 2, 0)
+    poor = shares.report(report(1, fetched=1, pad=pad, exhausted=True, first=False))
+    assert (poor.allowed, poor.receive, poor.give, poor.elements) == (1, share - 1, 0, ())
+    assert rich.pad + poor.pad == (1 if pad else 0)
+    shares.report(report(0, fetched=6, pad=pad, given=(b"a", b"b"), first=False))
+    shares.report(report(0, fetched=6, pad=pad, given=(b"a", b"b"), first=False))  # again
+    if pad:
+        shares.report(report(1, pad=pad, given=(b"first",), first=False))
+    owed = (b"a", b"b", b"first")[:share - 1]
+    assert shares.report(report(1, pad=pad, received=1, first=False)).elements == owed[1:]
+
+
+def test_a_rank_that_never_comes_is_named_after_the_timeout():
+    shares = EqualShares()
+    shares.report(report(0, world_size=3, now=0.0))
+    shares.report(report(2, world_size=3, now=5.0))
+    with pytest.raises(FailedPreconditionError, match="rank 1 of 3 never came.*10.0 s"):
+        shares.report(report(0, world_size=3, now=11.0, first=False))
+
+
+def test_a_consumer_that_fails_or_goes_silent_is_named():
+    shares = EqualShares()
+    shares.report(report(0, workers=2, worker=0))
+    shares.report(report(0, workers=2, worker=1))
+    shares.report(report(0, workers=2, worker=0, now=5.0, first=False))
+    shares.report(report(1, now=1.0))
+    with pytest.raises(FailedPreconditionError, match="rank 0's loader worker 1 reading .* "
+                                                      "silent for 12.0 s"):
+        shares.report(report(1, now=12.0, first=False))
+    shares.report(report(0, workers=2, worker=1, now=13.0, done=True, error="OSError: disk"))
+    with pytest.raises(FailedPreconditionError, match=r"worker 1 failed \(OSError: disk\)"):
+        shares.report(report(0, workers=2, worker=0, now=13.0, first=False))
+
+
+def test_full_consumers_take_more_only_when_none_can_go_on():
+    shares = EqualShares()
+    shares.report(report(0, fetched=16, full=True))
+    assert not shares.report(report(0, fetched=16, full=True)).more  # rank 1 not here yet
+    assert not shares.report(report(1, fetched=3)).more
+    assert shares.report(report(0, fetched=16, full=True)).more is False  # rank 1 may go on
+    shares.report(report(1, fetched=3, exhausted=True))
+    assert shares.report(report(0, fetched=16, full=True)).more
+
+
+def test_shares_a_restarted_dispatcher_forgot_fail_their_readers():
+    with pytest.raises(FailedPreconditionError, match="no longer knows"):
+        EqualShares().report(report(0, first=False))
+
+
+def test_padding_fewer_elements_than_ranks_repeats_the_first():
+    shares = EqualShares()
+    for rank, fetched in ((0, 1), (1, 0), (2, 0)):
+        shares.report(report(rank, world_size=3, pad=True, fetched=fetched, exhausted=True))
+    answers = [shares.report(report(rank, world_size=3, pad=True, first=False))
+               for rank in range(3)]
+    assert [(a.allowed, a.pad, a.receive) for a in answers] == [(1, 2, 0), (0, 0, 1),
+                                                                (0, 0, 1)]
