@@ -197,10 +197,16 @@ class Reader:
                 self._taken = 0
                 for element in batch:
                     self._taken += 1
+                    if self._taken == len(batch):
+                        # Counted as returned as its last element is handed out, not at the
+                        # consumer's next call: a coordinated consumer one request ahead of
+                        # another (whose answer was lost with its worker) must have room in
+                        # its window to ask the new process for its next rounds while the
+                        # consumer waits on the other one, or neither moves.
+                        self._apply(ElementsReturned(len(batch)))
                     yield element
                 self._batch = None
                 self.returned.commit(task_id, numbers, len(batch))
-                self._apply(ElementsReturned(len(batch)))
             self._ended = True
         finally:
             self.close()
