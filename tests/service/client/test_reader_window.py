@@ -41,4 +41,4 @@ def test_a_batch_handed_out_to_its_last_element_frees_the_window_at_once() -> No
         (read,) = reader._apply(ev.NextRead(0.0))
         assert read == ReadRounds(7, "w:1", 2, round_index=4)
     finally:
-        elements.close()
+        reader.close()
