@@ -5,12 +5,19 @@ calls): batches go straight into its results channel, as its reader threads put 
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+
+import pytest
+
 from convoy import _rpc
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._client.coordinated_reader_state import ReadRounds
 from convoy.data.service._client.options import read_options
 from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
 from convoy.data.service._reader import Reader
+from convoy.errors import DeadlineExceededError
 
 
 def coordinated_reader(window: int) -> Reader:
@@ -42,3 +49,49 @@ def test_a_batch_handed_out_to_its_last_element_frees_the_window_at_once() -> No
         assert read == ReadRounds(7, "w:1", 2, round_index=4)
     finally:
         reader.close()
+
+
+# ----- the consumer's wait -----------------------------------------------------------------------
+
+def anonymous_reader(timeout_ms: int) -> Reader:
+    options = read_options(processing_mode="distributed_epoch", service="grpc://localhost:1",
+                           dispatcher_timeout_ms=timeout_ms)
+    dispatcher = _rpc.Client("localhost:1", DISPATCHER, DISPATCHER_METHODS)
+    return Reader(options, dispatcher, client_id=1)
+
+
+@pytest.mark.timeout(20)
+def test_a_consumer_whose_reading_no_longer_moves_fails_naming_what_it_waited_for() -> None:
+    """Nothing comes back (here: no reader thread runs): after twice dispatcher_timeout_ms
+    the consumer's wait ends in an error rather than hanging."""
+    reader = anonymous_reader(timeout_ms=200)
+    reader._apply(ev.HeartbeatView((ev.ListedTask(7, "w:1"),), False))
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceededError,
+                       match=r"nor from any worker for .* waiting for elements of job "
+                             r"\(anonymous\) from the data service \(tasks: 7 on w:1\)"):
+        next(reader.elements())
+    assert time.monotonic() - started >= 0.4
+
+
+@pytest.mark.timeout(20)
+def test_a_consumer_waits_for_a_slow_pipeline_as_long_as_the_service_answers(
+        caplog: pytest.LogCaptureFixture) -> None:
+    reader = anonymous_reader(timeout_ms=200)
+    answering = threading.Event()
+
+    def heartbeats() -> None:  # the dispatcher answers; the elements take their time
+        while not answering.wait(0.05):
+            reader._apply(ev.HeartbeatView((ev.ListedTask(7, "w:1"),), False))
+
+    thread = threading.Thread(target=heartbeats, daemon=True)
+    thread.start()
+    threading.Timer(1.5, reader.results.put, args=((7, (), ["late"]),)).start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert next(reader.elements()) == "late"
+    finally:
+        answering.set()
+        reader.close()
+    assert any("Still waiting for elements of job (anonymous)" in r.getMessage()
+               for r in caplog.records)
