@@ -357,8 +357,8 @@ class Reader:
                               self._options.timeout_s,
                               f"heartbeat to dispatcher {self._dispatcher.address}",
                               lambda: self._state.closed)
-        tasks = tuple(ListedTask(info.task_id, info.worker_address, info.incarnation, info.held)
-                      for info in response.tasks)
+        tasks = tuple(ListedTask(info.task_id, info.worker_address, info.incarnation, info.held,
+                                 info.held_for) for info in response.tasks)
         finished = response.iteration_finished
         if self._local is not None:  # static sharding: this host's workers only
             tasks, finished = self._local.view(tasks, finished)

@@ -348,9 +348,13 @@ class DispatcherState:
             self.runs.settle(task, client.client_id)
         iteration = self.iterations[client.iteration_id]
         tasks = [self.tasks[t] for t in sorted(iteration.tasks.values())]
-        return ev.ClientView([ev.TaskView(t.task_id, self.records.runner(t) or t.worker_address,
-                                          t.incarnation, self.runs.held(t))
-                              for t in tasks if not t.finished],
+        views = []
+        for t in tasks:
+            if not t.finished:
+                held_for = self.runs.held_for(t)
+                views.append(ev.TaskView(t.task_id, self.records.runner(t) or t.worker_address,
+                                         t.incarnation, bool(held_for), held_for))
+        return ev.ClientView(views,
                              self.iteration_finished(iteration))
 
     def _on_ReleaseClient(self, event: ev.ReleaseClient) -> None:
