@@ -157,6 +157,7 @@ class DispatcherState:
         records.workers.update((w.address, w) for w in saved.workers)
         for client in saved.clients:
             records.add_client(client)
+        records.tombstones.update(j for j in records.job_iterations if records.at_rest(j))
         return state
 
     def snapshot(self) -> dict[str, Any]:
@@ -170,7 +171,8 @@ class DispatcherState:
                      lost_tasks={i: sorted(t) for i, t in self.records.lost_tasks.items()},
                      unfinished=dict(self.records.unfinished),
                      consumers=dict(self.records.consumers),
-                     waiting=sorted(self.records.waiting))
+                     waiting=sorted(self.records.waiting),
+                     tombstones=sorted(self.records.tombstones))
         return plain
 
     # ----- datasets ---------------------------------------------------------------------------
