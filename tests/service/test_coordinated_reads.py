@@ -173,8 +173,6 @@ def test_consumers_of_a_registered_dataset_read_in_lock_step(cluster2):
     check_lock_step(read_rounds(iterators, ROUNDS_PER_TURN + 10))
 
 
-@pytest.mark.xfail(strict=False, reason="flaky since the lost-worker and lifecycle "
-                   "changes: once stalled 90 s on a round in a clean run")
 def test_a_worker_killed_and_restarted_at_its_address_keeps_the_consumers_in_step():
     """SIGKILL lands anywhere, also between two consumers' answers of the same rounds: the
     consumer left without them catches up on the new process, and the rounds go on in step."""

@@ -313,6 +313,15 @@ def test_a_dynamic_tasks_adopted_run_is_read_where_it_runs(state: ReaderState) -
     assert next_read(state, 0.5) == ev.Read(2, "w1:1", state.config.per_call, 2)
 
 
+def test_a_run_held_too_long_fails_saying_what_it_waited_for(state: ReaderState) -> None:
+    waits = "2 more of the 3 consumers that saved the shared job (resumed by 1 so far)"
+    held = (ev.ListedTask(1, "w1:1", 1, held=True, held_for=waits),)
+    state.apply(ev.HeartbeatView(held, False, now=0.0))
+    (failed,) = state.apply(ev.HeartbeatView(held, False, now=10.0))
+    assert isinstance(failed, ev.FailResults), failed
+    assert f"task 1, whose run 1 waited 10.0 s for {waits}" in str(failed.error)
+
+
 # ----- the end -----------------------------------------------------------------------------------
 
 def test_the_end_of_every_task_asks_for_a_heartbeat(state: ReaderState) -> None:

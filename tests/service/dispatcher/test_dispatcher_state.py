@@ -622,7 +622,10 @@ def test_a_worker_found_gone_is_declared_lost_at_once_and_fenced(
     assert "w1:1" not in state.workers
     assert state.tasks[task].incarnation == 2 and state.tasks[task].runner == "w2:2"
     view = state.apply(ev.ClientHeartbeat(client_id, 1.0))
-    assert ev.TaskView(task, "w2:2", 2, held=True) in view.tasks
+    (held,) = [t for t in view.tasks if t.task_id == task]
+    assert (held.worker_address, held.incarnation, held.held) == ("w2:2", 2, True)
+    assert held.held_for == f"the reports of the iteration's clients {client_id} (what they " \
+                           "received of its run 1)"
     state.apply(ev.ClientHeartbeat(client_id, 1.2, settled=((task, 2),)))
     assert task in new_task_ids(heartbeat(state, "w2:2", now=1.5))
     # the fenced process heartbeats again: it drops the task, and is a worker again

@@ -72,3 +72,19 @@ def test_off_positions_go_to_the_workers_at_their_addresses() -> None:
     state.apply(ev.WorkerHeartbeat("w2", "uid-2", (), 0.0))  # a new worker: from the start
     task = state.tasks[state.iterations[iteration_id].tasks["w2"]]
     assert (task.seed, task.skip_count) == (0, 0)
+
+
+def test_a_resumed_shared_iteration_says_which_consumers_it_waits_for() -> None:
+    state, job = _state()
+    saved = _saved(77, 2, ((0, 3),), cursor=30, consumers=3)
+    _, client = state.apply(ev.GetOrCreateIteration(job, 0, 0.0, saved))
+    view = state.apply(ev.ClientHeartbeat(client, 0.5))
+    assert view.tasks and all(t.held for t in view.tasks)
+    assert {t.held_for for t in view.tasks} == {
+        "2 more of the 3 consumers that saved the shared job (resumed by 1 so far): each "
+        "must resume with its own saved state"}
+    state.apply(ev.GetOrCreateIteration(job, 0, 1.0, saved))
+    (waiting,) = {t.held_for for t in state.apply(ev.ClientHeartbeat(client, 1.5)).tasks}
+    assert waiting.startswith("1 more of the 3 consumers")
+    state.apply(ev.GetOrCreateIteration(job, 0, 2.0, saved))
+    assert not any(t.held or t.held_for for t in state.apply(ev.ClientHeartbeat(client, 2.5)).tasks)

@@ -32,6 +32,7 @@ from convoy.data.service._common.wire import (
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal import Journal, LocalStorage
 from convoy.data.service._dispatcher.limits import admit
+from convoy.data.service._dispatcher.runs import awaited_consumers
 from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
 from convoy.data.service._dispatcher.snapshots import Snapshots
 from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
@@ -211,7 +212,12 @@ class _Handlers:
         with self.lock:  # one lock, so the iteration is read as the event left it
             iteration_id, client_id = self._apply(
                 ev.GetOrCreateIteration(r.job_id, r.repetition, time.time(), resume))
-            finished = self.state.iterations[iteration_id].finished
+            iteration = self.state.iterations[iteration_id]
+            finished = iteration.finished
+            awaited = awaited_consumers(iteration) if iteration.resume_awaiting else ""
+        if resume is not None and awaited:
+            log.info("job %d: client %d resumes iteration %d, which waits for %s",
+                     r.job_id, client_id, iteration_id, awaited)
         return pb.GetOrCreateIterationResponse(iteration_id=iteration_id, client_id=client_id,
                                                iteration_finished=finished)
 
@@ -246,7 +252,8 @@ class _Handlers:
                                               _received(r.received)))
         return pb.ClientHeartbeatResponse(
             tasks=[pb.TaskInfo(task_id=t.task_id, worker_address=t.worker_address,
-                               incarnation=t.incarnation, held=t.held) for t in view.tasks],
+                               incarnation=t.incarnation, held=t.held, held_for=t.held_for)
+                   for t in view.tasks],
             iteration_finished=view.iteration_finished)
 
     def ReleaseClient(self, r: pb.ReleaseClientRequest) -> pb.Empty:

@@ -139,6 +139,7 @@ class Reader:
         self._gives_back = bool(options.job_name and options.num_consumers is None
                                 and not options.trainer_id)
         self._left: list[_Batch] = []  # batches not returned, once closed
+        self._last_heard = time.monotonic()  # the latest answer of the dispatcher or a worker
         #: Batches of elements as (task id, their numbers, elements), in the order they arrived.
         self.results: Channel[_Batch] = Channel(
             "elements read from the data service",
@@ -189,7 +190,7 @@ class Reader:
             while True:
                 started = time.perf_counter()
                 try:
-                    task_id, numbers, batch = self.results.get(timeout=None)
+                    task_id, numbers, batch = self._next_batch()
                 except Closed:
                     break
                 wait.observe(time.perf_counter() - started)
@@ -197,13 +198,47 @@ class Reader:
                 self._taken = 0
                 for element in batch:
                     self._taken += 1
+                    if self._taken == len(batch):
+                        # Counted as returned as its last element is handed out, not at the
+                        # consumer's next call: a coordinated consumer one request ahead of
+                        # another (whose answer was lost with its worker) must have room in
+                        # its window to ask the new process for its next rounds while the
+                        # consumer waits on the other one, or neither moves.
+                        self._apply(ElementsReturned(len(batch)))
                     yield element
                 self._batch = None
                 self.returned.commit(task_id, numbers, len(batch))
-                self._apply(ElementsReturned(len(batch)))
             self._ended = True
         finally:
             self.close()
+
+    def _next_batch(self) -> _Batch:
+        """The next batch for the consumer. Its wait is as long as the reading moves: every
+        call of the reader's threads has a deadline and the reader state bounds how long a
+        worker or the dispatcher may stay away, so a pipeline that is merely slow is waited
+        for (and warned about every ``dispatcher_timeout_ms``). Once nothing at all has come
+        back (no heartbeat answer, no worker answer) for twice that, longer than any call and
+        retry of the reader may take, the reading can no longer move: the wait fails, naming
+        what it waited for."""
+        timeout = self._options.timeout_s
+        while True:
+            try:
+                return self.results.get(timeout=timeout)
+            except TimeoutError:
+                pass
+            with self._cond:
+                silent = time.monotonic() - self._last_heard
+                tasks = ", ".join(f"{t.task_id} on {t.worker_address}"
+                                  for t in self._state.tasks.values() if not t.ended) or "none"
+            waiting = (f"elements of job {self._options.job_name or '(anonymous)'} from the "
+                       f"data service (tasks: {tasks})")
+            if silent >= 2 * timeout:
+                raise DeadlineExceededError(
+                    f"No answer from the dispatcher at {self._dispatcher.address} nor from any "
+                    f"worker for {silent:.1f} s (twice dispatcher_timeout_ms) while waiting "
+                    f"for {waiting}")
+            log.warning("Still waiting for %s: none for %.0f s (the service answers; its "
+                        "pipeline may be slow)", waiting, timeout)
 
     @property
     def finished(self) -> bool:
@@ -288,6 +323,8 @@ class Reader:
     def _apply(self, event: Any) -> tuple[Any, ...]:
         """Apply ``event`` and carry out the instructions it calls for."""
         with self._cond:
+            if isinstance(event, _ANSWERS):
+                self._last_heard = time.monotonic()
             instructions = self._state.apply(event)
             self._cond.notify_all()
             for instruction in instructions:
@@ -320,8 +357,8 @@ class Reader:
                               self._options.timeout_s,
                               f"heartbeat to dispatcher {self._dispatcher.address}",
                               lambda: self._state.closed)
-        tasks = tuple(ListedTask(info.task_id, info.worker_address, info.incarnation, info.held)
-                      for info in response.tasks)
+        tasks = tuple(ListedTask(info.task_id, info.worker_address, info.incarnation, info.held,
+                                 info.held_for) for info in response.tasks)
         finished = response.iteration_finished
         if self._local is not None:  # static sharding: this host's workers only
             tasks, finished = self._local.view(tasks, finished)
@@ -437,6 +474,10 @@ def answer_elements(segments: SegmentReader, worker: str, status: bytes,
     raise DataLossError(f"worker {worker} answered GetElements with status {bytes(status)!r}, "
                         f"which this consumer does not know (another convoy version?)")
 
+
+#: The events that say the dispatcher or a worker answered a call (a failure to reach a worker
+#: counts: the reader state bounds how long it may last).
+_ANSWERS = (HeartbeatView, ElementsArrived, EndOfSequence, WorkerUnreachable, ReadFailed)
 
 #: A batch of elements of one task: (task id, their numbers as ranges, the elements).
 _Batch = tuple[int, tuple[tuple[int, int], ...], list[Any]]

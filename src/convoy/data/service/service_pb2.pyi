@@ -99,16 +99,18 @@ class GetOrCreateIterationResponse(_message.Message):
     def __init__(self, iteration_id: _Optional[int] = ..., client_id: _Optional[int] = ..., iteration_finished: _Optional[bool] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
-    __slots__ = ("task_id", "worker_address", "incarnation", "held")
+    __slots__ = ("task_id", "worker_address", "incarnation", "held", "held_for")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_FIELD_NUMBER: _ClassVar[int]
     task_id: int
     worker_address: str
     incarnation: int
     held: bool
-    def __init__(self, task_id: _Optional[int] = ..., worker_address: _Optional[str] = ..., incarnation: _Optional[int] = ..., held: _Optional[bool] = ...) -> None: ...
+    held_for: str
+    def __init__(self, task_id: _Optional[int] = ..., worker_address: _Optional[str] = ..., incarnation: _Optional[int] = ..., held: _Optional[bool] = ..., held_for: _Optional[str] = ...) -> None: ...
 
 class TaskRun(_message.Message):
     __slots__ = ("task_id", "incarnation")

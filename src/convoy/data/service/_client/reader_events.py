@@ -24,6 +24,7 @@ class ListedTask(NamedTuple):
     worker_address: str
     incarnation: int = 0  # its run, under DYNAMIC (a replaced worker process runs it again)
     held: bool = False  # its run waits for its clients' reports: not to be read yet
+    held_for: str = ""  # what it waits for, in the dispatcher's words
 
 
 # ----- events: the dispatcher's side -------------------------------------------------------------

@@ -81,6 +81,7 @@ class TaskState:
     incarnation: int = 0  # the run the dispatcher lists (DYNAMIC)
     held: bool = False  # the run waits for its clients' reports (or for a worker)
     held_since: float | None = None  # when it was first listed held, this time
+    held_for: str = ""  # what the held run waits for, as the dispatcher says
     flight_incarnation: int = 0  # the run the request in flight went to
     reported: int = 0  # the latest run whose report the dispatcher has
     received: list[ev.Range] = field(default_factory=list)  # sequence numbers received
@@ -146,7 +147,7 @@ class ReaderState:
                 task.worker_address = listed_task.worker_address  # another, if adopted
                 self._reached(task)
                 task.reached = False
-            task.held = listed_task.held
+            task.held, task.held_for = listed_task.held, listed_task.held_for
             if not task.held:
                 task.held_since = None
             elif task.held_since is None:
@@ -162,9 +163,10 @@ class ReaderState:
                 continue
             held_for = now - task.held_since
             if held_for >= self.config.unreachable_timeout_s:
+                waited_for = task.held_for or "its consumers' reports or a worker to run it"
                 instructions.extend(self._give_up(task, (
                     f"task {task.task_id}, whose run {task.incarnation} waited {held_for:.1f} s "
-                    f"for its consumers' reports or for a worker to run it")))
+                    f"for {waited_for}")))
         return tuple(instructions)
 
     def _finish_view(self, event: ev.HeartbeatView) -> Instructions:

@@ -338,6 +338,9 @@ class TaskView:
     worker_address: str
     incarnation: int = 0
     held: bool = False  # run again soon: not to be read until the clients have reported
+    #: What a held run waits for, in words (for the consumer's error); not part of the view's
+    #: identity.
+    held_for: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

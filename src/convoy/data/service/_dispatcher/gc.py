@@ -19,13 +19,19 @@ from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.records import Records
 from convoy.data.service._dispatcher.runs import TaskRuns
 
+#: Finished named jobs remembered at most (their tombstones, well under 1 KB each); beyond,
+#: the oldest one no consumer reads is forgotten, and reopening it then reads afresh.
+MAX_TOMBSTONES = 10_000
+
 
 class GarbageCollection:
     """The ``CollectGarbage`` event of :class:`~.state.DispatcherState`."""
 
-    def __init__(self, records: Records, runs: TaskRuns) -> None:
+    def __init__(self, records: Records, runs: TaskRuns,
+                 max_tombstones: int = MAX_TOMBSTONES) -> None:
         self._records = records
         self._runs = runs
+        self.max_tombstones = max_tombstones
 
     def silent_clients(self, now: float, timeout: float, since: float = 0.0
                        ) -> tuple[int, ...]:
@@ -84,7 +90,7 @@ class GarbageCollection:
             return
         self._forget(iteration)
         job_id = iteration.job_id
-        if not any(key[0] == job_id for key in records.iteration_keys):
+        if job_id not in records.job_iterations:
             del records.jobs[job_id]
 
     def bury_finished(self) -> None:
@@ -108,6 +114,33 @@ class GarbageCollection:
         self._drop_tasks(iteration)
         iteration.finished = True
         self._drop_if_abandoned(iteration_id)
+        self._rest_if_finished(iteration.job_id)
+
+    def _rest_if_finished(self, job_id: int) -> None:
+        """Count ``job_id`` among the tombstones if it is at rest, and forget the oldest
+        tombstones (lowest job ids) beyond ``max_tombstones``, but for those still opened by
+        a consumer."""
+        records = self._records
+        if not records.at_rest(job_id):
+            records.tombstones.discard(job_id)
+            return
+        records.tombstones.add(job_id)
+        if len(records.tombstones) <= self.max_tombstones:
+            return
+        consumers = records.consumers
+        unread = sorted(j for j in records.tombstones
+                        if not any(i in consumers for i in records.job_iterations[j]))
+        for oldest in unread[:len(records.tombstones) - self.max_tombstones]:
+            self._forget_job(oldest)
+
+    def _forget_job(self, job_id: int) -> None:
+        """Drop a tombstone: the job's (finished) iterations and its record."""
+        records = self._records
+        for iteration_id in sorted(records.job_iterations[job_id]):
+            self._forget(records.iterations[iteration_id], rest=False)
+        job = records.jobs.pop(job_id)
+        del records.named_jobs[job.name]
+        records.tombstones.discard(job_id)
 
     def _release_tasks_of(self, lost: list[str], adopt: bool) -> None:
         """With ``adopt``, a lost worker's unfinished DYNAMIC tasks are adopted by other
@@ -152,12 +185,14 @@ class GarbageCollection:
         return (bool(job.name) and job.options.processing_mode is ShardingPolicy.DYNAMIC
                 and not self._records.iteration_finished(iteration))
 
-    def _forget(self, iteration: ev.IterationRecord) -> None:
-        """Drop ``iteration`` and its tasks; costs what it drops, not what is held."""
+    def _forget(self, iteration: ev.IterationRecord, rest: bool = True) -> None:
+        """Drop ``iteration`` and its tasks; costs what it drops, not what is held. With
+        ``rest``, its job becomes a tombstone if its other iterations have finished."""
         records = self._records
-        del records.iterations[iteration.iteration_id]
-        del records.iteration_keys[(iteration.job_id, iteration.repetition)]
+        records.drop_iteration(iteration)
         self._drop_tasks(iteration)
+        if rest:
+            self._rest_if_finished(iteration.job_id)
 
     def _drop_tasks(self, iteration: ev.IterationRecord) -> None:
         records = self._records

@@ -40,11 +40,13 @@ def admit(config: Limits, state: DispatcherState, event: ev.Event) -> None:
             raise ResourceExhaustedError(
                 f"this dispatcher holds {len(state.datasets):,} datasets, its max_datasets: "
                 "register no more, or restart it with a larger max_datasets (--max-datasets)")
-    elif (isinstance(event, ev.GetOrCreateJob) and len(state.jobs) >= config.max_jobs
-          and event.job_name not in state.named_jobs):
-        raise ResourceExhaustedError(
-                f"this dispatcher holds {len(state.jobs):,} jobs, its max_jobs: restart it "
-                "with a larger max_jobs (--max-jobs)")
+    elif isinstance(event, ev.GetOrCreateJob) and event.job_name not in state.named_jobs:
+        # finished named jobs (tombstones) are not counted: they are bounded on their own
+        live = len(state.jobs) - len(state.records.tombstones)
+        if live >= config.max_jobs:
+            raise ResourceExhaustedError(
+                f"this dispatcher holds {live:,} jobs, its max_jobs (finished named jobs "
+                "not counted): restart it with a larger max_jobs (--max-jobs)")
 
 
 def _adds_dataset(state: DispatcherState, event: ev.RegisterDataset) -> bool:

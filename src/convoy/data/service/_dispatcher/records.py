@@ -29,6 +29,9 @@ class Records:
         self.named_jobs: dict[str, int] = {}
         self.iterations: dict[int, ev.IterationRecord] = {}
         self.iteration_keys: dict[tuple[int, int], int] = {}  # (job id, repetition) -> id
+        self.job_iterations: dict[int, set[int]] = {}  # job id -> its iterations' ids
+        #: Named jobs at rest (a tombstone): every iteration they have is finished.
+        self.tombstones: set[int] = set()
         self.tasks: dict[int, ev.TaskRecord] = {}
         self.workers: dict[str, ev.WorkerRecord] = {}
         self.clients: dict[int, ev.ClientRecord] = {}
@@ -76,8 +79,26 @@ class Records:
     def add_iteration(self, iteration: ev.IterationRecord) -> None:
         self.iterations[iteration.iteration_id] = iteration
         self.iteration_keys[(iteration.job_id, iteration.repetition)] = iteration.iteration_id
+        self.job_iterations.setdefault(iteration.job_id, set()).add(iteration.iteration_id)
         if not iteration.finished:
             self.unfinished[iteration.iteration_id] = 0
+            self.tombstones.discard(iteration.job_id)
+
+    def drop_iteration(self, iteration: ev.IterationRecord) -> None:
+        """Forget ``iteration``'s record (its tasks are dropped apart)."""
+        del self.iterations[iteration.iteration_id]
+        del self.iteration_keys[(iteration.job_id, iteration.repetition)]
+        of_job = self.job_iterations[iteration.job_id]
+        of_job.discard(iteration.iteration_id)
+        if not of_job:
+            del self.job_iterations[iteration.job_id]
+
+    def at_rest(self, job_id: int) -> bool:
+        """Whether ``job_id`` is a named job whose iterations (one at least) have all
+        finished: what stays of it is a tombstone."""
+        job, iterations = self.jobs.get(job_id), self.job_iterations.get(job_id)
+        return (job is not None and bool(job.name) and bool(iterations)
+                and all(self.iterations[i].finished for i in iterations or ()))
 
     def add_client(self, client: ev.ClientRecord) -> None:
         self.clients[client.client_id] = client

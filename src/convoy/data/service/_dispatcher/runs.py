@@ -80,5 +80,28 @@ class TaskRuns:
 
     def held(self, task: ev.TaskRecord) -> bool:
         """Whether ``task``'s run cannot start yet (clients to hear from, or no worker)."""
-        return (bool(task.awaiting) or self._records.runner(task) == NOBODY
-                or self._records.iterations[task.iteration_id].resume_awaiting > 0)
+        return bool(self.held_for(task))
+
+    def held_for(self, task: ev.TaskRecord) -> str:
+        """What ``task``'s run waits for, in words ("": it may start)."""
+        iteration = self._records.iterations[task.iteration_id]
+        if iteration.resume_awaiting > 0:
+            return awaited_consumers(iteration)
+        if task.awaiting:
+            return (f"the reports of the iteration's clients {_listed(task.awaiting)} (what they "
+                    f"received of its run {task.incarnation - 1})")
+        if self._records.runner(task) == NOBODY:
+            return "a worker to run it (none is alive)"
+        return ""
+
+
+def awaited_consumers(iteration: ev.IterationRecord) -> str:
+    """The consumers a resumed iteration of a shared job still waits for, in words."""
+    joined, missing = iteration.resume_joined, iteration.resume_awaiting
+    return (f"{missing} more of the {joined + missing} consumers that saved the shared job "
+            f"(resumed by {joined} so far): each must resume with its own saved state")
+
+
+def _listed(client_ids: list[int]) -> str:
+    shown = ", ".join(map(str, client_ids[:5]))
+    return shown if len(client_ids) <= 5 else f"{shown} and {len(client_ids) - 5} more"

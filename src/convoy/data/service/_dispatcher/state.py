@@ -157,6 +157,7 @@ class DispatcherState:
         records.workers.update((w.address, w) for w in saved.workers)
         for client in saved.clients:
             records.add_client(client)
+        records.tombstones.update(j for j in records.job_iterations if records.at_rest(j))
         return state
 
     def snapshot(self) -> dict[str, Any]:
@@ -170,7 +171,8 @@ class DispatcherState:
                      lost_tasks={i: sorted(t) for i, t in self.records.lost_tasks.items()},
                      unfinished=dict(self.records.unfinished),
                      consumers=dict(self.records.consumers),
-                     waiting=sorted(self.records.waiting))
+                     waiting=sorted(self.records.waiting),
+                     tombstones=sorted(self.records.tombstones))
         return plain
 
     # ----- datasets ---------------------------------------------------------------------------
@@ -348,9 +350,13 @@ class DispatcherState:
             self.runs.settle(task, client.client_id)
         iteration = self.iterations[client.iteration_id]
         tasks = [self.tasks[t] for t in sorted(iteration.tasks.values())]
-        return ev.ClientView([ev.TaskView(t.task_id, self.records.runner(t) or t.worker_address,
-                                          t.incarnation, self.runs.held(t))
-                              for t in tasks if not t.finished],
+        views = []
+        for t in tasks:
+            if not t.finished:
+                held_for = self.runs.held_for(t)
+                views.append(ev.TaskView(t.task_id, self.records.runner(t) or t.worker_address,
+                                         t.incarnation, bool(held_for), held_for))
+        return ev.ClientView(views,
                              self.iteration_finished(iteration))
 
     def _on_ReleaseClient(self, event: ev.ReleaseClient) -> None:

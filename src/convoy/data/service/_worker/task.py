@@ -125,7 +125,16 @@ class Task:
                          daemon=True).start()
 
     def _may_produce(self) -> bool:
-        """Wait while paused or while the worker's buffers are full; False once stopped."""
+        """Wait while paused or while the worker's buffers are full; False once stopped.
+
+        Backpressure, and bounded as the iteration is (so is the ``put`` into a full buffer
+        after it): a paused task's iteration has no consumer, and is collected after
+        ``job_gc_timeout_ms`` (anonymous ones at once), which stops the task; full buffers
+        empty as their consumers read, and a consumer that leaves or goes silent
+        (``client_timeout_ms``) leaves its iteration to that collection; a worker whose
+        dispatcher stays away past its ``dispatcher_timeout_ms`` stops every task. A timeout
+        here would fail a task that only waits for a slow consumer (``--job-gc-timeout-ms
+        -1`` keeps a named iteration, and so its paused tasks, as asked)."""
         budget = self._budget
         while self.paused or (budget is not None and self._elements.size
                               and budget.used >= budget.max_bytes):
