@@ -183,6 +183,32 @@ def test_writable_arrays_are_shared_and_read_only_ones_copied():
     assert read_only.tolist() == [0, 0, 0, 0]
 
 
+def test_sparse_elements_cross_loader_workers_without_warning():
+    """torch rebuilds a sparse tensor sent by a loader worker with a warning unless the program
+    chose whether sparse invariants are checked; the face makes torch's default explicit. In a
+    fresh process: torch warns once per process."""
+    script = textwrap.dedent("""
+        import warnings
+        import numpy as np
+        import torch
+        import convoy as cv
+
+        if __name__ == "__main__":
+            value = cv.SparseTensor(indices=[[0, 1], [1, 0]], values=np.array([1.0, 2.0]),
+                                    dense_shape=[2, 3])
+            face = cv.torch.IterableDataset(cv.data.Dataset.from_tensors(value).repeat(2))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = list(torch.utils.data.DataLoader(face, batch_size=None, num_workers=1))
+            assert [t.layout for t in out] == [torch.sparse_coo] * 2, out
+            print([str(w.message) for w in caught])
+        """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               timeout=120)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_torch_elements_come_out_alike_batched_or_not():
     class Squares(torch.utils.data.Dataset):
         def __len__(self) -> int:

@@ -76,6 +76,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             raise InvalidArgumentError(
                 f"dataset must be a convoy.data.Dataset, got {type(dataset).__name__}")
         self.rank, self.world_size = _rank_and_world_size(rank, world_size)
+        _choose_sparse_checks()
         self.equal_shares = _equal_shares(equal_shares)
         self.distributed = any(isinstance(op, DataServiceOp) for op in _ops(dataset._op))
         if self.distributed:
@@ -198,6 +199,16 @@ def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int,
         raise InvalidArgumentError(f"rank must be less than world_size ({world_size}), "
                                    f"got {rank}")
     return rank, world_size
+
+
+def _choose_sparse_checks() -> None:
+    """Sparse tensors from loader workers are rebuilt by torch's own pickling, which warns in
+    this process unless the program chose whether torch checks sparse invariants. torch's
+    default is not to check: make that choice explicit (a program that enabled checks keeps
+    them)."""
+    checks = torch.sparse.check_sparse_tensor_invariants
+    if not checks.is_enabled():
+        checks.disable()
 
 
 def _equal_shares(value: Any) -> Literal["drop", "pad"] | None:
