@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,27 +87,30 @@ class ServerProcess:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={name: value for name, value in env.items() if value is not None},
         )
-        deadline = time.monotonic() + timeout_s
-        assert self.process.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            self.log.append(line)
-            match = _LISTENING.search(line)
-            if match:
-                self.address = match[1]
-                # Keep reading its output, so a chatty server never blocks on a full pipe.
-                threading.Thread(target=self._drain, daemon=True).start()
-                return self
+        # Read its output from the first line on a thread of its own: the wait below keeps its
+        # deadline even if the child hangs mid-line, and a chatty server never blocks on a
+        # full pipe.
+        self.address = ""
+        listening = threading.Event()
+        threading.Thread(target=self._drain, args=(listening,), daemon=True).start()
+        listening.wait(timeout_s)
+        if self.address:
+            return self
         self.kill()
-        raise UnavailableError(f"convoy {self.role} did not start: {''.join(self.log)[-2000:]}")
+        raise UnavailableError(f"convoy {self.role} did not start within {timeout_s:.0f} s: "
+                               f"{''.join(self.log)[-2000:]}")
 
-    def _drain(self) -> None:
+    def _drain(self, listening: threading.Event) -> None:
         assert self.process is not None and self.process.stdout is not None
         for line in self.process.stdout:
             self.log.append(line)
             del self.log[:-200]
+            if not self.address:
+                match = _LISTENING.search(line)
+                if match:
+                    self.address = match[1]
+                    listening.set()
+        listening.set()  # its output ended: it exited
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to clean up."""
