@@ -305,8 +305,9 @@ def _feature_values(context: _Context, keys: list[str], slot_key: np.ndarray, ki
 
 
 def _short_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                 tag: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The usual Feature, read from the 8 bytes it starts with: the list field ``tag``, then
+                 tag: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The usual Feature, read from the 8 bytes it starts with: the list field ``tag`` (one
+    for all, or each Feature's), then
     (unless the list is empty) one packed field or byte string, both under 128 bytes long.
     Where each such field's payload starts and ends, and which Feature holds it; None when
     some Feature is otherwise."""
@@ -426,25 +427,18 @@ def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
              kinds: Mapping[str, int], sequence: bool) -> dict[str, _Column]:
     """The column of each key: the Features of all keys of one kind are decoded together (for
     feature lists, the Features of their steps)."""
-    data = context.buffer.data
     columns = {}
-    for kind in (BYTES, FLOAT, INT64):
-        keys = [key for key, wanted in kinds.items() if wanted == kind]
-        if not keys:
-            continue
-        records, starts, ends = (np.concatenate([found[key][i] for key in keys])
-                                 for i in range(3))
+    groups = [(kind, keys) for kind in (BYTES, FLOAT, INT64)
+              if (keys := [key for key, wanted in kinds.items() if wanted == kind])]
+    decoded = None if sequence else _usual_features(context, found, groups)
+    for kind, keys in groups:
         per_key = np.array([len(found[key][0]) for key in keys], np.int64)
-        slot_key = np.repeat(np.arange(len(keys)), per_key)
-        if sequence:  # slots are the steps of the feature lists
-            lists = np.arange(len(records))
-            starts, ends, owner = _messages(data, starts, ends, lists, 1)
-            steps = np.bincount(owner, minlength=len(records)).astype(np.int64)
-            slot_key, records = slot_key[owner], records[owner]
-            per_slot_key = np.bincount(slot_key, minlength=len(keys))
+        steps, per_slot_key = None, per_key
+        if decoded:
+            counts, values = decoded[kind]
         else:
-            steps, per_slot_key = None, per_key
-        counts, values = _feature_values(context, keys, slot_key, kind, starts, ends, records)
+            counts, values, steps, per_slot_key = _kind_values(context, found, keys, kind,
+                                                               per_key, sequence)
         # Each key's slots, values and lists, as bounds into the arrays of all keys.
         slot_bounds = np.concatenate(([0], np.cumsum(per_slot_key)))
         value_bounds = np.concatenate(([0], np.cumsum(counts)))[slot_bounds].tolist()
@@ -458,6 +452,51 @@ def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
                                    values[value_bounds[index]:value_bounds[index + 1]],
                                    key_steps)
     return columns
+
+
+def _kind_values(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
+                 keys: list[str], kind: int, per_key: np.ndarray, sequence: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """The values of the Features of ``keys`` (all of ``kind``): how many each slot holds and
+    all of them; and for feature lists, the steps of each and the slots of each key."""
+    records, starts, ends = (np.concatenate([found[key][i] for key in keys]) for i in range(3))
+    slot_key = np.repeat(np.arange(len(keys)), per_key)
+    steps, per_slot_key = None, per_key
+    if sequence:  # slots are the steps of the feature lists
+        lists = np.arange(len(records))
+        starts, ends, owner = _messages(context.buffer.data, starts, ends, lists, 1)
+        steps = np.bincount(owner, minlength=len(records)).astype(np.int64)
+        slot_key, records = slot_key[owner], records[owner]
+        per_slot_key = np.bincount(slot_key, minlength=len(keys))
+    counts, values = _feature_values(context, keys, slot_key, kind, starts, ends, records)
+    return counts, values, steps, per_slot_key
+
+
+def _usual_features(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
+                    groups: list[tuple[int, list[str]]]
+                    ) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """:func:`_feature_values` of each kind's keys where every Feature of every kind has the
+    usual layout (see :func:`_short_lists`), which is checked for all of them at once; None
+    otherwise."""
+    starts, ends = (np.concatenate([found[key][i] for _, keys in groups for key in keys])
+                    for i in (1, 2))
+    per_kind = [sum(len(found[key][0]) for key in keys) for _, keys in groups]
+    tags = np.repeat(np.array([kind << 3 | 2 for kind, _ in groups], np.uint64), per_kind)
+    short = _short_lists(context.buffer.data, starts, ends, tags)
+    if short is None:
+        return None
+    begin, end, slot = short
+    first_slots = np.cumsum([0, *per_kind])
+    cuts = np.searchsorted(slot, first_slots).tolist()
+    decoded = {}
+    for index, (kind, _) in enumerate(groups):
+        a, b = cuts[index], cuts[index + 1]
+        one = np.arange(b - a, dtype=np.int64)
+        items = _wire.Fields(one, one, np.full(len(one), 2), begin[a:b], end[a:b], one)
+        kind_slot, slots = slot[a:b] - first_slots[index], per_kind[index]
+        decoded[kind] = _strings(context, items, kind_slot, slots) if kind == BYTES else \
+            _numbers(context.buffer.data, kind, items, kind_slot, slots)
+    return decoded
 
 
 # --- building the outputs ----------------------------------------------------------------------
