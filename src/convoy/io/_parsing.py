@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -71,7 +72,7 @@ def _records(serialized: Any) -> list[bytes]:
             )
         serialized = serialized.tolist()
     records = list(serialized)
-    if all(type(record) is bytes for record in records):
+    if set(map(type, records)) <= {bytes}:
         return records
     for index, record in enumerate(records):
         if not isinstance(record, bytes):
@@ -440,10 +441,9 @@ def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
             counts, values, steps, per_slot_key = _kind_values(context, found, keys, kind,
                                                                per_key, sequence)
         # Each key's slots, values and lists, as bounds into the arrays of all keys.
-        slot_bounds = np.concatenate(([0], np.cumsum(per_slot_key)))
+        slot_bounds = [0, *accumulate(per_slot_key.tolist())]
         value_bounds = np.concatenate(([0], np.cumsum(counts)))[slot_bounds].tolist()
-        list_bounds = np.concatenate(([0], np.cumsum(per_key))).tolist()
-        slot_bounds = slot_bounds.tolist()
+        list_bounds = [0, *accumulate(per_key.tolist())]
         for index, key in enumerate(keys):
             key_steps = None if steps is None else \
                 steps[list_bounds[index]:list_bounds[index + 1]]

@@ -346,26 +346,25 @@ def decode_packed_varints(data: np.ndarray, starts: np.ndarray,
     """The varints packed in each ``data[starts[i]:ends[i]]`` (uint64, concatenated) and how
     many each range holds."""
     lengths = ends - starts
-    if not len(starts):
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    if not len(starts) or lengths.max() > 10:  # some range holds several varints
+        return _bytewise_varints(data, starts, ends)
     # Ranges each holding one varint (int64 scalars') are read as words, and two more bytes
-    # for a varint of 9 or 10 bytes (a negative number's); any other range, byte by byte.
+    # for a varint of 9 or 10 bytes (a negative number's).
     width = np.minimum(lengths, 8)
     word = words(data)[starts] & LOW_BYTES[width]
-    single = (word & _HIGH_BITS[width]) == _ONE_VARINT[np.minimum(lengths, 10)]
-    value = _gather_groups(word)
+    single = (word & _HIGH_BITS[width]) == _ONE_VARINT[lengths]
     long = np.flatnonzero(lengths > 8)
     if long.size:
         at, size = starts[long], lengths[long]
         ninth, tenth = data[at + 8], data[at + 9]
-        single[long] &= (size <= 10) & np.where(size == 10, (ninth >= 0x80) & (tenth < 0x80),
-                                                ninth < 0x80)
-        value[long] |= _high_groups(data, at, size)
-    if not single.all():
-        # merging both ways' values costs more than the bytes of the others save
+        single[long] &= np.where(size == 10, (ninth >= 0x80) & (tenth < 0x80), ninth < 0x80)
+    if not single.all():  # lists of several short varints
         return _bytewise_varints(data, starts, ends)
+    value = _gather_groups(word)
+    if long.size:
+        value[long] |= _high_groups(data, at, size)
     counts = (lengths > 0).astype(np.int64)
-    return (value if len(value) == len(lengths) and counts.all() else value[counts > 0]), counts
+    return (value if counts.all() else value[counts > 0]), counts
 
 
 def _bytewise_varints(data: np.ndarray, starts: np.ndarray,
