@@ -193,3 +193,13 @@ def test_packed_varints_every_way() -> None:
         buffer = _wire.join(bad)
         with pytest.raises(DataLossError):
             _wire.decode_packed_varints(buffer.data, buffer.starts, buffer.ends)
+
+
+def test_records_alike_but_for_a_key() -> None:
+    """Records whose entries have the same layout but a different key at one position (a
+    short key, checked within the entry's first 8 bytes; a long one, after them) are read
+    as they are."""
+    for first, second in (("ab", "cd"), ("key_abcd_1", "key_abcd_2"), ("abcdef", "abcdeg")):
+        records = [example({first: feature(np.int64, [1]), "z": feature(bytes, [b"x"])}),
+                   example({second: feature(np.int64, [2]), "z": feature(bytes, [b"y"])})]
+        check(records, {first: np.int64, second: np.int64, "z": bytes})

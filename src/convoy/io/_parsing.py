@@ -155,22 +155,31 @@ def _lookup_alike(context: _Context, starts: np.ndarray, ends: np.ndarray,
         return None
     begins, stops = fields
     if begins.size:
-        key_length = data[begins + 1]
-        key_start = begins + 2
-        key_end = key_start + key_length
-        if not ((data[begins] == 0x0A).all() and (key_length < 0x80).all()
-                and (key_length == key_length[:, :1]).all()
-                and (key_end + 2 <= stops).all() and (data[key_end] == 0x12).all()):
+        # Each entry is the key field (tag, length, key), then the value field. The first
+        # record's entries give each position's key length; the first 8 bytes of every entry
+        # (tag, length and up to 6 bytes of key) must be those of the first record's.
+        key_length = data[begins[:, 0] + 1].astype(np.int64)
+        if key_length.max() >= 0x80 or (data[begins[:, 0]] != 0x0A).any():
             return None
-        value_length = data[key_end + 1]
+        words = _wire.words(data)
+        keep = _wire.LOW_BYTES[np.minimum(key_length + 2, 8)][:, None]
+        head = words[begins] & keep
+        key_end = begins + (key_length + 2)[:, None]
+        if not (head == head[:, :1]).all() or (
+                key_length.max() > 6 and not _same_keys(data, begins + 2, key_length)):
+            return None
+        value_head = words[key_end]
+        value_length = ((value_head >> _8) & _LOW8).astype(np.int64)
+        if not ((value_head & _LOW8) == 0x12).all():
+            return None
         value_start = key_end + 2
         if value_length.max() >= 0x80:
             length, after = _wire.read_varints(data, (key_end + 1).ravel(), stops.ravel())
             value_start = after.reshape(stops.shape)
             value_length = length.astype(np.int64).reshape(stops.shape)
-        if not (value_start + value_length == stops).all() or \
-                not _same_keys(data, key_start, key_length[:, 0].astype(np.int64)):
+        if not (value_start + value_length == stops).all():
             return None
+        key_start, key_length = begins + 2, key_length[:, None]
     wanted = {key.encode(): key for key in keys}
     found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     every = np.arange(context.batch, dtype=np.int64)
@@ -336,7 +345,7 @@ def _short_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
 
 
 _8, _24 = np.uint64(8), np.uint64(24)
-_LOW7 = np.uint64(0x7F)
+_LOW7, _LOW8 = np.uint64(0x7F), np.uint64(0xFF)
 # Of a Feature's first bytes (tag, length, 0x0A, length): the bits to compare when its list is
 # empty, and when not; and the tag of the list's field.
 _TAG_MASK = (np.uint64(0x80FF), np.uint64(0x80FF80FF))

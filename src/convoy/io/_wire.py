@@ -390,7 +390,8 @@ def _bytewise_varints(data: np.ndarray, starts: np.ndarray,
         raise DataLossError("malformed record: a varint longer than 10 bytes")
     values = varints_at(data, where[begins], width)
     # The varints ending in each range.
-    counts = np.diff(np.searchsorted(ends_at, bounds), prepend=0)
+    counts = np.searchsorted(ends_at, bounds)
+    counts[1:] -= counts[:-1].copy()
     return values, counts
 
 
