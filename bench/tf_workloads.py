@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from readers import run_readers
@@ -373,8 +374,8 @@ def cache_two_trainers(repeats: int) -> list[float]:
 
 
 # ----- tf.train.Example parsing ----------------------------------------------------------------
-def parse_example(repeats: int) -> list[float]:
-    """The file convoy's side wrote (workloads.parse_example_file), parsed by tf.io."""
+def _parse_example_inputs() -> tuple[Any, dict[str, Any]]:
+    """The file convoy's side wrote (workloads.parse_example_file) and tf.io's features."""
     import tempfile
     from pathlib import Path
 
@@ -388,11 +389,36 @@ def parse_example(repeats: int) -> list[float]:
     features["name"] = tf.io.FixedLenFeature([], tf.string)
     features["tag"] = tf.io.FixedLenFeature([], tf.string)
     features["ids"] = tf.io.VarLenFeature(tf.int64)
+    return path, features
+
+
+def parse_example(repeats: int) -> list[float]:
+    """The file convoy's side wrote (workloads.parse_example_file), parsed by tf.io."""
+    import tensorflow as tf
+
+    path, features = _parse_example_inputs()
 
     def run() -> float:
         ds = tf.data.TFRecordDataset(str(path)).batch(256).map(
             lambda records: tf.io.parse_example(records, features))
         return _rate(ds, lambda batch: int(batch["int0"].shape[0]))
+
+    return _repeat(run, repeats)
+
+
+def parse_example_cpu(repeats: int) -> list[float]:
+    """Records per CPU second (all the process's threads, TensorFlow's pools included)."""
+    import tensorflow as tf
+
+    path, features = _parse_example_inputs()
+
+    def run() -> float:
+        ds = tf.data.TFRecordDataset(str(path)).batch(256).map(
+            lambda records: tf.io.parse_example(records, features))
+        started, total = time.process_time(), 0
+        for batch in ds:
+            total += int(batch["int0"].shape[0])
+        return total / (time.process_time() - started)
 
     return _repeat(run, repeats)
 
@@ -417,6 +443,7 @@ WORKLOADS: dict[str, Callable[[int], list[float]]] = {
     "ps_embedding_module": ps_embedding,  # the same model and step in TensorFlow
     "ps_embedding_tfstyle": ps_embedding_tfstyle,
     "parse_example": parse_example,
+    "parse_example_cpu": parse_example_cpu,
 }
 
 

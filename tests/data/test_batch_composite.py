@@ -185,7 +185,9 @@ def test_element_spec_of_sparse_and_ragged_values():
     assert ragged.unbatch().batch(5).batch(2).element_spec == RaggedTensorSpec(
         [None, None, None, None], np.int64, 3)
     flat = Dataset.from_tensors(_ragged([[1, 2], [3]])).unbatch()
-    assert flat.element_spec == TensorSpec([None], np.int64)  # its rows are arrays
+    # its rows are arrays, of a RaggedTensorSpec of ragged_rank 0 (so they batch ragged)
+    assert flat.element_spec == RaggedTensorSpec([None], np.int64, 0)
+    assert flat.batch(2).element_spec == RaggedTensorSpec([None, None], np.int64, 1)
 
 
 def test_element_spec_after_sparse_batch_and_ragged_batch():

@@ -246,3 +246,17 @@ def test_tensorflow_loads_a_convoy_distributed_save(tmp_path: Path) -> None:
                                 for e in ds.as_numpy_iterator())))
     """)
     assert result == [[i, str(i)] for i in range(12)]
+
+
+def test_sparse_and_ragged_components_are_saved_as_save_saves_them(tmp_path: Path) -> None:
+    ragged = cv.RaggedTensor.from_row_lengths(np.arange(10), [3, 0, 4, 3])
+    sparse = cv.SparseTensor(indices=[[0, 1], [2, 0]], values=np.array([1.0, 2.0]),
+                             dense_shape=[4, 3])
+    dataset = cv.data.Dataset.from_tensor_slices({"r": ragged, "s": sparse, "x": np.arange(4)})
+    with LocalCluster(num_workers=1) as cluster:
+        cv.data.experimental.distributed_save(dataset, tmp_path / "saved", cluster.address)
+        loaded = sorted(cv.data.Dataset.load(tmp_path / "saved", wait=True),
+                        key=lambda e: int(e["x"]))
+    assert cv.data.Dataset.load(tmp_path / "saved").element_spec == dataset.element_spec
+    assert [e["r"].tolist() for e in loaded] == ragged.to_list()
+    assert [e["s"].to_dense().tolist() for e in loaded] == sparse.to_dense().tolist()

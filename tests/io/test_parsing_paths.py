@@ -145,3 +145,61 @@ def test_empty_records_and_empty_features() -> None:
     assert out["a"].tolist() == [[1, 2]] * 3
     assert out["b"].dense_shape.tolist() == [3, 0]
     check([empty, example({"a": feature(np.int64, [4])}), empty], {"a": np.int64})
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_value_per_list(seed: int) -> None:
+    """Int64Lists of one value each (of every varint width, 1 to 10 bytes), read a word at a
+    time, and FloatLists of one length, read as rows."""
+    rng = np.random.default_rng(seed)
+    # the largest and smallest value of each width (1 to 9 bytes), and negative ones (10)
+    edges = [(1 << (7 * w)) - d for w in range(1, 10) for d in (1, (1 << (7 * w - 7)) - 1)]
+    records = [example({"i": feature(np.int64, [int(rng.choice(edges + [-1, -5]))]),
+                        "f": feature(np.float32, rng.standard_normal(3).tolist())})
+               for _ in range(int(rng.integers(1, 30)))]
+    check(records, {"i": np.int64, "f": np.float32})
+    out = io.parse_example(records, {"i": io.FixedLenFeature([], np.int64),
+                                     "f": io.FixedLenFeature([3], np.float32)})
+    assert out["i"].tolist() == [expected_values(r, "i", np.int64)[0] for r in records]
+
+
+def test_packed_varints_every_way() -> None:
+    """decode_packed_varints reads ranges of one varint each as words and any others byte by
+    byte; both give what a plain decoder gives, and a varint cut short is an error."""
+    from convoy.errors import DataLossError
+    from convoy.io import _wire
+
+    rng = np.random.default_rng(5)
+    values = [0, 1, 127, 128, 2**56 - 1, 2**56, 2**63 - 1, -1, -(2**63), 300]
+    for lists in ([[v] for v in values], [[v] for v in values] + [[], [1, 2, 3]],
+                  [[int(v) for v in rng.choice(values, int(rng.integers(0, 4)))]
+                   for _ in range(20)]):
+        payloads = [b"".join(_varint(v) for v in vs) for vs in lists]
+        buffer = _wire.join(payloads)
+        got, counts = _wire.decode_packed_varints(buffer.data, buffer.starts, buffer.ends)
+        assert counts.tolist() == [len(vs) for vs in lists]
+        assert _wire.as_int(got).tolist() == [v for vs in lists for v in vs]
+    for bad in ([b"\x81"], [b"\x01", b"\x80\x80"], [b"\xff" * 11]):
+        buffer = _wire.join(bad)
+        with pytest.raises(DataLossError):
+            _wire.decode_packed_varints(buffer.data, buffer.starts, buffer.ends)
+
+
+def test_records_alike_but_for_a_key() -> None:
+    """Records whose entries have the same layout but a different key at one position (a
+    short key, checked within the entry's first 8 bytes; a long one, after them) are read
+    as they are."""
+    for first, second in (("ab", "cd"), ("key_abcd_1", "key_abcd_2"), ("abcdef", "abcdeg")):
+        records = [example({first: feature(np.int64, [1]), "z": feature(bytes, [b"x"])}),
+                   example({second: feature(np.int64, [2]), "z": feature(bytes, [b"y"])})]
+        check(records, {first: np.int64, second: np.int64, "z": bytes})

@@ -13,12 +13,14 @@ from convoy import nest
 from convoy.data._composite import (
     COMPOSITE,
     batched_spec,
+    ragged_row_components,
     stack_composite,
+    stack_ragged,
     unbatched_spec,
     unstack_composite,
 )
 from convoy.data._file_reader_ops import TFRecordOp
-from convoy.data._op import Node, Op, PassNode
+from convoy.data._op import Node, Op, PassNode, derived_spec
 from convoy.data._rows import (
     Chunk,
     RowNode,
@@ -57,9 +59,12 @@ def _stack_leaves(values: list[Any], component: int) -> Any:
         raise
 
 
-def stack(elements: list[Any]) -> Any:
-    """Stack a list of same-structured elements into one element with a leading batch axis."""
+def stack(elements: list[Any], ragged: list[int] | None = None) -> Any:
+    """Stack a list of same-structured elements into one element with a leading batch axis;
+    components ``ragged`` (rows of ragged tensors) into ragged tensors."""
     first = elements[0]
+    if ragged is not None:
+        return _stack_with_ragged(elements, ragged)
     if not isinstance(first, (tuple, list, dict)):
         return _stack_leaves(elements, 0)
     if type(first) is tuple and not any(map(nest.is_nested, first)):  # fast path: flat tuples
@@ -69,12 +74,20 @@ def stack(elements: list[Any]) -> Any:
                                          for i, c in enumerate(columns)])
 
 
-def _batches(upstream: Iterator[Any], size: int, drop_remainder: bool) -> Iterator[Any]:
+def _stack_with_ragged(elements: list[Any], ragged: list[int]) -> Any:
+    columns = zip(*map(nest.flatten, elements), strict=True)
+    out = [stack_ragged(list(column), i) if i in ragged else _stack_leaves(list(column), i)
+           for i, column in enumerate(columns)]
+    return nest.pack_sequence_as(elements[0], out)
+
+
+def _batches(upstream: Iterator[Any], size: int, drop_remainder: bool,
+             ragged: list[int] | None = None) -> Iterator[Any]:
     while True:
         chunk = list(islice(upstream, size))
         if len(chunk) < size and (drop_remainder or not chunk):
             return
-        yield stack(chunk)
+        yield stack(chunk, ragged)
 
 
 def _batched_spec(spec: Any, size: int | None) -> Any:
@@ -103,7 +116,9 @@ class BatchOp(Op):
         if type(self.input) is TFRecordOp:  # batches cut from runs of records, not one by one
             return self.input.batches(state, self.batch_size, self.drop_remainder)
         input = self.input.iterator(state, key)
-        return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder))
+        ragged = ragged_row_components(derived_spec(self.input))
+        return PassNode(input, _batches(input.gen, self.batch_size, self.drop_remainder,
+                                        ragged))
 
     def _row_batches(self, source: RowSource, rows: RowNode) -> Iterator[Any]:
         pull, size = rows.pull, self.batch_size

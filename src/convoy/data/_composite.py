@@ -3,11 +3,13 @@
 A batch of :class:`~convoy.SparseTensor` is one sparse tensor with a leading batch dimension
 (its dense shape the largest of each dimension); a batch of :class:`~convoy.RaggedTensor` is
 one ragged tensor with one more ragged dimension. Unbatching is the inverse: the rows of a
-ragged tensor of ``ragged_rank`` 1 are numpy arrays.
+ragged tensor of ``ragged_rank`` 1 are numpy arrays, whose spec (a ``RaggedTensorSpec`` of
+``ragged_rank`` 0, as TensorFlow's) makes ``batch`` stack them into a ragged tensor again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -80,15 +82,48 @@ def unstack_composite(value: SparseTensor | RaggedTensor) -> list[Any]:
     """The rows of a batched sparse or ragged value (the inverse of :func:`stack_composite`)."""
     if isinstance(value, RaggedTensor):
         return list(value)
-    if value.rank == 0:
-        raise InvalidArgumentError("unbatch: a sparse scalar has no batch axis")
-    rows = value.indices[:, 0]
-    order = np.argsort(rows, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=value.shape[0]))])
-    indices, values = value.indices[order, 1:], value.values[order]
-    inner = value.dense_shape[1:]
-    return [SparseTensor._unchecked(indices[a:b], values[a:b], inner)
-            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    return list(SparseRows(value, "unbatch"))
+
+
+class SparseRows:
+    """The rows of a sparse tensor along its first dimension, each a sparse tensor of one
+    rank less (the dense shape's other sizes), cut on demand."""
+
+    __slots__ = ("_indices", "_values", "_bounds", "_inner")
+
+    def __init__(self, value: SparseTensor, what: str, least_rank: int = 1) -> None:
+        if value.rank < least_rank:
+            raise InvalidArgumentError(
+                f"{what}: a sparse tensor of rank {value.rank} cannot be cut into rows; it "
+                f"needs rank >= {least_rank}")
+        rows = value.indices[:, 0]
+        indices, values = value.indices[:, 1:], value.values
+        if len(rows) > 1 and (rows[1:] < rows[:-1]).any():
+            order = np.argsort(rows, kind="stable")  # entries of a row together, in order
+            rows, indices, values = rows[order], indices[order], values[order]
+        self._bounds = np.searchsorted(rows, np.arange(value.shape[0] + 1)).tolist()
+        self._indices, self._values = indices, values
+        self._inner = value.dense_shape[1:]
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    def __getitem__(self, row: int) -> SparseTensor:
+        a, b = self._bounds[row], self._bounds[row + 1]
+        return SparseTensor._unchecked(self._indices[a:b], self._values[a:b], self._inner)
+
+    def __iter__(self) -> Iterator[SparseTensor]:
+        return map(self.__getitem__, range(len(self)))
+
+
+def ragged_row_components(spec: Any) -> list[int] | None:
+    """The components of elements of ``spec`` that are rows of a ragged tensor (arrays whose
+    spec is a ``RaggedTensorSpec`` of ``ragged_rank`` 0), or None if there are none."""
+    if spec is None:
+        return None
+    rows = [i for i, leaf in enumerate(nest.flatten(spec))
+            if isinstance(leaf, nest.RaggedTensorSpec) and leaf.ragged_rank == 0]
+    return rows or None
 
 
 def batched_spec(spec: Any, size: int | None) -> Any:
@@ -107,10 +142,11 @@ def unbatched_spec(spec: Any) -> Any:
     shape = None if spec.shape is None else spec.shape[1:]
     if isinstance(spec, nest.SparseTensorSpec):
         return nest.SparseTensorSpec(shape, spec.dtype)
-    if isinstance(spec, nest.RaggedTensorSpec) and spec.ragged_rank > 1:
+    if isinstance(spec, nest.RaggedTensorSpec) and spec.ragged_rank > 0:
+        # a row of ragged_rank 1 is an array, whose spec says it batches as a ragged row
         return nest.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank - 1,
                                      spec.row_splits_dtype)
-    return nest.TensorSpec(shape, spec.dtype)  # a row of ragged_rank 1 is an array
+    return nest.TensorSpec(shape, spec.dtype)
 
 
 def _same_kind(values: list[Any], kind: type, component: int) -> None:

@@ -139,8 +139,16 @@ class Op:
         return self.inputs[0]
 
 
+# Set while deriving a spec that must not run anything (see derived_spec).
+_DERIVING: contextvars.ContextVar[bool] = contextvars.ContextVar("convoy_deriving",
+                                                                 default=False)
+
+
 def first_element_spec(op: Op) -> Any:
-    """The spec of ``op``'s first element (None if it has none), read by running it."""
+    """The spec of ``op``'s first element (None if it has none), read by running it; None
+    inside :func:`derived_spec`."""
+    if _DERIVING.get():
+        return None
     node = op.iterator(None, derive_key(0, 0))
     try:
         for element in node.gen:
@@ -148,6 +156,16 @@ def first_element_spec(op: Op) -> Any:
         return None
     finally:
         node.close()
+
+
+def derived_spec(op: Op) -> Any:
+    """``op.static_spec()`` where it is known without running anything (no function is
+    called for a first element), else None: what an iterator may ask when it is built."""
+    token = _DERIVING.set(True)
+    try:
+        return op.static_spec()
+    finally:
+        _DERIVING.reset(token)
 
 
 def element_caller(fn: Callable[..., Any]) -> Callable[[Any], Any]:

@@ -36,7 +36,13 @@ from convoy.errors import (
     UnimplementedError,
 )
 from convoy.io import snapshot_pb2, struct_pb2, tensor_pb2
-from convoy.io._tensor import STRING, dtype_enum, dtype_name, enum_dtype, from_proto, to_proto
+from convoy.io._tensor import STRING, dtype_enum, dtype_name, enum_dtype, from_proto
+from convoy.io._variant import (
+    COMPOSITE_SPECS,
+    component_dtype_enum,
+    decode_component,
+    encode_component,
+)
 
 METADATA_FILE = "snapshot.metadata"
 SPEC_FILE = "dataset_spec.pb"
@@ -68,18 +74,16 @@ def shard_index(shard_func: Callable[..., Any], element: Any) -> int:
 
 # ----- element spec <-> StructuredValue -----------------------------------------------------
 def encode_spec(spec: Any) -> struct_pb2.StructuredValue:
-    """The StructuredValue of a structure of :class:`TensorSpec` (TensorFlow's encoding)."""
+    """The StructuredValue of a structure of :class:`TensorSpec`, :class:`SparseTensorSpec`
+    and :class:`RaggedTensorSpec` (TensorFlow's encoding)."""
     value = struct_pb2.StructuredValue()
     if isinstance(spec, nest.TensorSpec):
         proto = value.tensor_spec_value
         proto.name = spec.name or ""
         proto.dtype = dtype_enum(spec.dtype)
-        proto.shape.SetInParent()
-        if spec.shape is None:
-            proto.shape.unknown_rank = True
-        else:
-            for size in spec.shape:
-                proto.shape.dim.add(size=-1 if size is None else size)
+        _encode_shape(proto.shape, spec.shape)
+    elif isinstance(spec, COMPOSITE_SPECS):
+        _encode_type_spec(value.type_spec_value, spec)
     elif isinstance(spec, dict):
         value.dict_value.SetInParent()
         for key, child in spec.items():
@@ -95,18 +99,72 @@ def encode_spec(spec: Any) -> struct_pb2.StructuredValue:
             holder.values.add().CopyFrom(encode_spec(child))
     else:
         raise InvalidArgumentError(f"element_spec must be a structure of TensorSpec, "
-                                   f"found {spec!r}")
+                                   f"SparseTensorSpec and RaggedTensorSpec, found {spec!r}")
     return value
 
 
+# TensorFlow's TypeSpecProto.TypeSpecClass of the composites convoy carries
+_SPARSE_TENSOR_SPEC, _RAGGED_TENSOR_SPEC = 1, 3
+
+
+def _encode_shape(proto: tensor_pb2.TensorShapeProto, shape: Any) -> None:
+    proto.SetInParent()
+    if shape is None:
+        proto.unknown_rank = True
+    else:
+        for size in shape:
+            proto.dim.add(size=-1 if size is None else size)
+
+
+def _decode_shape(proto: tensor_pb2.TensorShapeProto) -> list[int | None] | None:
+    return None if proto.unknown_rank else [None if d.size < 0 else d.size for d in proto.dim]
+
+
+def _encode_type_spec(proto: struct_pb2.TypeSpecProto, spec: Any) -> None:
+    """A SparseTensorSpec or RaggedTensorSpec as TensorFlow writes it: its class, and its
+    arguments as a tuple (shape, dtype[, ragged_rank, row_splits_dtype])."""
+    state = proto.type_state.tuple_value
+    _encode_shape(state.values.add().tensor_shape_value, spec.shape)
+    state.values.add().tensor_dtype_value = dtype_enum(spec.dtype)
+    if isinstance(spec, nest.SparseTensorSpec):
+        proto.type_spec_class, proto.type_spec_class_name = _SPARSE_TENSOR_SPEC, "SparseTensorSpec"
+        proto.num_flat_components = 3
+    else:
+        state.values.add().int64_value = spec.ragged_rank
+        state.values.add().tensor_dtype_value = dtype_enum(spec.row_splits_dtype)
+        proto.type_spec_class, proto.type_spec_class_name = _RAGGED_TENSOR_SPEC, "RaggedTensorSpec"
+        proto.num_flat_components = spec.ragged_rank + 1
+
+
+def _decode_type_spec(proto: struct_pb2.TypeSpecProto) -> Any:
+    state = list(proto.type_state.tuple_value.values)
+    try:
+        if proto.type_spec_class == _SPARSE_TENSOR_SPEC:
+            return nest.SparseTensorSpec(_decode_shape(state[0].tensor_shape_value),
+                                         enum_dtype(state[1].tensor_dtype_value))
+        if proto.type_spec_class == _RAGGED_TENSOR_SPEC:
+            if len(state) > 4 and state[4].WhichOneof("kind") != "none_value":
+                raise UnimplementedError(
+                    "element spec: a RaggedTensorSpec with a flat_values_spec is not supported")
+            return nest.RaggedTensorSpec(_decode_shape(state[0].tensor_shape_value),
+                                         enum_dtype(state[1].tensor_dtype_value),
+                                         state[2].int64_value,
+                                         enum_dtype(state[3].tensor_dtype_value))
+    except IndexError:
+        raise DataLossError(f"element spec: a {proto.type_spec_class_name} without its "
+                            f"arguments") from None
+    raise UnimplementedError(
+        f"element spec: {proto.type_spec_class_name or 'a TypeSpec'} components (nested "
+        "datasets, optionals ...) are not supported")
+
+
 def decode_spec(value: struct_pb2.StructuredValue) -> Any:
-    """The structure of :class:`TensorSpec` a StructuredValue describes."""
+    """The structure of specs a StructuredValue describes."""
     kind = value.WhichOneof("kind")
     if kind == "tensor_spec_value":
         proto = value.tensor_spec_value
-        shape = None if proto.shape.unknown_rank else [
-            None if d.size < 0 else d.size for d in proto.shape.dim]
-        return nest.TensorSpec(shape, enum_dtype(proto.dtype), proto.name or None)
+        return nest.TensorSpec(_decode_shape(proto.shape), enum_dtype(proto.dtype),
+                               proto.name or None)
     if kind == "dict_value":
         return {key: decode_spec(child)
                 for key, child in sorted(value.dict_value.fields.items())}
@@ -120,9 +178,7 @@ def decode_spec(value: struct_pb2.StructuredValue) -> Any:
                                      [p.key for p in pairs])
         return cls(*(decode_spec(p.value) for p in pairs))
     if kind == "type_spec_value":
-        raise UnimplementedError(
-            f"element spec: {value.type_spec_value.type_spec_class_name or 'a TypeSpec'} "
-            "components (sparse, ragged, nested datasets ...) are not supported")
+        return _decode_type_spec(value.type_spec_value)
     raise UnimplementedError(f"element spec: a {kind} is not a structure of TensorSpec")
 
 
@@ -151,7 +207,7 @@ def write_metadata(directory: str, run_id: str, spec: Any, num_elements: int,
     record = snapshot_pb2.SnapshotMetadataRecord(
         graph_hash=graph_hash, run_id=run_id, creation_timestamp=time.time_ns() // 1000,
         version=FILE_FORMAT_VERSION, num_elements=num_elements, finalized=finalized,
-        dtype=[dtype_enum(s.dtype) for s in nest.flatten(spec)])
+        dtype=[component_dtype_enum(s) for s in nest.flatten(spec)])
     _write_atomically(os.path.join(directory, METADATA_FILE), record.SerializeToString())
 
 
@@ -194,10 +250,13 @@ def checkpoint_file(shard_dir: str, checkpoint: int) -> str:
 class ShardWriters:
     """One TFRecord file per shard for checkpoint ``checkpoint``, opened on first use."""
 
-    def __init__(self, run_dir: str, checkpoint: int, compression: str | None) -> None:
+    def __init__(self, run_dir: str, checkpoint: int, compression: str | None,
+                 spec: Any = None) -> None:
         self.run_dir = run_dir
         self.checkpoint = checkpoint
         self.compression = compression
+        # each component's spec, where a ragged row (an array) must be written as ragged
+        self._specs = None if spec is None else nest.flatten(spec)
         self._writers: dict[int, TFRecordWriter] = {}
 
     def write(self, shard: int, element: Any) -> None:
@@ -212,8 +271,10 @@ class ShardWriters:
                     TFRecordWriter(checkpoint_file(directory, earlier), self.compression).close()
             writer = self._writers[shard] = TFRecordWriter(
                 checkpoint_file(directory, self.checkpoint), self.compression)
-        for component in nest.flatten(element):
-            writer.write(to_proto(component).SerializeToString())
+        components = nest.flatten(element)
+        specs = self._specs or [None] * len(components)
+        for component, spec in zip(components, specs):
+            writer.write(encode_component(component, spec).SerializeToString())
 
     def close(self) -> None:
         writers, self._writers = self._writers, {}
@@ -242,7 +303,7 @@ def save(dataset: Any, path: Any, compression: Any = None,
     run_dir = os.path.join(directory, run_id)
     os.makedirs(run_dir)
     write_metadata(directory, run_id, spec, 0, finalized=False)
-    writers = ShardWriters(run_dir, 0, compression)
+    writers = ShardWriters(run_dir, 0, compression, spec)
     count = 0
     try:
         for element in dataset:
@@ -305,12 +366,16 @@ def read_elements(path: str, compression: str | None, structure: Any,
     """``(element, offset after it)`` for each element of one file: ``n`` consecutive
     TensorProto records (one per component) packed into ``structure``."""
     _check_not_gzip(path, compression)
-    width = len(nest.flatten(structure))
+    specs = nest.flatten(structure)
+    width = len(specs)
     parse = tensor_pb2.TensorProto.FromString
     components: list[Any] = []
     for record, after in read_records(path, compression, offset):
         try:
-            components.append(_leaf(from_proto(parse(record))))
+            spec = specs[len(components)]
+            components.append(decode_component(parse(record), spec)
+                              if isinstance(spec, COMPOSITE_SPECS)
+                              else _leaf(from_proto(parse(record))))
         except DecodeError:
             raise DataLossError(f"a record of {path} is not a TensorProto") from None
         if len(components) == width:
@@ -420,13 +485,19 @@ def load(path: Any, element_spec: Any = None, compression: Any = None,
 def _check_spec(spec: Any, metadata: snapshot_pb2.SnapshotMetadataRecord, path: str) -> None:
     leaves = nest.flatten(spec)
     for leaf in leaves:
-        if not isinstance(leaf, nest.TensorSpec):
+        if not isinstance(leaf, (nest.TensorSpec, *COMPOSITE_SPECS)):
             raise InvalidArgumentError(
-                f"element_spec must be a structure of TensorSpec, found {leaf!r}")
-    saved = [enum_dtype(d) for d in metadata.dtype]
-    given = [leaf.dtype for leaf in leaves]
+                f"element_spec must be a structure of TensorSpec, SparseTensorSpec and "
+                f"RaggedTensorSpec, found {leaf!r}")
+    saved = list(metadata.dtype)
+    given = [component_dtype_enum(leaf) for leaf in leaves]
     if metadata.dtype and saved != given:
         raise InvalidArgumentError(
-            f"element_spec has dtypes {[dtype_name(d) for d in given]} but the dataset saved "
-            f"at {path} has {[dtype_name(d) for d in saved]}")
+            f"element_spec has dtypes {[_enum_name(d) for d in given]} but the dataset saved "
+            f"at {path} has {[_enum_name(d) for d in saved]}")
+
+
+def _enum_name(value: int) -> str:
+    """A component's DataType as named in errors (variant: a sparse or ragged component)."""
+    return "variant" if value == tensor_pb2.DT_VARIANT else dtype_name(enum_dtype(value))
 

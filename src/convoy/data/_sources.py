@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from convoy import nest
+from convoy._tensors import RaggedTensor, SparseTensor
+from convoy.data._composite import SparseRows, unbatched_spec
 from convoy.data._op import Node, Op, draw_seed
 from convoy.data._rows import RowNode, RowSource, SliceRows
 from convoy.errors import InvalidArgumentError, NotFoundError
@@ -102,45 +104,77 @@ def to_tensor_structure(value: Any, argument: str) -> Any:
     return value
 
 
+def _as_sliceable(value: Any) -> Any:
+    """A component of ``from_tensor_slices``: an array, or a sparse or ragged tensor."""
+    if isinstance(value, (np.ndarray, SparseTensor, RaggedTensor)):
+        return value
+    return np.asarray(value)
+
+
+def _rows_of(leaf: Any) -> int:
+    if isinstance(leaf, SparseTensor):
+        return leaf.shape[0]
+    if isinstance(leaf, RaggedTensor):
+        return leaf.nrows()
+    return leaf.shape[0]
+
+
+def _row_getter(leaf: Any) -> Callable[[int], Any]:
+    """Row ``i`` of a component: a sparse tensor's row is a sparse tensor of one rank less, a
+    ragged tensor's an array (``ragged_rank`` 1) or a ragged tensor."""
+    if isinstance(leaf, SparseTensor):
+        # TensorFlow slices sparse tensors of rank >= 2 only
+        return SparseRows(leaf, "from_tensor_slices", least_rank=2).__getitem__
+    return leaf.__getitem__
+
+
+def _row_spec(leaf: Any) -> Any:
+    if isinstance(leaf, (SparseTensor, RaggedTensor)):
+        return unbatched_spec(nest.spec_from_value(leaf))
+    return nest.TensorSpec(leaf.shape[1:], leaf.dtype)
+
+
 class TensorSlicesOp(IndexSource):
     def __init__(self, tensors: Any) -> None:
         tensors = to_tensor_structure(tensors, "tensors")
-        leaves = [np.asarray(x) if not isinstance(x, np.ndarray) else x
-                  for x in nest.flatten(tensors)]
+        leaves = [_as_sliceable(x) for x in nest.flatten(tensors)]
         if not leaves:
             raise InvalidArgumentError(
                 f"from_tensor_slices: tensors must hold at least one component, got {tensors!r}"
             )
         for i, leaf in enumerate(leaves):
-            if leaf.ndim == 0:
+            if isinstance(leaf, np.ndarray) and leaf.ndim == 0:
                 raise InvalidArgumentError(
                     f"from_tensor_slices: component {i} of tensors is a scalar; every "
                     f"component needs at least one dimension to slice along"
                 )
-        sizes = {leaf.shape[0] for leaf in leaves}
+        sizes = {_rows_of(leaf) for leaf in leaves}
         if len(sizes) > 1:
-            shapes = [list(leaf.shape) for leaf in leaves]
+            shapes = [list(_row_spec(leaf).shape or ()) for leaf in leaves]
             raise InvalidArgumentError(
                 f"from_tensor_slices: all components of tensors must have the same size in "
-                f"their first dimension, got shapes {shapes}"
+                f"their first dimension, got sizes {[_rows_of(leaf) for leaf in leaves]} "
+                f"(rows of shapes {shapes})"
             )
         self.structure = tensors
         self.leaves = leaves
+        self.composite = not all(isinstance(leaf, np.ndarray) for leaf in leaves)
+        self.getters = [_row_getter(leaf) for leaf in leaves]
         self.single = not nest.is_nested(tensors)
         self.flat_tuple = type(tensors) is tuple and not any(map(nest.is_nested, tensors))
 
     def num_elements(self) -> int:
-        return self.leaves[0].shape[0]
+        return _rows_of(self.leaves[0])
 
     def element_at(self, index: int) -> Any:
         if self.single:
-            return self.leaves[0][index]
+            return self.getters[0](index)
         if self.flat_tuple:  # the common (features, label) case, without the generic packing
-            return tuple([leaf[index] for leaf in self.leaves])
-        return nest.pack_sequence_as(self.structure, [leaf[index] for leaf in self.leaves])
+            return tuple([get(index) for get in self.getters])
+        return nest.pack_sequence_as(self.structure, [get(index) for get in self.getters])
 
-    def row_source(self) -> RowSource:
-        return RowSource(self.structure, self.leaves)
+    def row_source(self) -> RowSource | None:
+        return None if self.composite else RowSource(self.structure, self.leaves)
 
     def row_iterator(self, state: Any, key: int) -> RowNode:
         return SliceRows(self.num_elements(), state or 0)
@@ -148,12 +182,11 @@ class TensorSlicesOp(IndexSource):
     def iterator(self, state: Any, key: int) -> Node:
         indices = RangeIterNode(range(self.num_elements()), state or 0)
         if self.single:  # a numpy array indexed straight from C
-            return _IndexedNode(indices, map(self.leaves[0].__getitem__, indices.gen))
+            return _IndexedNode(indices, map(self.getters[0], indices.gen))
         return _IndexedNode(indices, map(self.element_at, indices.gen))
 
     def static_spec(self) -> Any:
-        specs = [nest.TensorSpec(leaf.shape[1:], leaf.dtype) for leaf in self.leaves]
-        return nest.pack_sequence_as(self.structure, specs)
+        return nest.pack_sequence_as(self.structure, [_row_spec(leaf) for leaf in self.leaves])
 
 
 class TensorsOp(IndexSource):

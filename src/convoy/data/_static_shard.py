@@ -141,7 +141,7 @@ def _file_list(op: Op, in_interleave: bool) -> list[Any] | np.ndarray | None:
         return op.files
     if isinstance(op, TensorSlicesOp) and in_interleave and op.single:
         names = op.leaves[0]
-        if names.ndim == 1 and names.dtype.kind in "OSU":
+        if isinstance(names, np.ndarray) and names.ndim == 1 and names.dtype.kind in "OSU":
             return names
     return None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -71,7 +72,7 @@ def _records(serialized: Any) -> list[bytes]:
             )
         serialized = serialized.tolist()
     records = list(serialized)
-    if all(type(record) is bytes for record in records):
+    if set(map(type, records)) <= {bytes}:
         return records
     for index, record in enumerate(records):
         if not isinstance(record, bytes):
@@ -154,22 +155,31 @@ def _lookup_alike(context: _Context, starts: np.ndarray, ends: np.ndarray,
         return None
     begins, stops = fields
     if begins.size:
-        key_length = data[begins + 1]
-        key_start = begins + 2
-        key_end = key_start + key_length
-        if not ((data[begins] == 0x0A).all() and (key_length < 0x80).all()
-                and (key_length == key_length[:, :1]).all()
-                and (key_end + 2 <= stops).all() and (data[key_end] == 0x12).all()):
+        # Each entry is the key field (tag, length, key), then the value field. The first
+        # record's entries give each position's key length; the first 8 bytes of every entry
+        # (tag, length and up to 6 bytes of key) must be those of the first record's.
+        key_length = data[begins[:, 0] + 1].astype(np.int64)
+        if key_length.max() >= 0x80 or (data[begins[:, 0]] != 0x0A).any():
             return None
-        value_length = data[key_end + 1]
+        words = _wire.words(data)
+        keep = _wire.LOW_BYTES[np.minimum(key_length + 2, 8)][:, None]
+        head = words[begins] & keep
+        key_end = begins + (key_length + 2)[:, None]
+        if not (head == head[:, :1]).all() or (
+                key_length.max() > 6 and not _same_keys(data, begins + 2, key_length)):
+            return None
+        value_head = words[key_end]
+        value_length = ((value_head >> _8) & _LOW8).astype(np.int64)
+        if not ((value_head & _LOW8) == 0x12).all():
+            return None
         value_start = key_end + 2
         if value_length.max() >= 0x80:
             length, after = _wire.read_varints(data, (key_end + 1).ravel(), stops.ravel())
             value_start = after.reshape(stops.shape)
             value_length = length.astype(np.int64).reshape(stops.shape)
-        if not (value_start + value_length == stops).all() or \
-                not _same_keys(data, key_start, key_length[:, 0].astype(np.int64)):
+        if not (value_start + value_length == stops).all():
             return None
+        key_start, key_length = begins + 2, key_length[:, None]
     wanted = {key.encode(): key for key in keys}
     found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     every = np.arange(context.batch, dtype=np.int64)
@@ -305,8 +315,9 @@ def _feature_values(context: _Context, keys: list[str], slot_key: np.ndarray, ki
 
 
 def _short_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                 tag: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The usual Feature, read from the 8 bytes it starts with: the list field ``tag``, then
+                 tag: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The usual Feature, read from the 8 bytes it starts with: the list field ``tag`` (one
+    for all, or each Feature's), then
     (unless the list is empty) one packed field or byte string, both under 128 bytes long.
     Where each such field's payload starts and ends, and which Feature holds it; None when
     some Feature is otherwise."""
@@ -334,7 +345,7 @@ def _short_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
 
 
 _8, _24 = np.uint64(8), np.uint64(24)
-_LOW7 = np.uint64(0x7F)
+_LOW7, _LOW8 = np.uint64(0x7F), np.uint64(0xFF)
 # Of a Feature's first bytes (tag, length, 0x0A, length): the bits to compare when its list is
 # empty, and when not; and the tag of the list's field.
 _TAG_MASK = (np.uint64(0x80FF), np.uint64(0x80FF80FF))
@@ -426,30 +437,22 @@ def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
              kinds: Mapping[str, int], sequence: bool) -> dict[str, _Column]:
     """The column of each key: the Features of all keys of one kind are decoded together (for
     feature lists, the Features of their steps)."""
-    data = context.buffer.data
     columns = {}
-    for kind in (BYTES, FLOAT, INT64):
-        keys = [key for key, wanted in kinds.items() if wanted == kind]
-        if not keys:
-            continue
-        records, starts, ends = (np.concatenate([found[key][i] for key in keys])
-                                 for i in range(3))
+    groups = [(kind, keys) for kind in (BYTES, FLOAT, INT64)
+              if (keys := [key for key, wanted in kinds.items() if wanted == kind])]
+    decoded = None if sequence else _usual_features(context, found, groups)
+    for kind, keys in groups:
         per_key = np.array([len(found[key][0]) for key in keys], np.int64)
-        slot_key = np.repeat(np.arange(len(keys)), per_key)
-        if sequence:  # slots are the steps of the feature lists
-            lists = np.arange(len(records))
-            starts, ends, owner = _messages(data, starts, ends, lists, 1)
-            steps = np.bincount(owner, minlength=len(records)).astype(np.int64)
-            slot_key, records = slot_key[owner], records[owner]
-            per_slot_key = np.bincount(slot_key, minlength=len(keys))
+        steps, per_slot_key = None, per_key
+        if decoded:
+            counts, values = decoded[kind]
         else:
-            steps, per_slot_key = None, per_key
-        counts, values = _feature_values(context, keys, slot_key, kind, starts, ends, records)
+            counts, values, steps, per_slot_key = _kind_values(context, found, keys, kind,
+                                                               per_key, sequence)
         # Each key's slots, values and lists, as bounds into the arrays of all keys.
-        slot_bounds = np.concatenate(([0], np.cumsum(per_slot_key)))
+        slot_bounds = [0, *accumulate(per_slot_key.tolist())]
         value_bounds = np.concatenate(([0], np.cumsum(counts)))[slot_bounds].tolist()
-        list_bounds = np.concatenate(([0], np.cumsum(per_key))).tolist()
-        slot_bounds = slot_bounds.tolist()
+        list_bounds = [0, *accumulate(per_key.tolist())]
         for index, key in enumerate(keys):
             key_steps = None if steps is None else \
                 steps[list_bounds[index]:list_bounds[index + 1]]
@@ -458,6 +461,51 @@ def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
                                    values[value_bounds[index]:value_bounds[index + 1]],
                                    key_steps)
     return columns
+
+
+def _kind_values(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
+                 keys: list[str], kind: int, per_key: np.ndarray, sequence: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """The values of the Features of ``keys`` (all of ``kind``): how many each slot holds and
+    all of them; and for feature lists, the steps of each and the slots of each key."""
+    records, starts, ends = (np.concatenate([found[key][i] for key in keys]) for i in range(3))
+    slot_key = np.repeat(np.arange(len(keys)), per_key)
+    steps, per_slot_key = None, per_key
+    if sequence:  # slots are the steps of the feature lists
+        lists = np.arange(len(records))
+        starts, ends, owner = _messages(context.buffer.data, starts, ends, lists, 1)
+        steps = np.bincount(owner, minlength=len(records)).astype(np.int64)
+        slot_key, records = slot_key[owner], records[owner]
+        per_slot_key = np.bincount(slot_key, minlength=len(keys))
+    counts, values = _feature_values(context, keys, slot_key, kind, starts, ends, records)
+    return counts, values, steps, per_slot_key
+
+
+def _usual_features(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
+                    groups: list[tuple[int, list[str]]]
+                    ) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """:func:`_feature_values` of each kind's keys where every Feature of every kind has the
+    usual layout (see :func:`_short_lists`), which is checked for all of them at once; None
+    otherwise."""
+    starts, ends = (np.concatenate([found[key][i] for _, keys in groups for key in keys])
+                    for i in (1, 2))
+    per_kind = [sum(len(found[key][0]) for key in keys) for _, keys in groups]
+    tags = np.repeat(np.array([kind << 3 | 2 for kind, _ in groups], np.uint64), per_kind)
+    short = _short_lists(context.buffer.data, starts, ends, tags)
+    if short is None:
+        return None
+    begin, end, slot = short
+    first_slots = np.cumsum([0, *per_kind])
+    cuts = np.searchsorted(slot, first_slots).tolist()
+    decoded = {}
+    for index, (kind, _) in enumerate(groups):
+        a, b = cuts[index], cuts[index + 1]
+        one = np.arange(b - a, dtype=np.int64)
+        items = _wire.Fields(one, one, np.full(len(one), 2), begin[a:b], end[a:b], one)
+        kind_slot, slots = slot[a:b] - first_slots[index], per_kind[index]
+        decoded[kind] = _strings(context, items, kind_slot, slots) if kind == BYTES else \
+            _numbers(context.buffer.data, kind, items, kind_slot, slots)
+    return decoded
 
 
 # --- building the outputs ----------------------------------------------------------------------

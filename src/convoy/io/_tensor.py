@@ -119,11 +119,13 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _encode_strings(items: list[bytes]) -> bytes:
+def encode_strings(items: list[bytes]) -> bytes:
+    """Byte strings as a string tensor's (or a variant tensor's) tensor_content: each
+    length as a varint, then the strings."""
     return b"".join([_varint(len(s)) for s in items] + items)
 
 
-def _decode_strings(content: bytes, count: int) -> list[bytes]:
+def decode_strings(content: bytes, count: int) -> list[bytes]:
     lengths, pos = [], 0
     try:
         for _ in range(count):
@@ -148,20 +150,25 @@ def _decode_strings(content: bytes, count: int) -> list[bytes]:
     return items
 
 
-def to_proto(value: Any, string_val: bool = False) -> tensor_pb2.TensorProto:
+def to_proto(value: Any, string_val: bool = False,
+             value_fields: bool = False) -> tensor_pb2.TensorProto:
     """A ``TensorProto`` of ``value``; strings go to ``string_val`` when asked, else (like
-    every other dtype) to ``tensor_content``."""
+    every other dtype) to ``tensor_content``; with ``value_fields``, every dtype goes to its
+    typed field (as TensorFlow writes the tensors inside a variant)."""
     array = as_array(value)
     proto = tensor_pb2.TensorProto(dtype=dtype_enum(array.dtype))
     proto.tensor_shape.SetInParent()
     for size in array.shape:
         proto.tensor_shape.dim.add(size=size)
+    field = _VAL_FIELD.get(proto.dtype) if value_fields and array.dtype.kind in "biuf" else None
     if array.dtype == STRING:
         items = array.ravel().tolist()
-        if string_val:
+        if string_val or value_fields:
             proto.string_val.extend(items)
         else:
-            proto.tensor_content = _encode_strings(items)
+            proto.tensor_content = encode_strings(items)
+    elif field is not None and proto.dtype != tensor_pb2.DT_HALF:
+        getattr(proto, field).extend(array.ravel().tolist())
     else:
         proto.tensor_content = np.ascontiguousarray(
             array, dtype=array.dtype.newbyteorder("<")).tobytes()
@@ -177,7 +184,7 @@ def from_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64))
     if dtype == STRING:
         if proto.tensor_content:
-            items = _decode_strings(proto.tensor_content, count)
+            items = decode_strings(proto.tensor_content, count)
         else:
             items = _fill(list(proto.string_val), count, b"")
         array = np.empty(count, dtype=object)

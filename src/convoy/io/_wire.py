@@ -182,28 +182,70 @@ def uniform_fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     ``data[starts[i]:ends[i]]`` is the same number of length-delimited fields, all with the
     one-byte ``tag`` (a map of a batch of records written alike); None otherwise (the caller
     falls back to :func:`scan`, which also finds any malformation)."""
+    if not len(starts):
+        empty = np.zeros((0, 0), np.int64)
+        return empty, empty
+    count = _count_fields(data[starts[0]:ends[0]].tobytes(), tag)
+    if count is None:
+        return None
+    if not count:
+        return (None if (starts < ends).any() else
+                (np.zeros((0, len(starts)), np.int64), np.zeros((0, len(starts)), np.int64)))
+    # Fields of one-byte lengths first, in a few numpy calls per field; checked at the end.
+    tags = np.empty((count, len(starts)), np.int64)
+    begins = np.empty_like(tags)
+    stops = np.empty_like(tags)
+    position = starts
+    try:
+        for field in range(count):
+            tags[field] = position
+            begins[field] = begin = position + 2
+            stops[field] = position = begin + data[begin - 1]
+        long = bool((data[begins - 1] >= 0x80).any())
+    except IndexError:  # positions past the data: a length byte >= 0x80, or records unlike
+        long = True
+    if long:
+        return _uniform_long_fields(data, starts, ends, count, tag)
+    if not (position == ends).all() or not (data[tags] == tag).all():
+        return None
+    return begins, stops
+
+
+def _count_fields(message: bytes, tag: int) -> int | None:
+    """How many fields ``message`` holds if all are length-delimited with the one-byte
+    ``tag``; None otherwise."""
+    count = position = 0
+    while position < len(message):
+        if message[position] != tag:
+            return None
+        length = shift = 0
+        position += 1
+        while position < len(message) and message[position] & 0x80 and shift < 63:
+            length |= (message[position] & 0x7F) << shift
+            shift += 7
+            position += 1
+        if position >= len(message):
+            return None
+        length |= message[position] << shift
+        position += 1 + length
+        count += 1
+    return count if position == len(message) else None
+
+
+def _uniform_long_fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                         count: int, tag: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`uniform_fields` where some field's length takes several bytes."""
     begins, stops, tags = [], [], []
     position = starts
-    while True:
-        going = position < ends
-        if not going.all():
-            if going.any():
-                return None
-            break
+    for _ in range(count):
+        if not (position < ends).all():
+            return None
         tags.append(position)
-        length_byte = data[position + 1]
-        if length_byte.max() < 0x80:
-            begin = position + 2
-            stop = begin + length_byte
-        else:
-            length, begin = read_varints(data, position + 1, ends)
-            stop = begin + _as_length(length)
+        length, begin = read_varints(data, position + 1, ends)
+        stop = begin + _as_length(length)
         begins.append(begin)
         stops.append(stop)
         position = stop
-    if not begins:
-        empty = np.zeros((0, len(starts)), np.int64)
-        return empty, empty
     if not (position == ends).all() or not (data[np.stack(tags)] == tag).all():
         return None
     return np.stack(begins), np.stack(stops)
@@ -251,6 +293,12 @@ def ranges(starts: np.ndarray, lengths: np.ndarray, step: int = 1) -> np.ndarray
 
 def little_floats(data: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The ``counts[i]`` little-endian float32 values from each ``starts[i]``, concatenated."""
+    if len(counts) and counts[0] > 0 and (counts == counts[0]).all():
+        # lists of one length (a FixedLenFeature's): each gathered as one row of that many
+        width = int(counts[0])
+        rows = np.ndarray((max(len(data) - 4 * width + 1, 0), width), "<f4", buffer=data,
+                          strides=(1, 4))
+        return rows[starts].reshape(-1).astype(np.float32, copy=False)
     view = np.ndarray((max(len(data) - 3, 0),), "<f4", buffer=data, strides=(1,))
     return view[ranges(starts, counts, 4)].astype(np.float32, copy=False)
 
@@ -263,17 +311,33 @@ _GATHER = [(_U64(0x007F007F007F007F), _U64(0x7F007F007F007F00), _U64(1)),
 LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)
 
 
-def varints_at(data: np.ndarray, at: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """The varints of ``width[i]`` (1 to 10) bytes at ``at[i]``, read 8 bytes at a time."""
-    value = words(data)[at] & LOW_BYTES[np.minimum(width, 8)]
+# Of the first n (0 to 8) bytes of a word: their high bits; and those set when the bytes of a
+# range of n (0 to 10) are exactly one varint (every byte's but the last's).
+_HIGH_BITS = np.array([sum(0x80 << (8 * i) for i in range(n)) for n in range(9)], np.uint64)
+_ONE_VARINT = np.array([sum(0x80 << (8 * i) for i in range(min(n - 1, 8))) for n in range(11)],
+                       np.uint64)
+
+
+def _gather_groups(value: np.ndarray) -> np.ndarray:
+    """The 7-bit groups of the (up to 8) varint bytes of each word, as one number."""
     for low, high, shift in _GATHER:
         value = (value & low) | ((value & high) >> shift)
+    return value
+
+
+def _high_groups(data: np.ndarray, at: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Bits 56 to 63 of varints of 9 or 10 bytes, from their ninth and tenth byte."""
+    ninth = data[at + 8].astype(np.uint64) & _U7
+    tenth = np.where(width > 9, data[at + 9], 0).astype(np.uint64) & _U7
+    return (ninth << _U64(56)) | (tenth << _U64(63))
+
+
+def varints_at(data: np.ndarray, at: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """The varints of ``width[i]`` (1 to 10) bytes at ``at[i]``, read 8 bytes at a time."""
+    value = _gather_groups(words(data)[at] & LOW_BYTES[np.minimum(width, 8)])
     long = np.flatnonzero(width > 8)
-    if long.size:  # bits 56 to 63 come from a ninth and tenth byte
-        where = at[long]
-        ninth = data[where + 8].astype(np.uint64) & _U7
-        tenth = np.where(width[long] > 9, data[where + 9], 0).astype(np.uint64) & _U7
-        value[long] |= (ninth << _U64(56)) | (tenth << _U64(63))
+    if long.size:
+        value[long] |= _high_groups(data, at[long], width[long])
     return value
 
 
@@ -281,6 +345,31 @@ def decode_packed_varints(data: np.ndarray, starts: np.ndarray,
                           ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The varints packed in each ``data[starts[i]:ends[i]]`` (uint64, concatenated) and how
     many each range holds."""
+    lengths = ends - starts
+    if not len(starts) or lengths.max() > 10:  # some range holds several varints
+        return _bytewise_varints(data, starts, ends)
+    # Ranges each holding one varint (int64 scalars') are read as words, and two more bytes
+    # for a varint of 9 or 10 bytes (a negative number's).
+    width = np.minimum(lengths, 8)
+    word = words(data)[starts] & LOW_BYTES[width]
+    single = (word & _HIGH_BITS[width]) == _ONE_VARINT[lengths]
+    long = np.flatnonzero(lengths > 8)
+    if long.size:
+        at, size = starts[long], lengths[long]
+        ninth, tenth = data[at + 8], data[at + 9]
+        single[long] &= np.where(size == 10, (ninth >= 0x80) & (tenth < 0x80), ninth < 0x80)
+    if not single.all():  # lists of several short varints
+        return _bytewise_varints(data, starts, ends)
+    value = _gather_groups(word)
+    if long.size:
+        value[long] |= _high_groups(data, at, size)
+    counts = (lengths > 0).astype(np.int64)
+    return (value if counts.all() else value[counts > 0]), counts
+
+
+def _bytewise_varints(data: np.ndarray, starts: np.ndarray,
+                      ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decode_packed_varints` of any ranges, byte by byte."""
     lengths = ends - starts
     where = ranges(starts, lengths)
     if not len(where):
@@ -301,7 +390,8 @@ def decode_packed_varints(data: np.ndarray, starts: np.ndarray,
         raise DataLossError("malformed record: a varint longer than 10 bytes")
     values = varints_at(data, where[begins], width)
     # The varints ending in each range.
-    counts = np.diff(np.searchsorted(ends_at, bounds), prepend=0)
+    counts = np.searchsorted(ends_at, bounds)
+    counts[1:] -= counts[:-1].copy()
     return values, counts
 
 

@@ -93,11 +93,13 @@ class TensorSpecProto(_message.Message):
     def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Union[_tensor_pb2.TensorShapeProto, _Mapping]] = ..., dtype: _Optional[_Union[_tensor_pb2.DataType, str]] = ...) -> None: ...
 
 class TypeSpecProto(_message.Message):
-    __slots__ = ("type_spec_class", "type_state", "type_spec_class_name")
+    __slots__ = ("type_spec_class", "type_state", "type_spec_class_name", "num_flat_components")
     TYPE_SPEC_CLASS_FIELD_NUMBER: _ClassVar[int]
     TYPE_STATE_FIELD_NUMBER: _ClassVar[int]
     TYPE_SPEC_CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    NUM_FLAT_COMPONENTS_FIELD_NUMBER: _ClassVar[int]
     type_spec_class: int
     type_state: StructuredValue
     type_spec_class_name: str
-    def __init__(self, type_spec_class: _Optional[int] = ..., type_state: _Optional[_Union[StructuredValue, _Mapping]] = ..., type_spec_class_name: _Optional[str] = ...) -> None: ...
+    num_flat_components: int
+    def __init__(self, type_spec_class: _Optional[int] = ..., type_state: _Optional[_Union[StructuredValue, _Mapping]] = ..., type_spec_class_name: _Optional[str] = ..., num_flat_components: _Optional[int] = ...) -> None: ...

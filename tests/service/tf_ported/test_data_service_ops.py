@@ -64,13 +64,15 @@ def test_distribute_invalid_compression(cluster1):
 
 
 def test_distribute_ragged(cluster1):
-    """testDistributeRagged. convoy has no ragged tensors: padded_batch gives what TensorFlow's
-    test reads after ``.to_tensor()``, rows of different lengths padded with zeros."""
-    dataset = Dataset.from_tensor_slices([1, 5, 3, 2, 8]).map(np.arange).padded_batch(2)
+    """testDistributeRagged: ragged batches (dense_to_ragged_batch) cross the service; read
+    with ``to_tensor()``, rows of different lengths padded with zeros."""
+    dataset = Dataset.from_tensor_slices([1, 5, 3, 2, 8]).map(np.arange).apply(
+        cv.data.experimental.dense_to_ragged_batch(2))
     results = list(distributed(dataset, cluster1))
-    assert [r.tolist() for r in results] == [[[0, 0, 0, 0, 0], [0, 1, 2, 3, 4]],
-                                             [[0, 1, 2], [0, 1, 0]],
-                                             [[0, 1, 2, 3, 4, 5, 6, 7]]]
+    assert all(isinstance(r, cv.RaggedTensor) for r in results)
+    assert [r.to_tensor().tolist() for r in results] == [[[0, 0, 0, 0, 0], [0, 1, 2, 3, 4]],
+                                                         [[0, 1, 2], [0, 1, 0]],
+                                                         [[0, 1, 2, 3, 4, 5, 6, 7]]]
 
 
 @pytest.mark.parametrize("init_source", ["textfile", "keyvaluetensor", "dataset"])

@@ -17,15 +17,27 @@ import cloudpickle
 
 from convoy import nest
 from convoy.data import _distributed_snapshot as layout
+from convoy.data import _save
 from convoy.data._op import Op, seeded
 from convoy.data._split import SplitSupplier, read_splits
 from convoy.data.tfrecord import TFRecordWriter
-from convoy.io._tensor import to_proto
+from convoy.io import struct_pb2
+from convoy.io._variant import encode_component
 
 #: A chunk is committed once it holds this many elements, this many bytes, or is this old.
 CHUNK_MAX_ELEMENTS = 4096
 CHUNK_MAX_BYTES = 64 << 20
 CHUNK_MAX_AGE_S = 1.0
+
+
+def _component_specs(path: str) -> list[Any] | None:
+    """The save's element spec, flattened, as its client wrote it into the metadata: a
+    ragged row (an array) is written as a ragged value where its spec says so."""
+    metadata = layout.read_metadata(path)
+    if metadata is None:
+        return None
+    return nest.flatten(_save.decode_spec(struct_pb2.StructuredValue.FromString(
+        metadata.element_spec)))
 
 
 class StreamStopped(Exception):
@@ -46,7 +58,8 @@ def write_stream(path: str, stream: int, dataset: bytes, compression: str, seed:
     scratch = os.path.join(layout.stream_directory(path, stream), "uncommitted_chunks")
     os.makedirs(scratch, exist_ok=True)
     os.makedirs(os.path.join(path, layout.CHUNKS_DIR), exist_ok=True)
-    chunk = _Chunk(scratch, next_chunk, compression or None, uid)
+    specs = _component_specs(path)
+    chunk = _Chunk(scratch, next_chunk, compression or None, uid, specs)
     node = op.iterator(None, 0)
     try:
         for element in node.gen:
@@ -58,7 +71,7 @@ def write_stream(path: str, stream: int, dataset: bytes, compression: str, seed:
             chunk.write(element)
             if chunk.full():
                 chunk.commit(path, stream)
-                chunk = _Chunk(scratch, chunk.index + 1, compression or None, uid)
+                chunk = _Chunk(scratch, chunk.index + 1, compression or None, uid, specs)
         if chunk.count:
             chunk.commit(path, stream)
         else:
@@ -72,8 +85,10 @@ def write_stream(path: str, stream: int, dataset: bytes, compression: str, seed:
 
 
 class _Chunk:
-    def __init__(self, scratch: str, index: int, compression: str | None, uid: str) -> None:
+    def __init__(self, scratch: str, index: int, compression: str | None, uid: str,
+                 specs: list[Any] | None) -> None:
         self.index = index
+        self.specs = specs
         self.file = os.path.join(scratch, f"chunk_{index}.{uid}.tmp")
         self.writer = TFRecordWriter(self.file, compression)
         self.count = 0
@@ -81,8 +96,9 @@ class _Chunk:
         self.started = time.monotonic()
 
     def write(self, element: Any) -> None:
-        for component in nest.flatten(element):
-            record = to_proto(component).SerializeToString()
+        components = nest.flatten(element)
+        for component, spec in zip(components, self.specs or [None] * len(components)):
+            record = encode_component(component, spec).SerializeToString()
             self.bytes += len(record)
             self.writer.write(record)
         self.count += 1
