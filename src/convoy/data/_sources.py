@@ -150,11 +150,10 @@ class TensorSlicesOp(IndexSource):
                 )
         sizes = {_rows_of(leaf) for leaf in leaves}
         if len(sizes) > 1:
-            shapes = [list(_row_spec(leaf).shape or ()) for leaf in leaves]
+            shapes = [[_rows_of(leaf), *(_row_spec(leaf).shape or ())] for leaf in leaves]
             raise InvalidArgumentError(
                 f"from_tensor_slices: all components of tensors must have the same size in "
-                f"their first dimension, got sizes {[_rows_of(leaf) for leaf in leaves]} "
-                f"(rows of shapes {shapes})"
+                f"their first dimension, got shapes {shapes}"
             )
         self.structure = tensors
         self.leaves = leaves
