@@ -105,6 +105,17 @@ def test_a_restored_reading_saves_and_restores_again(cluster2):
     assert read_rounds(iterators, 50) == expected
     for iterator in iterators:
         iterator.close()
+    # the same states again, while the job of their first restore lives: its rounds are served
+    iterators = restore(consumers(cluster2.target, "off", "twice"), states)
+    with pytest.raises(FailedPreconditionError, match="current round has already reached"):
+        read_rounds(iterators, 1)
+    for iterator in iterators:
+        iterator.close()
+    # under another job_name they restore into a job of their own
+    iterators = restore(consumers(cluster2.target, "off", "twice-again"), states)
+    assert read_rounds(iterators, 50) == expected
+    for iterator in iterators:
+        iterator.close()
 
 
 def test_consumers_restoring_different_rounds_fail_naming_both(cluster2):

@@ -213,6 +213,8 @@ class _Handlers:
             iteration_id, client_id = self._apply(
                 ev.GetOrCreateIteration(r.job_id, r.repetition, time.time(), resume))
             iteration = self.state.iterations[iteration_id]
+            if iteration.failure:
+                raise FailedPreconditionError(iteration.failure)
             finished = iteration.finished
             awaited = awaited_consumers(iteration) if iteration.resume_awaiting else ""
         if resume is not None and awaited:

@@ -257,12 +257,14 @@ class DispatcherState:
         elif event.resume is not None:
             iteration = self.iterations[iteration_id]
             if job.options.num_consumers and event.resume.round_index != iteration.resume_round:
-                # every consumer fails: those already reading too (their heartbeats say so)
-                iteration.failure = (
+                # every consumer fails: this one at once (no client), those already reading by
+                # their heartbeats
+                iteration.failure = iteration.failure or (
                     f"the consumers of coordinated job {job.name!r} restored states of different "
                     f"rounds: {iteration.resume_round} and {event.resume.round_index}; each must "
                     f"restore its own state saved at the same round as the others'")
-                raise FailedPreconditionError(iteration.failure)
+            if iteration.failure:
+                return iteration_id, 0
             if iteration.resume_awaiting > 0:  # another consumer of the saved shared job
                 self._resume(iteration, event.resume)
                 # states saved at different times may count different consumers: the most
