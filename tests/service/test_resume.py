@@ -102,17 +102,6 @@ def test_unseeded_list_files_shuffle_refuses_to_save(tmp_path: Any) -> None:
         it.close()
 
 
-def test_coordinated_reads_refuse_to_save() -> None:
-    with LocalCluster(num_workers=1) as cluster:
-        ds = cv.data.Dataset.range(10).repeat().apply(cv.data.service.distribute(
-            "off", cluster.target, job_name="c", consumer_index=0, num_consumers=1))
-        it = iter(ds)
-        next(it)
-        with pytest.raises(UnimplementedError, match="coordinated"):
-            it.state_dict()
-        it.close()
-
-
 # ----- give-back ---------------------------------------------------------------------------------
 
 

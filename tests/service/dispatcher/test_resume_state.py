@@ -88,3 +88,22 @@ def test_a_resumed_shared_iteration_says_which_consumers_it_waits_for() -> None:
     assert waiting.startswith("1 more of the 3 consumers")
     state.apply(ev.GetOrCreateIteration(job, 0, 2.0, saved))
     assert not any(t.held or t.held_for for t in state.apply(ev.ClientHeartbeat(client, 2.5)).tasks)
+
+
+def test_coordinated_consumers_restoring_different_rounds_fail_the_iteration() -> None:
+    state = st.DispatcherState()
+    dataset = state.apply(ev.RegisterDataset("fp", b"x", "", b"", -1, -1))  # infinite
+    state.apply(ev.WorkerHeartbeat("w1", "uid-1", (), 0.0))
+    job = state.apply(ev.GetOrCreateJob(
+        dataset, "c", ev.JobOptions(ShardingPolicy.OFF, num_consumers=2),
+        coordinated_rules=True))
+    saved = ev.ResumePoint(tasks=(ev.ResumeTask(5, "w1", skip_count=12),), round_index=300)
+    iteration_id, first = state.apply(ev.GetOrCreateIteration(job, 0, 0.0, saved))
+    _, same = state.apply(ev.GetOrCreateIteration(job, 0, 0.0, saved))
+    assert same and not state.iterations[iteration_id].failure
+    other = ev.ResumePoint(tasks=saved.tasks, round_index=200)
+    assert decode_event(encode_event(ev.GetOrCreateIteration(job, 0, 0.0, other))).resume == other
+    _, refused = state.apply(ev.GetOrCreateIteration(job, 0, 0.0, other))
+    assert refused == 0  # no client: the dispatcher refuses the call
+    view = state.apply(ev.ClientHeartbeat(first, 0.5))
+    assert "different rounds: 300 and 200" in view.failure  # the first consumer fails too

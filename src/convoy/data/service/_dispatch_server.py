@@ -213,6 +213,8 @@ class _Handlers:
             iteration_id, client_id = self._apply(
                 ev.GetOrCreateIteration(r.job_id, r.repetition, time.time(), resume))
             iteration = self.state.iterations[iteration_id]
+            if iteration.failure:
+                raise FailedPreconditionError(iteration.failure)
             finished = iteration.finished
             awaited = awaited_consumers(iteration) if iteration.resume_awaiting else ""
         if resume is not None and awaited:
@@ -254,7 +256,7 @@ class _Handlers:
             tasks=[pb.TaskInfo(task_id=t.task_id, worker_address=t.worker_address,
                                incarnation=t.incarnation, held=t.held, held_for=t.held_for)
                    for t in view.tasks],
-            iteration_finished=view.iteration_finished)
+            iteration_finished=view.iteration_finished, iteration_failed=view.failure)
 
     def ReleaseClient(self, r: pb.ReleaseClientRequest) -> pb.Empty:
         self._apply(ev.ReleaseClient(r.client_id, _received(r.received)))
@@ -428,7 +430,7 @@ def _resume_point(m: pb.ResumePoint) -> ev.ResumePoint:
             ev.SplitsAnswer("", 0, a.repetition, [(s.start, s.stop) for s in a.splits],
                             a.end_of_splits) for a in t.splits),
             _received_ranges(t.skip), t.skip_count)
-        for t in m.tasks), max(1, m.consumers))
+        for t in m.tasks), max(1, m.consumers), m.round_index)
 
 
 def _received_ranges(ranges: Any) -> tuple[tuple[int, int], ...]:

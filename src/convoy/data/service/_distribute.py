@@ -32,7 +32,7 @@ from convoy.data.service._client.options import (
     read_options,
     timeout_s,
 )
-from convoy.data.service._client.resume import resume_point, saved_state
+from convoy.data.service._client.resume import coordinated_state, resume_point, saved_state
 from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._reader import Reader
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -233,7 +233,8 @@ class DataServiceOp(Op):
         if state is not None:  # a new job, started where the saved reading stopped
             self.check_resumable()
             resume = resume_point(state, self.fingerprint(), policy_name(
-                options.processing_mode), shared=bool(options.job_name))
+                options.processing_mode), shared=bool(options.job_name),
+                consumer=self.coordinated_consumer())
             if options.job_name:  # the consumers of the saved job resume in a job together
                 options = options.scoped(f"{options.job_name}/resumed-{state['iteration']}")
         with self._lock:
@@ -256,13 +257,16 @@ class DataServiceOp(Op):
             return self.registration.fingerprint
         return f"dataset_id={self.dataset_id}"
 
+    def coordinated_consumer(self) -> tuple[int, int] | None:
+        """A coordinated read's consumer index and number of consumers (None: not one)."""
+        options = self.options
+        if options.num_consumers is None or options.consumer_index is None:
+            return None
+        return options.consumer_index, options.num_consumers
+
     def check_resumable(self) -> None:
         """Refuse, naming why, a reading whose position cannot be saved or restored."""
         options = self.options
-        if options.num_consumers is not None:
-            raise UnimplementedError(
-                "data service iterators of coordinated reads (num_consumers) cannot be saved "
-                "or restored")
         if options.trainer_id:
             raise UnimplementedError(
                 "data service iterators read through the cross-trainer cache cannot be saved "
@@ -324,8 +328,12 @@ class _ServiceNode(Node):
         if self._reader.finished:
             return {"version": 1, "finished": True}
         point, returned = self._reader.position()
-        return saved_state(self._op.fingerprint(),
-                           policy_name(self._op.options.processing_mode), point, returned)
+        mode = policy_name(self._op.options.processing_mode)
+        consumer = self._op.coordinated_consumer()
+        if consumer is not None:
+            return coordinated_state(self._op.fingerprint(), mode, point,
+                                     self._reader.rounds(), returned, consumer)
+        return saved_state(self._op.fingerprint(), mode, point, returned)
 
     def close(self) -> None:
         self._reader.close()

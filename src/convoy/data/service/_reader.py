@@ -109,7 +109,8 @@ def _warn_finished(job: str, repetition: int) -> None:
 class Reader:
     """One consumer's reading of one iteration. ``_cond`` guards ``_state`` and ``_workers``."""
 
-    def __init__(self, options: ReadOptions, dispatcher: _rpc.Client, client_id: int) -> None:
+    def __init__(self, options: ReadOptions, dispatcher: _rpc.Client, client_id: int,
+                 first_round: int = 0) -> None:
         self._options = options
         self._dispatcher = dispatcher
         self._client_id = client_id
@@ -122,7 +123,7 @@ class Reader:
                 can_skip=not is_static(options.processing_mode)))
         else:
             self._state = CoordinatedReaderState(
-                coordinated_config(options.window, options.timeout_s))
+                coordinated_config(options.window, options.timeout_s), first_round)
         self._workers: dict[str, _rpc.Client] = {}
         self._wake = threading.Event()  # set to heartbeat now rather than at the next interval
         policy = options.processing_mode
@@ -167,7 +168,8 @@ class Reader:
             raise
         if iteration.iteration_finished:
             _warn_finished(options.job_name or str(job.job_id), repetition)
-        reader = cls(options, dispatcher, iteration.client_id)
+        first_round = resume.round_index if resume is not None else 0
+        reader = cls(options, dispatcher, iteration.client_id, first_round)
         try:
             reader._heartbeat()
         except BaseException:
@@ -260,6 +262,12 @@ class Reader:
         if self._batch is not None:
             returned.commit(self._batch[0], self._batch[1], self._taken)
         return point, returned
+
+    def rounds(self) -> tuple[int, list[int]]:
+        """A coordinated read's first round and its task list (task ids, in turn order)."""
+        with self._cond:
+            assert isinstance(self._state, CoordinatedReaderState)
+            return self._state.first_round, [task.task_id for task in self._state.order]
 
     def close(self) -> None:
         """Stop reading, tell the dispatcher this consumer has gone, close the clients."""
@@ -362,7 +370,8 @@ class Reader:
         finished = response.iteration_finished
         if self._local is not None:  # static sharding: this host's workers only
             tasks, finished = self._local.view(tasks, finished)
-        self._apply(HeartbeatView(tasks, finished, settled, received, time.monotonic()))
+        self._apply(HeartbeatView(tasks, finished, settled, received, time.monotonic(),
+                                  response.iteration_failed))
 
     def _report_unreachable(self, report: ReportUnreachable) -> None:
         """Tell the dispatcher; once it declares the worker lost, the next heartbeat lists the

@@ -141,12 +141,14 @@ class ClientHeartbeatRequest(_message.Message):
     def __init__(self, client_id: _Optional[int] = ..., settled: _Optional[_Iterable[_Union[TaskRun, _Mapping]]] = ..., received: _Optional[_Iterable[_Union[TaskRange, _Mapping]]] = ...) -> None: ...
 
 class ClientHeartbeatResponse(_message.Message):
-    __slots__ = ("tasks", "iteration_finished")
+    __slots__ = ("tasks", "iteration_finished", "iteration_failed")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FAILED_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
     iteration_finished: bool
-    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., iteration_finished: _Optional[bool] = ...) -> None: ...
+    iteration_failed: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., iteration_finished: _Optional[bool] = ..., iteration_failed: _Optional[str] = ...) -> None: ...
 
 class SplitAnswer(_message.Message):
     __slots__ = ("repetition", "splits", "end_of_splits")
@@ -173,18 +175,20 @@ class ResumeTask(_message.Message):
     def __init__(self, seed: _Optional[int] = ..., worker_address: _Optional[str] = ..., splits: _Optional[_Iterable[_Union[SplitAnswer, _Mapping]]] = ..., skip: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., skip_count: _Optional[int] = ...) -> None: ...
 
 class ResumePoint(_message.Message):
-    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks", "consumers")
+    __slots__ = ("split_repetition", "split_cursor", "split_size", "tasks", "consumers", "round_index")
     SPLIT_REPETITION_FIELD_NUMBER: _ClassVar[int]
     SPLIT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     SPLIT_SIZE_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    ROUND_INDEX_FIELD_NUMBER: _ClassVar[int]
     split_repetition: int
     split_cursor: int
     split_size: int
     tasks: _containers.RepeatedCompositeFieldContainer[ResumeTask]
     consumers: int
-    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTask, _Mapping]]] = ..., consumers: _Optional[int] = ...) -> None: ...
+    round_index: int
+    def __init__(self, split_repetition: _Optional[int] = ..., split_cursor: _Optional[int] = ..., split_size: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[ResumeTask, _Mapping]]] = ..., consumers: _Optional[int] = ..., round_index: _Optional[int] = ...) -> None: ...
 
 class GetResumePointRequest(_message.Message):
     __slots__ = ("client_id",)

@@ -10,7 +10,9 @@ consumer of the iteration sees the same one. A task that leaves the list later (
 declared lost) or stays unreachable past the timeout fails the reading, naming its worker: the
 rounds of its turns cannot be served by anyone else.
 
-A coordinated read never ends by itself: its dataset is infinite.
+A coordinated read never ends by itself: its dataset is infinite. A restored one starts at the
+saved round (``first_round``); the dispatcher fails it if its consumers restored different
+rounds.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from convoy.data.service._common.coordinated import (
     turn_end,
     turn_of,
 )
-from convoy.errors import UnavailableError
+from convoy.errors import FailedPreconditionError, UnavailableError
 
 #: Rounds asked for per request when the consumer's window does not bound them.
 ROUNDS_PER_CALL = ROUNDS_PER_TURN
@@ -55,16 +57,19 @@ class CoordinatedReaderState(ReaderState):
     """What one consumer knows of its coordinated read. Mutate it only through
     :meth:`apply`."""
 
-    def __init__(self, config: ReaderConfig) -> None:
+    def __init__(self, config: ReaderConfig, first_round: int = 0) -> None:
         super().__init__(config)
         self.order: list[TaskState] = []  # the fixed task list, in task id order
-        self.next_round = 0
+        self.first_round = first_round  # where the reading started (a restored one: later)
+        self.next_round = first_round
 
     @property
     def done(self) -> bool:
         return False
 
     def _on_HeartbeatView(self, event: ev.HeartbeatView) -> Instructions:
+        if event.failure:
+            return self._fail(FailedPreconditionError(event.failure))
         if not self.order:
             for task_id, address, *_ in sorted(event.tasks):
                 self.tasks[task_id] = TaskState(task_id, address)

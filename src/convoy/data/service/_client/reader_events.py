@@ -39,6 +39,7 @@ class HeartbeatView:
     settled: tuple[tuple[int, int], ...] = ()
     received: tuple[TaskRange, ...] = ()
     now: float | None = None  # when it arrived (None: held runs are not timed)
+    failure: str = ""  # the iteration cannot go on (a coordinated read restored out of step)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,13 @@ whose iteration starts at the saved cursor and runs each saved task again: repla
 answers with its seed, the pipeline makes the same elements under the same numbers, and the
 returned ones are skipped. Under OFF the state is each worker's seed and count of elements
 returned, by worker address.
+
+A coordinated read saves the round its consumer returns next; every consumer of the job saves
+the same one when they stop in step. Restoring starts a new job whose consumers read on from
+that round. Under OFF each worker's task skips the elements its rounds before it dealt out (the
+saved task's count, plus ``num_consumers`` per round it served), so a deterministic pipeline
+continues with the elements the saved reading would have read next, on the same workers; under
+DYNAMIC the tasks start a fresh pass.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common import ranges as _ranges
+from convoy.data.service._common.coordinated import rounds_served
 from convoy.errors import InvalidArgumentError, UnimplementedError
 
 STATE_VERSION = 1
@@ -73,9 +81,35 @@ def saved_state(fingerprint: str, mode: str, point: pb.GetResumePointResponse,
     return state
 
 
-def resume_point(state: Any, fingerprint: str, mode: str, shared: bool) -> pb.ResumePoint:
+def coordinated_state(fingerprint: str, mode: str, point: pb.GetResumePointResponse,
+                      rounds: tuple[int, list[int]], returned: Returned,
+                      consumer: tuple[int, int]) -> dict[str, Any]:
+    """The plain-data state of consumer ``consumer`` (its index, and the number of consumers)
+    of a coordinated read that started at round ``rounds[0]`` over the task list ``rounds[1]``
+    and returned ``returned`` of the iteration described by ``point``."""
+    first_round, order = rounds
+    round_index = first_round + sum(returned.counts.values())
+    tasks = []
+    if mode != "DYNAMIC":
+        for info in point.tasks:
+            consumed = info.task.skip_count
+            if info.task_id in order:
+                position = order.index(info.task_id)
+                served = (rounds_served(position, len(order), round_index)
+                          - rounds_served(position, len(order), first_round))
+                consumed += served * consumer[1]
+            tasks.append({"seed": info.task.seed, "worker_address": info.task.worker_address,
+                          "consumed": consumed})
+    return {"version": STATE_VERSION, "fingerprint": fingerprint, "mode": mode,
+            "tasks": tasks, "iteration": point.iteration_id, "consumers": consumer[1],
+            "round": round_index, "consumer_index": consumer[0]}
+
+
+def resume_point(state: Any, fingerprint: str, mode: str, shared: bool,
+                 consumer: tuple[int, int] | None = None) -> pb.ResumePoint:
     """The ResumePoint message of a saved ``state``; InvalidArgumentError if it is not one
-    of this dataset and mode. ``shared``: the consumers of the saved job resume together."""
+    of this dataset and mode. ``shared``: the consumers of the saved job resume together.
+    ``consumer``: the index and number of consumers of a coordinated read."""
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         raise InvalidArgumentError(
             "state must be a dict returned by state_dict() of a data service iterator, got "
@@ -88,6 +122,12 @@ def resume_point(state: Any, fingerprint: str, mode: str, shared: bool) -> pb.Re
             "state was saved by a reading of another dataset (its fingerprint differs): the "
             "pipeline must be built the same way, with the same seeds (a shuffle without a "
             "seed, such as list_files(shuffle=True) without seed, differs in every process)")
+    if ("round" in state) != (consumer is not None):
+        saved_by = "a coordinated read" if "round" in state else "a read without num_consumers"
+        raise InvalidArgumentError(
+            f"state was saved by {saved_by}: restore it into an iterator read the same way")
+    if consumer is not None:
+        return _coordinated_point(state, consumer)
     consumers = state["consumers"] if shared else 1
     if mode != "DYNAMIC" and consumers > 1:
         raise UnimplementedError(
@@ -109,3 +149,19 @@ def resume_point(state: Any, fingerprint: str, mode: str, shared: bool) -> pb.Re
                                    end_of_splits=end) for rep, splits, end in t["splits"]],
             skip=[pb.Split(start=a, stop=b) for a, b in t["consumed"]])
             for t in state["tasks"]])
+
+
+def _coordinated_point(state: dict[str, Any], consumer: tuple[int, int]) -> pb.ResumePoint:
+    """The ResumePoint of a coordinated read's state, restored by consumer ``consumer``."""
+    if state["consumers"] != consumer[1]:
+        raise InvalidArgumentError(
+            f"state was saved by a coordinated read of num_consumers={state['consumers']}, "
+            f"not {consumer[1]}")
+    if state["consumer_index"] != consumer[0]:
+        raise InvalidArgumentError(
+            f"state was saved by consumer_index {state['consumer_index']}, not {consumer[0]}: "
+            f"each consumer restores its own state")
+    # the consumers wait for one another at every round: the iteration need not hold for them
+    return pb.ResumePoint(consumers=1, round_index=state["round"], tasks=[pb.ResumeTask(
+        seed=t["seed"], worker_address=t["worker_address"], skip_count=t["consumed"])
+        for t in state["tasks"]])

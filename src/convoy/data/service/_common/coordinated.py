@@ -70,6 +70,14 @@ def turn_end(round_index: int) -> int:
     return (round_index // ROUNDS_PER_TURN + 1) * ROUNDS_PER_TURN
 
 
+def rounds_served(position: int, num_tasks: int, stop: int) -> int:
+    """How many of the rounds ``[0, stop)`` the task at ``position`` of the task list serves."""
+    turns, rest = divmod(stop, ROUNDS_PER_TURN)
+    cycles, last = divmod(turns, num_tasks)
+    return (cycles * ROUNDS_PER_TURN + ROUNDS_PER_TURN * (position < last)
+            + rest * (position == last))
+
+
 def end_of_sequence_error() -> FailedPreconditionError:
     """What a coordinated read fails with when its dataset turns out to be finite."""
     return FailedPreconditionError(

@@ -78,6 +78,7 @@ class ResumePoint:
     split_size: int = 1
     tasks: tuple[ResumeTask, ...] = ()
     consumers: int = 1  # of the shared job that saved it: the iteration waits for them all
+    round_index: int = 0  # coordinated reads: the round every consumer resumes at
 
 
 @dataclass(slots=True)
@@ -98,6 +99,9 @@ class IterationRecord:
     #: Consumers of a resumed shared job still to join with their states: it starts after.
     resume_awaiting: int = 0
     resume_joined: int = 0  # consumers that joined it with their states
+    resume_round: int = 0  # coordinated reads: the round its consumers resume at
+    #: Non-empty: the iteration cannot go on, and its consumers fail with this message.
+    failure: str = ""
 
 
 @dataclass(slots=True)
@@ -347,3 +351,4 @@ class TaskView:
 class ClientView:
     tasks: list[TaskView]  # the unfinished tasks
     iteration_finished: bool
+    failure: str = ""  # the iteration cannot go on: why

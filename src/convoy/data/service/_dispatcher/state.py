@@ -251,10 +251,20 @@ class DispatcherState:
                 self._resume(iteration, event.resume)
                 iteration.resume_joined = 1
                 iteration.resume_awaiting = max(0, event.resume.consumers - 1)
+                iteration.resume_round = event.resume.round_index
             for address in sorted(self.workers):
                 self._create_task(iteration, address)
         elif event.resume is not None:
             iteration = self.iterations[iteration_id]
+            if job.options.num_consumers and event.resume.round_index != iteration.resume_round:
+                # every consumer fails: this one at once (no client), those already reading by
+                # their heartbeats
+                iteration.failure = iteration.failure or (
+                    f"the consumers of coordinated job {job.name!r} restored states of different "
+                    f"rounds: {iteration.resume_round} and {event.resume.round_index}; each must "
+                    f"restore its own state saved at the same round as the others'")
+            if iteration.failure:
+                return iteration_id, 0
             if iteration.resume_awaiting > 0:  # another consumer of the saved shared job
                 self._resume(iteration, event.resume)
                 # states saved at different times may count different consumers: the most
@@ -285,10 +295,14 @@ class DispatcherState:
         """Start ``iteration`` where a saved reading stopped. DYNAMIC: the split cursor moves
         to the saved one, and each saved task runs again as a task of its own (adopted by the
         live worker with the fewest tasks), replaying its split answers with its seed and
-        skipping what was consumed. OFF: each worker's task skips its saved position."""
+        skipping what was consumed. OFF: each worker's task skips its saved position.
+        Coordinated reads: under OFF as OFF; under DYNAMIC a fresh pass (their tasks are not
+        numbered: which elements a round held cannot be told again)."""
         job = self.jobs[iteration.job_id]
         if job.options.processing_mode is not ShardingPolicy.DYNAMIC:
             iteration.resume_workers.extend(resume.tasks)
+            return
+        if job.options.num_consumers:
             return
         # consumers of a shared job saved at different times: the latest cursor, the longest
         # split answers of each task (both only grow), and what any of them consumed
@@ -356,8 +370,7 @@ class DispatcherState:
                 held_for = self.runs.held_for(t)
                 views.append(ev.TaskView(t.task_id, self.records.runner(t) or t.worker_address,
                                          t.incarnation, bool(held_for), held_for))
-        return ev.ClientView(views,
-                             self.iteration_finished(iteration))
+        return ev.ClientView(views, self.iteration_finished(iteration), iteration.failure)
 
     def _on_ReleaseClient(self, event: ev.ReleaseClient) -> None:
         client = self.clients.get(event.client_id)
