@@ -184,6 +184,18 @@ def test_a_training_pod_builds_its_tf_config_from_its_ordinal(statefulset, job, 
         assert tf_config == {"cluster": cluster, "task": {"type": job, "index": ordinal}}
 
 
+def test_the_ps_framed_port_is_fixed_and_open():
+    """Workers reach a ps's framed Execute port directly: under network policies or fixed
+    container ports it must be the one the pod and its Service declare."""
+    workload = named("StatefulSet", "convoy-ps")
+    [(container, command)] = [(c, cmd) for w, c, cmd in server_containers() if w is workload]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert str(ports["framed"]) == option(command, "--framed-port")
+    service = named("Service", workload["spec"]["serviceName"])
+    assert {"name": "framed", "port": ports["framed"], "targetPort": "framed"} in \
+        service["spec"]["ports"]
+
+
 def test_the_trainer_is_the_chief_and_points_at_the_service(tmp_path):
     (container,) = named("Job", "convoy-trainer")["spec"]["template"]["spec"]["containers"]
     tf_config = run_entry(container, "convoy-trainer-abcde", tmp_path)

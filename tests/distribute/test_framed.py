@@ -28,7 +28,7 @@ from convoy.errors import (
     NotFoundError,
     UnavailableError,
 )
-from convoy.testing import TrainingCluster
+from convoy.testing import TrainingCluster, free_port
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -235,3 +235,29 @@ def test_one_connection_serves_calls_in_turn_and_a_stopped_server_ends_them(slow
     slow_echo.stop()
     assert answered.wait(5)
     assert failure and "closed the connection" in str(failure[0])
+
+
+@pytest.mark.timeout(60)
+def test_a_ps_serves_framed_on_the_port_it_is_given():
+    framed_port = free_port()
+    address = f"localhost:{free_port()}"
+    server = cv.distribute.Server({"ps": [address], "worker": ["localhost:1"]}, "ps", 0,
+                                  framed_port=framed_port)
+    try:
+        store = RemoteStore(address, 0)
+        store.execute([("create", "v", np.arange(3.0))])
+        assert store.transport == "framed"
+        assert store._stream._framed.port == framed_port
+        taken = cv.distribute.Server({"ps": [f"localhost:{free_port()}"], "worker": ["w:1"]},
+                                     "ps", 0, start=False, framed_port=framed_port)
+        with pytest.raises(UnavailableError, match=f"framed port {framed_port}"):
+            taken.start()  # the port is the first ps's
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("port", [-1, 65536, 1.5, True])
+def test_a_framed_port_that_is_no_port_is_refused(port):
+    with pytest.raises(InvalidArgumentError, match="framed_port"):
+        cv.distribute.Server({"ps": ["localhost:1"], "worker": ["localhost:2"]}, "ps", 0,
+                             start=False, framed_port=port)

@@ -45,7 +45,8 @@ class Server(_rpc.ServerBase):
 
     It binds the host of that address, or ``host``. The security settings are those of
     :class:`~convoy.data.service.WorkerConfig`; a worker also refuses functions that pickle
-    to more than ``max_function_bytes``.
+    to more than ``max_function_bytes``. A ps serves ``Execute`` framed on ``framed_port`` of
+    the same host (0: an ephemeral port; see :data:`~convoy.distribute._wire.PS_TRANSPORT_ENV`).
     """
 
     # A thread for each open stream (a process's Execute, a coordinator thread's Run).
@@ -57,7 +58,7 @@ class Server(_rpc.ServerBase):
                  auth_token_file: str | None = None, certificate: str | None = None,
                  key: str | None = None, ca: str | None = None, host: str | None = None,
                  insecure: bool = False, max_request_bytes: int = MAX_REQUEST_BYTES,
-                 max_function_bytes: int = MAX_FUNCTION_BYTES) -> None:
+                 max_function_bytes: int = MAX_FUNCTION_BYTES, framed_port: int = 0) -> None:
         if protocol != "grpc":
             raise InvalidArgumentError(f"protocol must be 'grpc', got {protocol!r}")
         self.cluster_spec = ClusterSpec(cluster_spec)
@@ -76,6 +77,10 @@ class Server(_rpc.ServerBase):
                                  max_request_bytes=max_request_bytes)
         super().__init__(int(port), security=security)
         self.max_function_bytes = check.integer("max_function_bytes", max_function_bytes, 1)
+        self.framed_port = check.integer("framed_port", framed_port, 0)
+        if self.framed_port > 65535:
+            raise InvalidArgumentError(f"framed_port must be a port (0 to 65535), got "
+                                       f"{self.framed_port}")
         self.service = PS_SERVICE if job_name == "ps" else WORKER_SERVICE
         self.incarnation = uuid.uuid4().hex
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
@@ -103,7 +108,7 @@ class Server(_rpc.ServerBase):
 
             if ps_transport() == "framed":  # before the gRPC port: FramedPort may come at once
                 self._framed = FramedServer(PS_SERVICE, "Execute", execute, self._security,
-                                            self._host)
+                                            self._host, self.framed_port)
             framed_port = None if self._framed is None else self._framed.port
             execute_method, framed_port_method = PS_METHODS
             return {execute_method: execute,
