@@ -226,6 +226,16 @@ class FramedStream:
     def _wait(sock: socket.socket, deadline: float) -> None:
         sock.settimeout(max(0.001, min(SILENCE_S, deadline - time.monotonic())))
 
+    def abort(self) -> None:
+        """Make a call waiting in another thread raise UnavailableError (the connection ends;
+        the next call needs :meth:`connect`)."""
+        sock = self._socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         if self._socket is not None:
             try:

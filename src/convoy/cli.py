@@ -269,8 +269,9 @@ def _server_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="N",
                         help="largest pickled function a worker runs (default %(default)s)")
     parser.add_argument("--framed-port", type=int, default=0, metavar="PORT",
-                        help="a ps's port for framed Execute connections, on the host it "
-                             "binds (default 0: an ephemeral port)")
+                        help="the port of the task's framed connections (a ps's Execute, a "
+                             "worker's Run) on the host it binds (default 0: an ephemeral "
+                             "port)")
     metrics_arguments(parser)
     security_arguments(parser, host_help="host to bind (default: the host of the task's "
                                          "address in the cluster, which others still use)")

@@ -184,10 +184,12 @@ def test_a_training_pod_builds_its_tf_config_from_its_ordinal(statefulset, job, 
         assert tf_config == {"cluster": cluster, "task": {"type": job, "index": ordinal}}
 
 
-def test_the_ps_framed_port_is_fixed_and_open():
-    """Workers reach a ps's framed Execute port directly: under network policies or fixed
-    container ports it must be the one the pod and its Service declare."""
-    workload = named("StatefulSet", "convoy-ps")
+@pytest.mark.parametrize("statefulset", ["convoy-ps", "convoy-train-worker"])
+def test_a_training_task_framed_port_is_fixed_and_open(statefulset):
+    """Others reach a task's framed port directly (a ps's Execute, a worker's Run): under
+    network policies or fixed container ports it must be the one the pod and its Service
+    declare."""
+    workload = named("StatefulSet", statefulset)
     [(container, command)] = [(c, cmd) for w, c, cmd in server_containers() if w is workload]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert str(ports["framed"]) == option(command, "--framed-port")

@@ -32,18 +32,20 @@ WORKER_SERVICE = "convoy.distribute.Worker"
 #: its framed transport for ``Execute`` (see :mod:`convoy._framed`), or None if it has none.
 PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True),
               _rpc.Method("FramedPort", None, None)]
-#: The environment variable that chooses how a process's ``Execute`` messages travel:
-#: ``framed`` (the default: the ps's framed port, gRPC with a ps that has none) or ``grpc``;
-#: a ps with ``grpc`` opens no framed port.
+#: The environment variable that chooses how a process's ``Execute`` messages (to a ps) and
+#: ``Run`` messages (to a worker) travel: ``framed`` (the default: the server's framed port,
+#: gRPC with a server that has none) or ``grpc``; a task with ``grpc`` opens no framed port.
 PS_TRANSPORT_ENV = "CONVOY_PS_TRANSPORT"
 PS_TRANSPORTS = ("framed", "grpc")
 #: Both services' read-only ``Status`` (for ``convoy status``): takes None, answers a dict of
 #: plain values (see :func:`convoy.distribute.server.Server.status`).
 STATUS = _rpc.Method("Status", None, None)
 #: A worker's ``Run`` runs calls; ``Ping`` answers its incarnation; ``Cancel`` cancels calls by
-#: id; ``Free`` deletes per-worker resources by id.
+#: id; ``Free`` deletes per-worker resources by id; ``FramedPort`` answers the port of its
+#: framed transport for ``Run``, or None.
 WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None),
-                  _rpc.Method("Cancel", None, None), _rpc.Method("Free", None, None)]
+                  _rpc.Method("Cancel", None, None), _rpc.Method("Free", None, None),
+                  _rpc.Method("FramedPort", None, None)]
 
 #: One call of a ``Run``: (the function's digest, the cloudpickled function, its cloudpickled
 #: ``(args, kwargs)``, the id a ``Cancel`` names it by, or None: it cannot be cancelled).
@@ -108,7 +110,7 @@ def run_request(calls: list[Call]) -> bytes:
     return encode(calls)
 
 
-def load_run_request(request: bytes) -> list[Any]:
+def load_run_request(request: bytes | memoryview) -> list[Any]:
     """The calls of a ``Run`` request (each call is checked as it runs)."""
     calls = decode_one(request)
     if type(calls) is not list or not calls:
@@ -136,7 +138,7 @@ def pickle_outcome(outcome: Outcome) -> bytes:
     return pickled
 
 
-def load_outcomes(answer: bytes) -> list[Outcome]:
+def load_outcomes(answer: bytes | memoryview) -> list[Outcome]:
     """The :class:`Outcome` of each call of a ``Run`` answer."""
     outcomes = []
     for pickled in decode_one(answer):

@@ -105,7 +105,7 @@ class CallRunner:
         self.running = 0  # calls running now (for Status)
         self.done = 0  # calls that ended, with a result or an error
 
-    def run(self, request: bytes) -> bytes:
+    def run(self, request: bytes | memoryview) -> bytes:
         """A worker's ``Run``: the request's calls, all at once; answers each one's pickled
         :class:`Outcome`. A call that fails cancels the others (as the coordinator would once
         it hears, which is when they end)."""

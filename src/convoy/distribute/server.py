@@ -45,8 +45,9 @@ class Server(_rpc.ServerBase):
 
     It binds the host of that address, or ``host``. The security settings are those of
     :class:`~convoy.data.service.WorkerConfig`; a worker also refuses functions that pickle
-    to more than ``max_function_bytes``. A ps serves ``Execute`` framed on ``framed_port`` of
-    the same host (0: an ephemeral port; see :data:`~convoy.distribute._wire.PS_TRANSPORT_ENV`).
+    to more than ``max_function_bytes``. A ps serves ``Execute``, a worker ``Run``, framed on
+    ``framed_port`` of the same host too (0: an ephemeral port; see
+    :data:`~convoy.distribute._wire.PS_TRANSPORT_ENV`).
     """
 
     # A thread for each open stream (a process's Execute, a coordinator thread's Run).
@@ -86,7 +87,7 @@ class Server(_rpc.ServerBase):
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
         self._store: VariableStore | None = None  # a ps's
         self._calls: CallRunner | None = None  # a worker's
-        self._framed: FramedServer | None = None  # a ps's framed port for Execute
+        self._framed: FramedServer | None = None  # a ps's framed Execute, a worker's Run
         self.context = (WorkerContext(task_index, self.cluster_spec.num_tasks("worker"))
                         if job_name == "worker" else None)
         if start:
@@ -116,11 +117,16 @@ class Server(_rpc.ServerBase):
                     STATUS: lambda _: encode(self.status())}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
         calls = self._calls = CallRunner(self._pool, self.max_function_bytes)
+        if ps_transport() == "framed":
+            self._framed = FramedServer(WORKER_SERVICE, "Run", calls.run, self._security,
+                                        self._host, self.framed_port)
+        run_port = None if self._framed is None else self._framed.port
         handlers: dict[str, Callable[[bytes], bytes]] = {
             "Run": calls.run,
             "Ping": lambda _: encode(self.incarnation),
             "Cancel": calls.cancel,
             "Free": self.context.free,
+            "FramedPort": lambda _: encode(run_port),
         }
         methods = {method: handlers[method.name] for method in WORKER_METHODS}
         methods[STATUS] = lambda _: encode(self.status())
