@@ -9,7 +9,7 @@ next operation raises CancelledError.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 from convoy import _rpc, _security
@@ -56,6 +56,8 @@ class LocalStore:
 def execute_all(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> list[list[Any]]:
     """Run each ``(store, operations)`` call, all at once; returns their results in order."""
     futures = [store.execute_async(operations) for store, operations in calls]
+    if len(futures) > 1:  # woken once, by the last answer, not once per answer still due
+        wait(futures)
     return [future.result() for future in futures]
 
 

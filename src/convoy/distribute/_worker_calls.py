@@ -15,7 +15,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, wait
 from typing import Any
 
 import cloudpickle
@@ -174,6 +174,8 @@ class CallRunner:
                 with self._lock:
                     if self._running.get(call_id) is running:
                         del self._running[call_id]
+        if len(running.updates) > 1:  # woken once, by the last answer, not once per answer due
+            wait(running.updates)
         for future in running.updates:  # all of them, even after an error: nothing is left
             try:
                 future.result()
