@@ -130,6 +130,12 @@ class Lane:
         self._ids: tuple[int, ...] = ()  # the closures of the lane's Run
         self._abandoned = False
 
+    @property
+    def transport(self) -> str | None:
+        """How the lane's Runs travel (``framed`` or ``grpc``); None before its first."""
+        stream = self._stream
+        return None if stream is None else stream.transport
+
     def begin(self, closure_ids: tuple[int, ...]) -> None:
         with self._lock:
             self._ids, self._abandoned = closure_ids, False
