@@ -164,6 +164,9 @@ class Lane:
         finally:
             with self._lock:
                 self._calling = None
+                dropped = self._stream is not stream  # abandoned: the lane opens another
+            if dropped:
+                stream.close()
 
     def abandon(self, closure_ids: tuple[int, ...]) -> bool:
         """Cut the Run of ``closure_ids`` short; whether it was still in its call."""

@@ -17,6 +17,7 @@ fixed cost of a call would otherwise dominate small training steps.
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any
 
 import cloudpickle
@@ -128,6 +129,8 @@ def pickle_outcome(outcome: Outcome) -> bytes:
     """``outcome`` as a ``Run`` answer carries it; a value or error that does not pickle
     becomes an UnknownError that describes it."""
     pickled: bytes
+    if outcome.error is None and type(outcome.value) in _PLAIN:  # a step's usual None
+        return pickle.dumps(outcome, protocol=5)  # a tenth of cloudpickle's cost
     try:
         pickled = cloudpickle.dumps(outcome)
     except Exception as error:  # the result or exception does not pickle
@@ -136,6 +139,10 @@ def pickle_outcome(outcome: Outcome) -> bytes:
             f"{type(what).__name__} from a scheduled function could not be sent back: "
             f"{error}; it was: {what!r:.200}")))
     return pickled
+
+
+#: Results pickled as they are, without cloudpickle (nothing in them is sent by value).
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes})
 
 
 def load_outcomes(answer: bytes | memoryview) -> list[Outcome]:
