@@ -1,13 +1,13 @@
 """Where a ``ps_embedding`` step's CPU goes, per process: CPU (user, system), context switches
 and messages per step, for the chief (this process), each worker and each ps.
 
-Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle] [--py-spy DIR] [--perf FILE]``. CPU and context
-switches come from ``/proc`` (every thread of each process), messages from each server's
-``rpc_duration_seconds_count``. With ``--py-spy``, ``py-spy record`` samples every process
-during the measured steps and writes its raw stacks per process into DIR (py-spy samples
-waiting threads too: leave out the waits when adding them up). With ``--perf``, ``perf
-record`` samples the CPU of every process (native code and the kernel) into FILE: ``perf
-report -i FILE --sort pid,dso`` splits it by process and library.
+Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle] [--py-spy DIR] [--perf FILE]``.
+CPU and context switches come from ``/proc`` (every thread of each process), messages from
+each server's ``rpc_duration_seconds_count``. With ``--py-spy``, ``py-spy record`` samples
+every process during the measured steps and writes its raw stacks per process into DIR
+(py-spy samples waiting threads too: leave out the waits when adding them up). With
+``--perf``, ``perf record`` samples the CPU of every process (native code and the kernel)
+into FILE: ``perf report -i FILE --sort pid,dso`` splits it by process and library.
 """
 
 from __future__ import annotations
