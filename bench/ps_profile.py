@@ -1,10 +1,13 @@
 """Where a ``ps_embedding`` step's CPU goes, per process: CPU (user, system), context switches
 and messages per step, for the chief (this process), each worker and each ps.
 
-Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle] [--py-spy DIR]``. CPU and context
-switches come from ``/proc`` (every thread of each process), messages from each server's
-``rpc_duration_seconds_count``. With ``--py-spy``, ``py-spy record`` samples every process
-during the measured steps and writes one flame graph per process into DIR.
+Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle] [--py-spy DIR] [--perf FILE]``.
+CPU and context switches come from ``/proc`` (every thread of each process), messages from
+each server's ``rpc_duration_seconds_count``. With ``--py-spy``, ``py-spy record`` samples
+every process during the measured steps and writes its raw stacks per process into DIR
+(py-spy samples waiting threads too: leave out the waits when adding them up). With
+``--perf``, ``perf record`` samples the CPU of every process (native code and the kernel)
+into FILE: ``perf report -i FILE --sort pid,dso`` splits it by process and library.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--tfstyle", action="store_true")
     parser.add_argument("--py-spy", default=None, metavar="DIR")
+    parser.add_argument("--perf", default=None, metavar="FILE")
     args = parser.parse_args()
     step = workloads._embedding_step_tfstyle if args.tfstyle else workloads._embedding_step
     with _MeteredCluster(num_workers=2, num_ps=2) as cluster:
@@ -103,6 +107,14 @@ def main() -> None:
                      "--rate", "100", "--nonblocking", "--threads", "--format", "raw",
                      "--output", f"{args.py_spy}/{name}.txt"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(1.0)
+            before = {name: _counters(pid) for name, pid in processes.items()}
+            sent = {name: _messages(port) for name, port in ports.items()}
+        if args.perf:
+            spies.append(subprocess.Popen(
+                ["perf", "record", "-F", "499", "-o", args.perf,
+                 "-p", ",".join(str(pid) for pid in processes.values())],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)
             before = {name: _counters(pid) for name, pid in processes.items()}
             sent = {name: _messages(port) for name, port in ports.items()}

@@ -226,6 +226,16 @@ class FramedStream:
     def _wait(sock: socket.socket, deadline: float) -> None:
         sock.settimeout(max(0.001, min(SILENCE_S, deadline - time.monotonic())))
 
+    def abort(self) -> None:
+        """Make a call waiting in another thread raise UnavailableError (the connection ends;
+        the next call needs :meth:`connect`)."""
+        sock = self._socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         if self._socket is not None:
             try:
@@ -244,13 +254,13 @@ class _Connection:
 
 
 class FramedServer:
-    """Serves ``method`` of ``service`` with framed connections on ``host`` (an ephemeral
-    port): each request's answer is ``handler(request)`` (a read-only view, kept by nobody
-    after the call), and an exception it raises travels as an ERROR frame."""
+    """Serves ``method`` of ``service`` with framed connections on ``host`` and ``port`` (0:
+    an ephemeral one): each request's answer is ``handler(request)`` (a read-only view, kept
+    by nobody after the call), and an exception it raises travels as an ERROR frame."""
 
     def __init__(self, service: str, method: str,
                  handler: Callable[[memoryview], bytes], security: Security,
-                 host: str | None = None) -> None:
+                 host: str | None = None, port: int = 0) -> None:
         self._service = service
         self._path = f"/{service}/{method}"
         self._handler = handler
@@ -258,14 +268,15 @@ class FramedServer:
         self._auth = security.authenticator()
         self._tls = security.server_ssl_context()
         self._seconds = monitoring.RPC_SECONDS.labels(service, method)
-        address = security.bind_address(f"{service} (framed)", host, 0)
+        address = security.bind_address(f"{service} (framed)", host, port)
         bare = address.rpartition(":")[0].strip("[]")
         family = socket.AF_INET6 if ":" in bare else socket.AF_INET
         try:
-            self._listener = socket.create_server((bare, 0), family=family, backlog=128)
+            self._listener = socket.create_server((bare, port), family=family, backlog=128)
         except OSError as error:
             raise errors.UnavailableError(
-                f"could not bind the framed port of {service} on {bare}: {error}") from None
+                f"could not bind the framed port {port} of {service} on {bare}: "
+                f"{error}") from None
         self.port: int = self._listener.getsockname()[1]
         self._stopped = threading.Event()
         self._lock = threading.Lock()

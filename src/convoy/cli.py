@@ -268,6 +268,10 @@ def _server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-function-bytes", type=int, default=MAX_FUNCTION_BYTES,
                         metavar="N",
                         help="largest pickled function a worker runs (default %(default)s)")
+    parser.add_argument("--framed-port", type=int, default=0, metavar="PORT",
+                        help="the port of the task's framed connections (a ps's Execute, a "
+                             "worker's Run) on the host it binds (default 0: an ephemeral "
+                             "port)")
     metrics_arguments(parser)
     security_arguments(parser, host_help="host to bind (default: the host of the task's "
                                          "address in the cluster, which others still use)")
@@ -289,7 +293,7 @@ def _server(args: argparse.Namespace) -> int:
         raise CommandError("give --job and --index, or set TF_CONFIG's task", USAGE)
     with _metrics(args):
         server = Server(cluster, job, index, max_function_bytes=args.max_function_bytes,
-                        **security_settings(args))
+                        framed_port=args.framed_port, **security_settings(args))
         return _serve_until_signalled(server, f"{job} task {index}", server.bound_address)
 
 

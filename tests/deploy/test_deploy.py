@@ -184,6 +184,20 @@ def test_a_training_pod_builds_its_tf_config_from_its_ordinal(statefulset, job, 
         assert tf_config == {"cluster": cluster, "task": {"type": job, "index": ordinal}}
 
 
+@pytest.mark.parametrize("statefulset", ["convoy-ps", "convoy-train-worker"])
+def test_a_training_task_framed_port_is_fixed_and_open(statefulset):
+    """Others reach a task's framed port directly (a ps's Execute, a worker's Run): under
+    network policies or fixed container ports it must be the one the pod and its Service
+    declare."""
+    workload = named("StatefulSet", statefulset)
+    [(container, command)] = [(c, cmd) for w, c, cmd in server_containers() if w is workload]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert str(ports["framed"]) == option(command, "--framed-port")
+    service = named("Service", workload["spec"]["serviceName"])
+    assert {"name": "framed", "port": ports["framed"], "targetPort": "framed"} in \
+        service["spec"]["ports"]
+
+
 def test_the_trainer_is_the_chief_and_points_at_the_service(tmp_path):
     (container,) = named("Job", "convoy-trainer")["spec"]["template"]["spec"]["containers"]
     tf_config = run_entry(container, "convoy-trainer-abcde", tmp_path)

@@ -1,7 +1,8 @@
-"""The framed transport of ``Execute`` (worker -> ps): chosen by default, gRPC when the ps has
-no framed port or the process asks for gRPC, a ps killed while it owes an answer, and the
-timeouts that end every wait (a server that stops, a handshake that never comes, an answer
-past its deadline, and the ALIVE frames that keep a slow answer from looking like either).
+"""The framed transport of ``Execute`` (worker -> ps) and ``Run`` (chief -> worker): chosen by
+default, gRPC when the task has no framed port or the process asks for gRPC, a fixed port, a
+ps killed while it owes an answer, and the timeouts that end every wait (a server that stops,
+a handshake that never comes, an answer past its deadline, and the ALIVE frames that keep a
+slow answer from looking like either).
 """
 
 from __future__ import annotations
@@ -19,16 +20,18 @@ import pytest
 
 import convoy as cv
 from convoy import _framed
+from convoy._rpc import Outcome
 from convoy._security import Security
+from convoy.distribute._coordinator_calls import WorkerLink, call_message
 from convoy.distribute._store_clients import RemoteStore, remote_store
-from convoy.distribute._wire import PS_TRANSPORT_ENV
+from convoy.distribute._wire import PS_TRANSPORT_ENV, run_request
 from convoy.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
 )
-from convoy.testing import TrainingCluster
+from convoy.testing import TrainingCluster, free_port
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -235,3 +238,69 @@ def test_one_connection_serves_calls_in_turn_and_a_stopped_server_ends_them(slow
     slow_echo.stop()
     assert answered.wait(5)
     assert failure and "closed the connection" in str(failure[0])
+
+
+@pytest.mark.timeout(60)
+def test_a_ps_serves_framed_on_the_port_it_is_given():
+    framed_port = free_port()
+    address = f"localhost:{free_port()}"
+    server = cv.distribute.Server({"ps": [address], "worker": ["localhost:1"]}, "ps", 0,
+                                  framed_port=framed_port)
+    try:
+        store = RemoteStore(address, 0)
+        store.execute([("create", "v", np.arange(3.0))])
+        assert store.transport == "framed"
+        assert store._stream._framed.port == framed_port
+        taken = cv.distribute.Server({"ps": [f"localhost:{free_port()}"], "worker": ["w:1"]},
+                                     "ps", 0, start=False, framed_port=framed_port)
+        with pytest.raises(UnavailableError, match=f"framed port {framed_port}"):
+            taken.start()  # the port is the first ps's
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("port", [-1, 65536, 1.5, True])
+def test_a_framed_port_that_is_no_port_is_refused(port):
+    with pytest.raises(InvalidArgumentError, match="framed_port"):
+        cv.distribute.Server({"ps": ["localhost:1"], "worker": ["localhost:2"]}, "ps", 0,
+                             start=False, framed_port=port)
+
+
+def run_once(link, function):
+    """``function()`` run on ``link``'s worker in a Run of a stream of its own; (its outcome,
+    how the Run travelled)."""
+    stream = link.run_stream()
+    try:
+        calls = [call_message(function, (), {})]
+        outcome = link.outcomes(calls, stream.call(run_request(calls), timeout=30))[0]
+        return outcome, stream.transport
+    finally:
+        stream.close()
+
+
+@pytest.mark.timeout(60)
+def test_run_travels_framed_and_over_grpc_when_asked(ps_and_worker, monkeypatch):
+    link = WorkerLink(0, ps_and_worker.cluster["worker"][0])
+    assert run_once(link, lambda: 6 * 7) == (Outcome(42), "framed")
+    outcome, transport = run_once(link, lambda: 1 / 0)  # a function's error, on either path
+    assert isinstance(outcome.error, ZeroDivisionError) and transport == "framed"
+    monkeypatch.setenv(PS_TRANSPORT_ENV, "grpc")
+    assert run_once(WorkerLink(0, link.client.address), lambda: 6 * 7) == (Outcome(42), "grpc")
+
+
+@pytest.mark.timeout(90)
+def test_a_coordinator_runs_functions_on_workers_without_a_framed_port():
+    with TrainingCluster(num_workers=2, num_ps=1, env={PS_TRANSPORT_ENV: "grpc"}) as cluster:
+        strategy = cv.distribute.ParameterServerStrategy(cluster.resolver())
+        with strategy.scope():
+            total = cv.Variable(0, name="total")
+        coordinator = cv.distribute.ClusterCoordinator(strategy)
+        try:
+            for _ in range(20):
+                coordinator.schedule(lambda: total.assign_add(1))
+            coordinator.join()
+            assert int(total.numpy()) == 20
+            link = WorkerLink(0, cluster.cluster["worker"][0])
+            assert run_once(link, lambda: 1) == (Outcome(1), "grpc")
+        finally:
+            coordinator.shutdown()

@@ -136,6 +136,15 @@ def test_a_run_request_and_its_answer_round_trip():
     assert ran == Outcome("ran") and isinstance(failed.error, ValueError)
 
 
+@pytest.mark.parametrize("value", [None, True, 7, 2.5, "text", b"bytes", [1, (2, "x")],
+                                   np.arange(3)], ids=repr)
+def test_every_result_comes_back_as_it_was(value):
+    # plain values take plain pickle, the rest cloudpickle: the same outcome either way
+    [outcome] = load_outcomes(_wire.run_answer([_wire.pickle_outcome(Outcome(value))]))
+    assert outcome.error is None and type(outcome.value) is type(value)
+    np.testing.assert_equal(outcome.value, value)
+
+
 def test_an_outcome_that_does_not_pickle_comes_back_as_an_unknown_error():
     [outcome] = load_outcomes(_wire.run_answer([_wire.pickle_outcome(Outcome(Unpicklable()))]))
     assert isinstance(outcome.error, UnknownError)

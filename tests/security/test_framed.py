@@ -202,6 +202,8 @@ def test_mutual_tls_training_steps_travel_framed(mutual_tls):
         assert {coordinator.schedule(step).fetch() for _ in range(5)} == {"framed"}
         assert int(counter.numpy()) == 5
         assert remote_store(mutual_tls.cluster["ps"][0], 0).transport == "framed"
+        lanes = coordinator._scheduler._lanes.values()  # and the chief's Runs to the worker
+        assert {lane.transport for lane in lanes} - {None} == {"framed"}
     finally:
         coordinator.shutdown()
 

@@ -11,9 +11,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from convoy import _pickling, _rpc
+from convoy import _pickling, _rpc, _security
 from convoy._rpc import Outcome
-from convoy._stream import Stream
+from convoy.distribute._transport import MethodStream
 from convoy.distribute._wire import (
     WORKER_METHODS,
     WORKER_SERVICE,
@@ -86,7 +86,12 @@ class WorkerLink:
 
     def __init__(self, index: int, address: str) -> None:
         self.index = index
-        self.client = _rpc.Client(address, WORKER_SERVICE, WORKER_METHODS)
+        self.security = _security.for_clients()
+        self.client = _rpc.Client(address, WORKER_SERVICE, WORKER_METHODS, self.security)
+
+    def run_stream(self) -> MethodStream:
+        """A stream of ``Run`` calls of its own (framed where the worker has a port)."""
+        return MethodStream(self.client, WORKER_SERVICE, "Run", self.security)
 
     def run(self, call: Call) -> Outcome:
         """Run one call on a stream of its own; raises UnavailableError if the worker cannot
@@ -97,7 +102,7 @@ class WorkerLink:
         finally:
             stream.close()
 
-    def outcomes(self, calls: list[Call], answer: bytes) -> list[Outcome]:
+    def outcomes(self, calls: list[Call], answer: bytes | memoryview) -> list[Outcome]:
         """The outcomes of ``calls`` in this worker's ``answer`` to their Run."""
         outcomes = load_outcomes(answer)
         if len(outcomes) != len(calls):
@@ -120,10 +125,16 @@ class Lane:
     def __init__(self, worker: WorkerLink, index: int, wakeup: threading.Condition) -> None:
         self.worker, self.index, self.wakeup = worker, index, wakeup
         self._lock = threading.Lock()
-        self._stream: Stream | None = None
+        self._stream: MethodStream | None = None  # None: the next Run opens one
+        self._calling: MethodStream | None = None  # the stream of the Run in its call
         self._ids: tuple[int, ...] = ()  # the closures of the lane's Run
-        self._in_call = False
         self._abandoned = False
+
+    @property
+    def transport(self) -> str | None:
+        """How the lane's Runs travel (``framed`` or ``grpc``); None before its first."""
+        stream = self._stream
+        return None if stream is None else stream.transport
 
     def begin(self, closure_ids: tuple[int, ...]) -> None:
         with self._lock:
@@ -134,19 +145,28 @@ class Lane:
         cannot be reached."""
         return self.worker.outcomes(calls, self._call(run_request(calls)))
 
-    def _call(self, request: bytes) -> bytes:
+    def _call(self, request: bytes) -> bytes | memoryview:
         with self._lock:
             if self._abandoned:
                 raise CancelledError("the Run was abandoned before it was sent")
             if self._stream is None:
-                self._stream = self.worker.client.stream("Run")
-            stream, self._in_call = self._stream, True
+                self._stream = self.worker.run_stream()
+            stream = self._calling = self._stream
         try:
-            answer: bytes = stream.call(request)
-            return answer
+            return stream.call(request, timeout=None)
+        except Exception as error:
+            with self._lock:
+                abandoned = self._abandoned and self._stream is not stream
+            if abandoned and not isinstance(error, CancelledError):  # cut short, not lost
+                raise CancelledError(f"Run at {self.worker.client.address}: abandoned "
+                                     f"({error})") from None
+            raise
         finally:
             with self._lock:
-                self._in_call = False
+                self._calling = None
+                dropped = self._stream is not stream  # abandoned: the lane opens another
+            if dropped:
+                stream.close()
 
     def abandon(self, closure_ids: tuple[int, ...]) -> bool:
         """Cut the Run of ``closure_ids`` short; whether it was still in its call."""
@@ -154,14 +174,15 @@ class Lane:
             if self._ids != closure_ids:
                 return False
             self._abandoned = True
-            if not self._in_call:
+            stream = self._calling
+            if stream is None:
                 return False
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            try:
-                stream.close()  # the waiting call raises; the lane opens another stream
-            except Exception:  # a call failing at the same moment closes it too
-                pass
+            if self._stream is stream:
+                self._stream = None  # the lane's next Run opens another
+        try:
+            stream.abort()  # the waiting call raises
+        except Exception:  # a call failing at the same moment closes it too
+            pass
         return True
 
     def close(self) -> None:

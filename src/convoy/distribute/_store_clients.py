@@ -9,24 +9,16 @@ next operation raises CancelledError.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 from convoy import _rpc, _security
 from convoy._channel import Channel
-from convoy._framed import FramedStream
-from convoy._security import Security
 from convoy.distribute._store import VariableStore
-from convoy.distribute._wire import (
-    PS_METHODS,
-    PS_SERVICE,
-    decode_one,
-    encode,
-    load_execute_answer,
-    ps_transport,
-)
+from convoy.distribute._transport import MethodStream
+from convoy.distribute._wire import PS_METHODS, PS_SERVICE, encode, load_execute_answer
 from convoy.distribute._worker_calls import current_call, raise_if_cancelled
-from convoy.errors import ConvoyError, DataLossError, InvalidArgumentError, UnimplementedError
+from convoy.errors import DataLossError, InvalidArgumentError
 
 
 def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
@@ -64,6 +56,8 @@ class LocalStore:
 def execute_all(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> list[list[Any]]:
     """Run each ``(store, operations)`` call, all at once; returns their results in order."""
     futures = [store.execute_async(operations) for store, operations in calls]
+    if len(futures) > 1:  # woken once, by the last answer, not once per answer still due
+        wait(futures)
     return [future.result() for future in futures]
 
 
@@ -99,7 +93,8 @@ class RemoteStore:
         self.device = f"/job:ps/replica:0/task:{task_index}/device:CPU:0"
         security = _security.for_clients()
         self._client = _rpc.Client(address, PS_SERVICE, PS_METHODS, security)
-        self._stream = _ExecuteStream(self._client, address, security)  # the sender's only
+        self._stream = MethodStream(self._client, PS_SERVICE, "Execute",
+                                    security)  # the sender thread's only
         self._pending: Channel[_Pending] = Channel(f"operation lists for the ps at {address}")
         self._sender: threading.Thread | None = None
         self._lists_sent = 0
@@ -200,54 +195,6 @@ class RemoteStore:
                 future.set_result(outcome.value)
             else:
                 future.set_exception(outcome.error)
-
-
-class _ExecuteStream:
-    """The ``Execute`` messages to one ps: on its framed port (:mod:`convoy._framed`) when it
-    has one and this process allows it (see :data:`~convoy.distribute._wire.PS_TRANSPORT_ENV`),
-    else on the gRPC stream. After a failure, the next call asks the ps for its port again
-    (it may be a new process). Not thread-safe: the sender thread makes the calls."""
-
-    def __init__(self, client: _rpc.Client, address: str, security: Security) -> None:
-        self._client = client
-        self._grpc = client.stream("Execute")
-        where = self._where = f"Execute at {address}"
-        self._framed = (FramedStream(address.rpartition(":")[0], where,
-                                     f"/{PS_SERVICE}/Execute", security)
-                        if ps_transport() == "framed" else None)
-        self._asked = False  # whether the ps was asked for its framed port since a failure
-
-    @property
-    def transport(self) -> str:
-        return "framed" if self._framed is not None and self._framed.connected else "grpc"
-
-    def call(self, request: bytes, timeout: float) -> bytes | memoryview:
-        """Send one ``Execute`` request; its answer."""
-        try:
-            framed = self._framed
-            if framed is not None and not framed.connected and not self._asked:
-                self._asked = True
-                port = self._framed_port(timeout)
-                if port is not None:
-                    framed.connect(port, timeout)
-            if framed is not None and framed.connected:
-                return framed.call(request, timeout)
-            answer: bytes = self._grpc.call(request, timeout=timeout)
-            return answer
-        except Exception:
-            self._asked = False
-            raise
-
-    def _framed_port(self, timeout: float) -> int | None:
-        try:
-            port = decode_one(self._client.call("FramedPort", encode(None), timeout=timeout))
-        except UnimplementedError:  # a ps of a convoy without the framed transport
-            return None
-        except ConvoyError as error:  # named as the call it is part of
-            raise type(error)(f"{self._where}: asking for its framed port: {error}") from None
-        if port is not None and type(port) is not int:
-            raise DataLossError(f"FramedPort at {self._client.address} answered {port!r:.50}")
-        return port
 
 
 def _unpicklable(operations: list[tuple[Any, ...]]) -> InvalidArgumentError:

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, wait
 from typing import Any
 
 import cloudpickle
@@ -105,7 +105,7 @@ class CallRunner:
         self.running = 0  # calls running now (for Status)
         self.done = 0  # calls that ended, with a result or an error
 
-    def run(self, request: bytes) -> bytes:
+    def run(self, request: bytes | memoryview) -> bytes:
         """A worker's ``Run``: the request's calls, all at once; answers each one's pickled
         :class:`Outcome`. A call that fails cancels the others (as the coordinator would once
         it hears, which is when they end)."""
@@ -174,6 +174,8 @@ class CallRunner:
                 with self._lock:
                     if self._running.get(call_id) is running:
                         del self._running[call_id]
+        if len(running.updates) > 1:  # woken once, by the last answer, not once per answer due
+            wait(running.updates)
         for future in running.updates:  # all of them, even after an error: nothing is left
             try:
                 future.result()

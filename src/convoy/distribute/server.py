@@ -45,7 +45,9 @@ class Server(_rpc.ServerBase):
 
     It binds the host of that address, or ``host``. The security settings are those of
     :class:`~convoy.data.service.WorkerConfig`; a worker also refuses functions that pickle
-    to more than ``max_function_bytes``.
+    to more than ``max_function_bytes``. A ps serves ``Execute``, a worker ``Run``, framed on
+    ``framed_port`` of the same host too (0: an ephemeral port; see
+    :data:`~convoy.distribute._wire.PS_TRANSPORT_ENV`).
     """
 
     # A thread for each open stream (a process's Execute, a coordinator thread's Run).
@@ -57,7 +59,7 @@ class Server(_rpc.ServerBase):
                  auth_token_file: str | None = None, certificate: str | None = None,
                  key: str | None = None, ca: str | None = None, host: str | None = None,
                  insecure: bool = False, max_request_bytes: int = MAX_REQUEST_BYTES,
-                 max_function_bytes: int = MAX_FUNCTION_BYTES) -> None:
+                 max_function_bytes: int = MAX_FUNCTION_BYTES, framed_port: int = 0) -> None:
         if protocol != "grpc":
             raise InvalidArgumentError(f"protocol must be 'grpc', got {protocol!r}")
         self.cluster_spec = ClusterSpec(cluster_spec)
@@ -76,12 +78,16 @@ class Server(_rpc.ServerBase):
                                  max_request_bytes=max_request_bytes)
         super().__init__(int(port), security=security)
         self.max_function_bytes = check.integer("max_function_bytes", max_function_bytes, 1)
+        self.framed_port = check.integer("framed_port", framed_port, 0)
+        if self.framed_port > 65535:
+            raise InvalidArgumentError(f"framed_port must be a port (0 to 65535), got "
+                                       f"{self.framed_port}")
         self.service = PS_SERVICE if job_name == "ps" else WORKER_SERVICE
         self.incarnation = uuid.uuid4().hex
         self._pool: ThreadPoolExecutor | None = None  # a worker's extra calls of one Run
         self._store: VariableStore | None = None  # a ps's
         self._calls: CallRunner | None = None  # a worker's
-        self._framed: FramedServer | None = None  # a ps's framed port for Execute
+        self._framed: FramedServer | None = None  # a ps's framed Execute, a worker's Run
         self.context = (WorkerContext(task_index, self.cluster_spec.num_tasks("worker"))
                         if job_name == "worker" else None)
         if start:
@@ -103,7 +109,7 @@ class Server(_rpc.ServerBase):
 
             if ps_transport() == "framed":  # before the gRPC port: FramedPort may come at once
                 self._framed = FramedServer(PS_SERVICE, "Execute", execute, self._security,
-                                            self._host)
+                                            self._host, self.framed_port)
             framed_port = None if self._framed is None else self._framed.port
             execute_method, framed_port_method = PS_METHODS
             return {execute_method: execute,
@@ -111,11 +117,16 @@ class Server(_rpc.ServerBase):
                     STATUS: lambda _: encode(self.status())}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
         calls = self._calls = CallRunner(self._pool, self.max_function_bytes)
+        if ps_transport() == "framed":
+            self._framed = FramedServer(WORKER_SERVICE, "Run", calls.run, self._security,
+                                        self._host, self.framed_port)
+        run_port = None if self._framed is None else self._framed.port
         handlers: dict[str, Callable[[bytes], bytes]] = {
             "Run": calls.run,
             "Ping": lambda _: encode(self.incarnation),
             "Cancel": calls.cancel,
             "Free": self.context.free,
+            "FramedPort": lambda _: encode(run_port),
         }
         methods = {method: handlers[method.name] for method in WORKER_METHODS}
         methods[STATUS] = lambda _: encode(self.status())
