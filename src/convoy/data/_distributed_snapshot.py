@@ -42,7 +42,7 @@ _CHUNK = re.compile(r"chunk_(\d+)_(\d+)_(\d+)")
 POLL_INTERVAL_S = 0.2
 #: How long ``load(wait=True)`` waits for a save in progress to commit its next chunk or finish.
 #: Workers commit a chunk each second while they write, so a longer silence means no one is
-#: writing (no worker, or a dispatcher that restarted and forgot the save).
+#: writing (no worker, or a dispatcher restarted without a journal, which forgot the save).
 STALL_TIMEOUT_S = 600.0
 
 
@@ -213,8 +213,8 @@ class _GrowingChunksNode(Node):
                 raise DeadlineExceededError(
                     f"waited {STALL_TIMEOUT_S:.0f} s for the distributed save at {op.path} to "
                     f"commit a chunk or to be marked {DONE_FILE} ({len(seen)} chunks read): "
-                    "is a data service worker writing it? A dispatcher that restarted forgets "
-                    "the saves it had in progress")
+                    "is a data service worker writing it? A dispatcher restarted without "
+                    "fault_tolerant_mode forgets the saves it had in progress")
             time.sleep(POLL_INTERVAL_S)
 
     def state_dict(self) -> Any:
