@@ -102,6 +102,11 @@ def slow(x: Any) -> Any:
     return x
 
 
+def slower(x: Any) -> Any:
+    time.sleep(0.01)
+    return x
+
+
 # ----- distributed_save_ft_test.py ---------------------------------------------------------------
 def test_snapshot_recovery_succeeds(ft_cluster: Any, tmp_path: Path) -> None:
     """Ported from distributed_save_ft_test.py: testSnapshotRecoverySucceeds (and the save
@@ -129,8 +134,9 @@ def test_snapshot_recovery_blocks_overwrite(ft_cluster: Any, tmp_path: Path) -> 
 
 
 def test_streams_reassigned_after_dispatcher_restart(ft_cluster: Any, tmp_path: Path) -> None:
-    """Ported from distributed_save_ft_test.py: testStreamsReassignedAfterDispatcherRestart
-    (three workers rather than five)."""
+    """Ported from distributed_save_ft_test.py: testStreamsReassignedAfterDispatcherRestart,
+    and snapshot_ft_test.py: testWorkersRetainStreamAssignmentsAfterDispatcherRestart (three
+    workers rather than five)."""
     n = 3
     cluster = ft_cluster(n)
     path = tmp_path / "saved"
@@ -139,9 +145,11 @@ def test_streams_reassigned_after_dispatcher_restart(ft_cluster: Any, tmp_path: 
     while len(saves(cluster)[str(path)].streams) != n:
         assert time.monotonic() < deadline, "the workers did not all take a stream"
         time.sleep(0.05)
+    owners = [stream.owner for stream in saves(cluster)[str(path)].streams]
     cluster.restart_dispatcher()
     streams = saves(cluster)[str(path)].streams
     assert sorted(stream.index for stream in streams) == list(range(n))
+    assert [stream.owner for stream in streams] == owners
     wait_for_save(path)
     assert sorted(values(Dataset.load(path))) == list(range(3000))
 
@@ -326,11 +334,13 @@ def test_dispatcher_and_worker_restart(ft_cluster: Any, tmp_path: Path, read_wit
 def test_add_worker_midjob(ft_cluster: Any, tmp_path: Path, read_within: Any,
                            load_repetitions: int, policy: ShardingPolicy) -> None:
     """Ported from distributed_save_load_ft_test.py: test_add_worker_midjob (OFF: the new
-    worker produces the whole dataset too)."""
+    worker produces the whole dataset too). The workers produce slowly (10 ms an element):
+    a convoy consumer asks for many elements per call, and could otherwise have the whole
+    job before the new worker joins it."""
     num_elements = 2 * (os.cpu_count() or 1) + 100
     cluster = ft_cluster(1)
     dataset = saved(cluster, tmp_path / "saved", num_elements, 1, policy)
-    dataset = dataset.repeat(load_repetitions).apply(
+    dataset = dataset.repeat(load_repetitions).map(slower).apply(
         service.distribute(policy, cluster.target, max_outstanding_requests=1))
     expected = list(range(num_elements)) * load_repetitions
     if policy == ShardingPolicy.OFF:
