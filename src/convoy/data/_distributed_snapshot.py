@@ -42,7 +42,7 @@ _CHUNK = re.compile(r"chunk_(\d+)_(\d+)_(\d+)")
 POLL_INTERVAL_S = 0.2
 #: How long ``load(wait=True)`` waits for a save in progress to commit its next chunk or finish.
 #: Workers commit a chunk each second while they write, so a longer silence means no one is
-#: writing (no worker, or a dispatcher that restarted and forgot the save).
+#: writing (no worker, or a dispatcher restarted without a journal, which forgot the save).
 STALL_TIMEOUT_S = 600.0
 
 
@@ -168,7 +168,7 @@ class _DoneChunksOp(IndexSource):
         return _chunk_dataset(self.files[index], self.compression, self.structure)
 
 
-class _GrowingChunksOp(Op):
+class GrowingChunksOp(Op):
     """A dataset of datasets over a save in progress: each chunk as it is committed, until
     the save is done."""
 
@@ -187,11 +187,11 @@ class _GrowingChunksOp(Op):
 class _GrowingChunksNode(Node):
     __slots__ = ("read",)
 
-    def __init__(self, op: _GrowingChunksOp, read: list[str]) -> None:
+    def __init__(self, op: GrowingChunksOp, read: list[str]) -> None:
         self.read = read
         self.gen = self._run(op)
 
-    def _run(self, op: _GrowingChunksOp) -> Iterator[Any]:
+    def _run(self, op: GrowingChunksOp) -> Iterator[Any]:
         seen = set(self.read)
         progressed = time.monotonic()
         while True:
@@ -213,8 +213,8 @@ class _GrowingChunksNode(Node):
                 raise DeadlineExceededError(
                     f"waited {STALL_TIMEOUT_S:.0f} s for the distributed save at {op.path} to "
                     f"commit a chunk or to be marked {DONE_FILE} ({len(seen)} chunks read): "
-                    "is a data service worker writing it? A dispatcher that restarted forgets "
-                    "the saves it had in progress")
+                    "is a data service worker writing it? A dispatcher restarted without "
+                    "fault_tolerant_mode forgets the saves it had in progress")
             time.sleep(POLL_INTERVAL_S)
 
     def state_dict(self) -> Any:
@@ -222,10 +222,14 @@ class _GrowingChunksNode(Node):
 
 
 class _LoadOp(Op):
+    """The reader over the save's chunks, with the save's spec and cardinality. The reader is
+    its input, so DYNAMIC sharding hands out the chunks of a complete save (as TensorFlow's
+    split provider does)."""
+
     def __init__(self, spec: Any, cardinality: int, reader: Op) -> None:
         self.spec = spec
         self.num_elements = cardinality
-        self.reader = reader
+        self.inputs = (reader,)
 
     def cardinality(self) -> int:
         return self.num_elements
@@ -234,7 +238,7 @@ class _LoadOp(Op):
         return self.spec
 
     def iterator(self, state: Any, key: int) -> Node:
-        return self.reader.iterator(state, key)
+        return self.input.iterator(state, key)
 
 
 def load(path: str, metadata: snapshot_pb2.DistributedSnapshotMetadata, element_spec: Any,
@@ -247,10 +251,9 @@ def load(path: str, metadata: snapshot_pb2.DistributedSnapshotMetadata, element_
     spec = _save.decode_spec(saved)
     if element_spec is not None and element_spec != spec:
         raise InvalidArgumentError(
-            f"User specified element_spec {element_spec!r}, but the actual element_spec is "
+            f"User specified element_spec {element_spec}, but the actual element_spec is "
             f"{spec!r}")
-    if compression is not None and _save.check_compression(compression) != (
-            metadata.compression or None):
+    if compression is not None and (compression or None) != (metadata.compression or None):
         raise InvalidArgumentError(
             f"User specified compression {compression}, but the actual compression is "
             f"{metadata.compression or None}.")
@@ -265,7 +268,7 @@ def load(path: str, metadata: snapshot_pb2.DistributedSnapshotMetadata, element_
         source: Op = _DoneChunksOp([file for *_, file in chunks], used, structure)
         cardinality = sum(count for _, _, count, _ in chunks)
     else:
-        source, cardinality = _GrowingChunksOp(path, used, structure), UNKNOWN_CARDINALITY
+        source, cardinality = GrowingChunksOp(path, used, structure), UNKNOWN_CARDINALITY
     result = (reader_func or _save.default_reader_func)(Dataset(source))
     if not isinstance(result, Dataset):
         raise InvalidArgumentError(

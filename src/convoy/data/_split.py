@@ -39,6 +39,7 @@ from typing import Any
 
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._distributed_snapshot import GrowingChunksOp
 from convoy.data._file_reader_ops import FileReaderOp
 from convoy.data._op import INFINITE_CARDINALITY, Node, Op, derive_key
 from convoy.data._slicing import RepeatOp
@@ -58,7 +59,7 @@ _PUBLIC_NAMES = {
     "TensorSlices": "from_tensor_slices", "Tensors": "from_tensors", "Generator":
     "from_generator", "TextLine": "TextLineDataset", "TFRecord": "TFRecordDataset",
     "Sample": "sample_from_datasets", "Choose": "choose_from_datasets",
-    "DataService": "distribute", "_Options": "with_options",
+    "DataService": "distribute", "_Options": "with_options", "GrowingChunks": "load",
 }
 
 
@@ -119,6 +120,9 @@ def _units(op: Op, within: str) -> int:
         raise _refuse(op, "every worker would fill and replay the same file, holding only "
                           "the splits it was handed; cache in memory (filename='') or use OFF",
                       " to a file")
+    if isinstance(op, GrowingChunksOp):
+        raise _refuse(op, f"the distributed save at {op.path} is still being written, so its "
+                          "chunks cannot be numbered yet; load it once it is done, or use OFF")
     if isinstance(op, SnapshotOp):
         raise _refuse(op, "every worker would write and then read the same snapshot "
                           "directory, holding only the splits it was handed; snapshot before "

@@ -65,7 +65,10 @@ def as_dtype(dtype: Any, argument: str = "dtype") -> np.dtype:
 
 
 def dtype_enum(dtype: np.dtype) -> Any:
-    """The TensorFlow ``DataType`` number of a numpy dtype."""
+    """The TensorFlow ``DataType`` number of a numpy dtype (numpy's fixed-width ``str`` and
+    ``bytes`` dtypes are strings, as :func:`as_array` writes them)."""
+    if dtype.kind in "US":
+        return tensor_pb2.DT_STRING
     try:
         return _TO_ENUM[dtype]
     except KeyError:

@@ -38,6 +38,10 @@ SAMPLES = [
     ev.CollectGarbage(100.0, 30.0, 60.0),
     ev.CollectGarbage(100.0, 30.0, 60.0, (2002,), ("w1:1", "w2:2"), float("inf"), True),
     ev.WorkerLost("w1:1", "uid-\u00e9"),
+    ev.StartSave("/saves/\u00e9", "1000", "SNAPPY", 1 << 61),
+    ev.AssignSaveStream("/saves/\u00e9", 0, "w1:1", "uid-\u00e9"),
+    ev.GetSaveSplit("/saves/\u00e9", 0, "w1:1", 2, 17),
+    ev.SaveStreamDone("/saves/\u00e9", 0, "w1:1", "ValueError: \u00e9"),
 ]
 
 

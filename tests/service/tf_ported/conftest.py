@@ -2,12 +2,15 @@
 
 The ported files are TensorFlow's data_service_ops, dynamic_sharding, distributed_epoch,
 fault_tolerance, multi_process_cluster, shared_dataset, auto_shard (static sharding),
-cross_trainer_cache (with its _ft_test), local_workers, data_transfer and coordinated_read
-(with coordinated_read_ft) tests (each module names its source and lists the scenarios it
-leaves out). The other files of that folder test features convoy does not have yet and are
-not ported: worker tags (worker_tags_test), snapshots and distributed save (snapshot_ft_test,
-distributed_save*_test), and devices (gpu_test, multi_device_test). metadata_test
-(cardinality, element specs) is not ported yet.
+cross_trainer_cache (with its _ft_test), local_workers, data_transfer, coordinated_read
+(with coordinated_read_ft), metadata, and distributed save (distributed_save_test,
+distributed_save_load_test in test_distributed_save.py; distributed_save_ft_test and
+distributed_save_load_ft_test in test_distributed_save_ft.py; part of distributed_save_test
+is in tests/data/test_distributed_save.py) tests (each module names its source and lists the
+scenarios it leaves out). snapshot_ft_test is an older version of distributed_save_ft_test
+and is covered by its port. The other files of that folder test features convoy does not
+have and are not ported: worker tags (worker_tags_test) and devices (gpu_test,
+multi_device_test).
 
 TensorFlow's tests build a ``TestCluster`` per test (in-process dispatcher and workers, 100 ms
 worker heartbeats, optionally a work directory and fault tolerance) and restart or stop its

@@ -34,7 +34,6 @@ from convoy.data.service._dispatcher.journal import Journal, LocalStorage
 from convoy.data.service._dispatcher.limits import admit
 from convoy.data.service._dispatcher.runs import awaited_consumers
 from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
-from convoy.data.service._dispatcher.snapshots import Snapshots
 from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
 from convoy.data.service._status import status, task_splits
 from convoy.errors import (
@@ -90,7 +89,6 @@ class _Handlers:
         #: worker address -> (elements, bytes) its tasks buffer, as its last heartbeat said
         self.buffered: dict[str, tuple[int, int]] = {}
         self.checking: set[str] = set()  # workers being pinged after a consumer's report
-        self.snapshots = Snapshots()  # distributed_save's streams (not journaled)
         self.shares = EqualShares()  # not journaled: a restart forgets them
         #: ``(address, uid) -> bool``: whether that worker process is gone (a ping, by default)
         self.worker_gone: Callable[[str, str], bool] = (
@@ -355,10 +353,8 @@ class _Handlers:
     def Snapshot(self, r: pb.SnapshotRequest) -> pb.Empty:
         if not r.path:
             raise InvalidArgumentError("Snapshot needs a path")
-        with self.lock:
-            record = self.state.dataset(r.dataset_id)
-            self.snapshots.start(r.path, r.dataset_id, r.compression, record.num_split_units,
-                                 random.SystemRandom().randrange(1, 1 << 62))
+        self._apply(ev.StartSave(r.path, r.dataset_id, r.compression,
+                                 random.SystemRandom().randrange(1, 1 << 62)))
         log.info("distributed save of dataset %s to %s started", r.dataset_id, r.path)
         return pb.Empty()
 
@@ -366,33 +362,33 @@ class _Handlers:
                           ) -> pb.GetSnapshotStreamResponse:
         with self.lock:
             live = {(a, w.uid) for a, w in self.state.workers.items()}
-            found = self.snapshots.stream_for(r.worker_address, r.worker_uid, live)
+            found = self.state.snapshots.pick_stream(r.worker_address, r.worker_uid, live)
             if found is None:
                 return pb.GetSnapshotStreamResponse()
-            save, stream = found
+            path, index = found
+            save = self._apply(ev.AssignSaveStream(path, index, r.worker_address,
+                                                   r.worker_uid))
             payload = self.state.dataset(save.dataset_id).payload
-        log.info("worker %s writes stream %d of the save at %s", r.worker_address,
-                 stream.index, save.path)
+        log.info("worker %s writes stream %d of the save at %s", r.worker_address, index, path)
         return pb.GetSnapshotStreamResponse(
-            found=True, path=save.path, stream_index=stream.index, dataset=payload,
-            compression=save.compression, seed=save.seed + stream.index)
+            found=True, path=path, stream_index=index, dataset=payload,
+            compression=save.compression, seed=save.seed + index)
 
     def GetSnapshotSplit(self, r: pb.GetSnapshotSplitRequest) -> pb.GetSnapshotSplitResponse:
         if r.request_number <= 0 or r.repetition < 0:
             raise InvalidArgumentError(
                 f"GetSnapshotSplit needs request_number > 0 and repetition >= 0, got "
                 f"{r.request_number} and {r.repetition}")
-        with self.lock:
-            split, end = self.snapshots.split(r.path, r.stream_index, r.worker_address,
-                                              r.repetition, r.request_number)
+        split, end = self._apply(ev.GetSaveSplit(r.path, r.stream_index, r.worker_address,
+                                                 r.repetition, r.request_number))
         if split is None:
             return pb.GetSnapshotSplitResponse(end_of_splits=end)
         return pb.GetSnapshotSplitResponse(split=pb.Split(start=split[0], stop=split[1]))
 
     def SnapshotStreamDone(self, r: pb.SnapshotStreamDoneRequest
                            ) -> pb.SnapshotStreamDoneResponse:
-        with self.lock:
-            done = self.snapshots.stream_done(r.path, r.stream_index, r.worker_address, r.error)
+        done = self._apply(ev.SaveStreamDone(r.path, r.stream_index, r.worker_address,
+                                             r.error))
         if r.error:
             log.warning("stream %d of the save at %s failed: %s", r.stream_index, r.path,
                         r.error)

@@ -216,8 +216,11 @@ class DataServiceOp(Op):
         self.__dict__.update(state, _lock=threading.Lock())
 
     def cardinality(self) -> int:
+        """0 or infinite as the input is (TensorFlow's answer); unknown otherwise, and for an
+        infinite input that static sharding (FILE, FILE_OR_DATA, HINT) may leave empty."""
         n = self.input_cardinality
-        if n in (0, INFINITE_CARDINALITY):
+        if n == 0 or n == INFINITE_CARDINALITY and self.options.processing_mode in (
+                ShardingPolicy.OFF, ShardingPolicy.DYNAMIC, ShardingPolicy.DATA):
             return n
         return UNKNOWN_CARDINALITY
 

@@ -155,6 +155,47 @@ class ClientRecord:
     last_seen: float
 
 
+@dataclass(slots=True)
+class SaveAnswer:
+    """The answer to one split request of a stream of a distributed save: the units
+    ``[start, stop)`` of pass ``repetition``, or the end of that pass."""
+
+    repetition: int
+    start: int = 0
+    stop: int = 0
+    end_of_splits: bool = False
+
+
+@dataclass(slots=True)
+class SaveStream:
+    index: int
+    owner: str  # worker address
+    owner_uid: str
+    answers: list[SaveAnswer] = field(default_factory=list)  # by request number, from 1
+    done: bool = False
+
+
+@dataclass(slots=True)
+class SaveRecord:
+    """A ``distributed_save`` in progress or ended: its streams and the cursor of its
+    splits."""
+
+    path: str
+    dataset_id: str
+    compression: str
+    units: int
+    seed: int
+    split_size: int
+    streams: list[SaveStream] = field(default_factory=list)
+    repetition: int = 0
+    cursor: int = 0
+    error: str = ""
+
+    @property
+    def done(self) -> bool:
+        return bool(self.streams) and all(s.done for s in self.streams)
+
+
 @dataclass
 class SavedState:
     """Everything the dispatcher holds but its indexes, which are rebuilt from it."""
@@ -167,6 +208,7 @@ class SavedState:
     tasks: list[TaskRecord]
     workers: list[WorkerRecord]
     clients: list[ClientRecord]
+    saves: list[SaveRecord] = field(default_factory=list)  # journals of older versions: none
 
 
 # ----- events ------------------------------------------------------------------------------------
@@ -289,6 +331,51 @@ class WorkerLost:
     uid: str
 
 
+@dataclass(frozen=True)
+class StartSave:
+    """``distributed_save`` of dataset ``dataset_id`` to ``path`` starts."""
+
+    path: str
+    dataset_id: str
+    compression: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class AssignSaveStream:
+    """The worker process ``uid`` at ``address`` writes stream ``index`` of the save at
+    ``path``: a new stream if ``index`` is the save's stream count, else one whose worker was
+    lost (its owner is replaced)."""
+
+    path: str
+    index: int
+    address: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class GetSaveSplit:
+    """Request ``request_number`` (from 1) of stream ``index`` of the save at ``path``, for
+    pass ``repetition``: answered again as before if asked again."""
+
+    path: str
+    index: int
+    address: str
+    repetition: int
+    request_number: int
+
+
+@dataclass(frozen=True)
+class SaveStreamDone:
+    """Stream ``index`` of the save at ``path`` wrote all its elements, or failed
+    (``error``)."""
+
+    path: str
+    index: int
+    address: str
+    error: str = ""
+
+
 #: Every event kind by the name the journal writes for it (spelled out: renaming a class
 #: must not rename its records).
 EVENTS: dict[str, type] = {
@@ -302,12 +389,17 @@ EVENTS: dict[str, type] = {
     "GetSplits": GetSplits,
     "CollectGarbage": CollectGarbage,
     "WorkerLost": WorkerLost,
+    "StartSave": StartSave,
+    "AssignSaveStream": AssignSaveStream,
+    "GetSaveSplit": GetSaveSplit,
+    "SaveStreamDone": SaveStreamDone,
 }
 
 
 #: Any event of the dispatcher.
 Event = (RegisterDataset | GetOrCreateJob | GetOrCreateIteration | ClientHeartbeat | ReleaseClient
-         | WorkerHeartbeat | TaskFinished | GetSplits | CollectGarbage | WorkerLost)
+         | WorkerHeartbeat | TaskFinished | GetSplits | CollectGarbage | WorkerLost
+         | StartSave | AssignSaveStream | GetSaveSplit | SaveStreamDone)
 
 
 # ----- results -----------------------------------------------------------------------------------

@@ -1,56 +1,27 @@
 """distributed_save's bookkeeping: which worker writes which stream, and the splits of each.
 
-Pure state, beside :class:`~.state.DispatcherState` (the dispatch server holds it under the
-same lock). A save has streams, one per worker that asks while the save is young; each stream
+Pure state, part of :class:`~.state.DispatcherState` (changed by its save events, journaled
+with it). A save has streams, one per worker that asks while the save is young; each stream
 gets its splits from the save's cursor, and every answer is kept with its stream by request
-number, so a stream taken over by another worker (its own was lost) replays the same splits
-and its pipeline makes the same elements. Workers do all the writing; this only hands out
-streams and splits and notes which streams are done.
-
-Saves in progress are not journaled: a dispatcher that restarts forgets them.
+number, so a stream taken over by another worker (its own was lost), or asked again after the
+dispatcher restarted, replays the same splits and its pipeline makes the same elements. Workers
+do all the writing; this only hands out streams and splits and notes which streams are done.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Container
 
+from convoy.data.service._dispatcher.events import SaveAnswer, SaveRecord, SaveStream
 from convoy.data.service._dispatcher.splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS
 from convoy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-
-
-@dataclasses.dataclass
-class Stream:
-    index: int
-    owner: str  # worker address; "" when its worker was lost
-    owner_uid: str
-    answers: list[tuple[int, tuple[int, int] | None]] = dataclasses.field(default_factory=list)
-    done: bool = False
-
-
-@dataclasses.dataclass
-class Save:
-    path: str
-    dataset_id: str
-    compression: str
-    units: int
-    seed: int
-    split_size: int
-    streams: list[Stream] = dataclasses.field(default_factory=list)
-    repetition: int = 0
-    cursor: int = 0
-    error: str = ""
-
-    @property
-    def done(self) -> bool:
-        return bool(self.streams) and all(s.done for s in self.streams)
 
 
 class Snapshots:
     """The saves of ``distributed_save`` the dispatcher knows, by path."""
 
     def __init__(self) -> None:
-        self.saves: dict[str, Save] = {}
+        self.saves: dict[str, SaveRecord] = {}
 
     def start(self, path: str, dataset_id: str, compression: str, units: int,
               seed: int) -> None:
@@ -62,26 +33,42 @@ class Snapshots:
             raise InvalidArgumentError(
                 f"Failed to snapshot: dataset {dataset_id} cannot be split into units")
         size = max(1, min(MAX_SPLIT_SIZE, units // SPLITS_PER_PASS))
-        self.saves[path] = Save(path, dataset_id, compression, units, seed, size)
+        self.saves[path] = SaveRecord(path, dataset_id, compression, units, seed, size)
 
-    def stream_for(self, address: str, uid: str, live: Container[tuple[str, str]]
-                   ) -> tuple[Save, Stream] | None:
-        """A stream for the worker ``(address, uid)`` to write: one whose worker is no longer
-        ``live``, else a new one while the save has no finished stream; None if none."""
-        for save in self.saves.values():
-            if save.done or save.error:
-                continue
+    def pick_stream(self, address: str, uid: str, live: Container[tuple[str, str]]
+                    ) -> tuple[str, int] | None:
+        """``(path, index)`` of a stream for the worker ``(address, uid)`` to write: its own
+        unfinished one (a worker asks when it writes none: the answer that gave it was lost),
+        else one whose worker is no longer ``live``, else a new one (``index`` is the save's
+        stream count) while the save has no finished stream; None if none. Changes nothing."""
+        saves = [save for save in self.saves.values() if not (save.done or save.error)]
+        for save in saves:
+            for stream in save.streams:
+                if not stream.done and (stream.owner, stream.owner_uid) == (address, uid):
+                    return save.path, stream.index
+        for save in saves:
             for stream in save.streams:
                 if not stream.done and (stream.owner, stream.owner_uid) not in live:
-                    stream.owner, stream.owner_uid = address, uid
-                    return save, stream
-            if any(s.owner == address and s.owner_uid == uid and not s.done
-                   for s in save.streams) or any(s.done for s in save.streams):
-                continue
-            stream = Stream(len(save.streams), address, uid)
-            save.streams.append(stream)
-            return save, stream
+                    return save.path, stream.index
+            if not any(s.done for s in save.streams):
+                return save.path, len(save.streams)
         return None
+
+    def assign(self, path: str, index: int, address: str, uid: str) -> SaveRecord:
+        save = self._save(path)
+        if index == len(save.streams):
+            save.streams.append(SaveStream(index, address, uid))
+        elif 0 <= index < len(save.streams):
+            save.streams[index].owner, save.streams[index].owner_uid = address, uid
+        else:
+            raise InvalidArgumentError(f"the save at {path} has no stream {index}")
+        return save
+
+    def answered(self, path: str, index: int, number: int) -> bool:
+        """Whether request ``number`` of stream ``index`` has its answer already."""
+        save = self.saves.get(path)
+        return (save is not None and 0 <= index < len(save.streams)
+                and number <= len(save.streams[index].answers))
 
     def split(self, path: str, index: int, address: str, repetition: int, number: int
               ) -> tuple[tuple[int, int] | None, bool]:
@@ -90,25 +77,27 @@ class Snapshots:
         stream = self._stream(path, index, address)
         save = self.saves[path]
         if number <= len(stream.answers):
-            asked, given = stream.answers[number - 1]
-            if asked != repetition:
+            answer = stream.answers[number - 1]
+            if answer.repetition != repetition:
                 raise InvalidArgumentError(
-                    f"split request {number} of stream {index} was for repetition {asked}, "
-                    f"not {repetition}")
-            return given, given is None
-        if number != len(stream.answers) + 1:
+                    f"split request {number} of stream {index} was for repetition "
+                    f"{answer.repetition}, not {repetition}")
+        elif number != len(stream.answers) + 1:
             raise InvalidArgumentError(
                 f"split request {number} of stream {index} skips a number: "
                 f"{len(stream.answers)} were answered")
-        split: tuple[int, int] | None = None
-        if repetition > save.repetition:
-            save.repetition, save.cursor = repetition, 0
-        if repetition == save.repetition and save.cursor < save.units:
-            start = save.cursor
-            save.cursor = min(save.units, start + save.split_size)
-            split = (start, save.cursor)
-        stream.answers.append((repetition, split))
-        return split, split is None
+        else:
+            if repetition > save.repetition:
+                save.repetition, save.cursor = repetition, 0
+            answer = SaveAnswer(repetition, end_of_splits=True)
+            if repetition == save.repetition and save.cursor < save.units:
+                start = save.cursor
+                save.cursor = min(save.units, start + save.split_size)
+                answer = SaveAnswer(repetition, start, save.cursor)
+            stream.answers.append(answer)
+        if answer.end_of_splits:
+            return None, True
+        return (answer.start, answer.stop), False
 
     def stream_done(self, path: str, index: int, address: str, error: str) -> bool:
         """Stream ``index`` wrote all its elements (or failed); whether the save is done."""
@@ -119,10 +108,14 @@ class Snapshots:
             save.error = error
         return save.done and not save.error
 
-    def _stream(self, path: str, index: int, address: str) -> Stream:
+    def _save(self, path: str) -> SaveRecord:
         save = self.saves.get(path)
         if save is None:
             raise NotFoundError(f"no distributed save in progress at {path}")
+        return save
+
+    def _stream(self, path: str, index: int, address: str) -> SaveStream:
+        save = self._save(path)
         if not 0 <= index < len(save.streams):
             raise InvalidArgumentError(f"the save at {path} has no stream {index}")
         stream = save.streams[index]

@@ -37,6 +37,7 @@ from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.data.service._dispatcher.gc import GarbageCollection
 from convoy.data.service._dispatcher.records import NOBODY, Records
 from convoy.data.service._dispatcher.runs import TaskRuns
+from convoy.data.service._dispatcher.snapshots import Snapshots
 from convoy.data.service._dispatcher.splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS, Splits
 from convoy.errors import (
     ConvoyError,
@@ -67,6 +68,7 @@ class DispatcherState:
         self.runs = TaskRuns(self.records)
         self.splits = Splits(self.records)
         self.gc = GarbageCollection(self.records, self.runs)
+        self.snapshots = Snapshots()  # distributed_save's streams and splits
 
     # the records, for queries (changed only by events)
     @property
@@ -133,13 +135,17 @@ class DispatcherState:
                 return self.splits.settled(event) is None
             except ConvoyError:
                 return False  # refused: apply raises the same error
+        if isinstance(event, ev.GetSaveSplit):
+            return not self.snapshots.answered(event.path, event.index, event.request_number)
         return True
 
     # ----- saving and restoring ---------------------------------------------------------------
     def saved(self) -> ev.SavedState:
         """The records (not the indexes, which :meth:`restore` rebuilds)."""
-        return ev.SavedState(self.next_id, self.next_dataset_id,
-                             *(list(getattr(self.records, name).values()) for name in _RECORDS))
+        saved = ev.SavedState(self.next_id, self.next_dataset_id,
+                              *(list(getattr(self.records, name).values()) for name in _RECORDS))
+        saved.saves = list(self.snapshots.saves.values())
+        return saved
 
     @classmethod
     def restore(cls, saved: ev.SavedState) -> DispatcherState:
@@ -158,6 +164,7 @@ class DispatcherState:
         for client in saved.clients:
             records.add_client(client)
         records.tombstones.update(j for j in records.job_iterations if records.at_rest(j))
+        state.snapshots.saves.update((save.path, save) for save in saved.saves)
         return state
 
     def snapshot(self) -> dict[str, Any]:
@@ -467,6 +474,23 @@ class DispatcherState:
     def _on_WorkerLost(self, event: ev.WorkerLost) -> bool:
         """Returns whether the worker was declared lost (it was still that process)."""
         return self.gc.declare_lost(event)
+
+    def _on_StartSave(self, event: ev.StartSave) -> None:
+        units = self.dataset(event.dataset_id).num_split_units
+        self.snapshots.start(event.path, event.dataset_id, event.compression, units,
+                             event.seed)
+
+    def _on_AssignSaveStream(self, event: ev.AssignSaveStream) -> ev.SaveRecord:
+        """Returns the save."""
+        return self.snapshots.assign(event.path, event.index, event.address, event.uid)
+
+    def _on_GetSaveSplit(self, event: ev.GetSaveSplit) -> tuple[tuple[int, int] | None, bool]:
+        return self.snapshots.split(event.path, event.index, event.address, event.repetition,
+                                    event.request_number)
+
+    def _on_SaveStreamDone(self, event: ev.SaveStreamDone) -> bool:
+        """Returns whether the save is done (and did not fail)."""
+        return self.snapshots.stream_done(event.path, event.index, event.address, event.error)
 
     def silent_clients(self, now: float, timeout: float, since: float = 0.0
                        ) -> tuple[int, ...]:
