@@ -61,13 +61,14 @@ class _Slot:
 @dataclass(eq=False)
 class _Call:
     """An embedding call a step serves: the ids, and where their rows are in a pulled
-    block."""
+    block (``whole``: the block holds this call's rows alone, shaped as its ids)."""
 
     slot: _Slot
     ids: np.ndarray
     padding_idx: int | None
     block: torch.Tensor | None = None
     start: int = 0
+    whole: bool = False
 
 
 class _Enough(BaseException):  # not an Exception: a forward's own handlers let it pass
@@ -147,7 +148,7 @@ class _Step:
 
     def __init__(self, module: nn.Module, state: _Thread) -> None:
         self.tree: tuple[_Slot, ...] = module.__dict__["_convoy_tree"]
-        self.slots = frozenset(self.tree)
+        self.slots: frozenset[_Slot] = module.__dict__["_convoy_slotset"]
         self.token: str = module.__dict__["_convoy_token"]
         self.state = state
         self.dense: dict[_Slot, torch.Tensor] | None = None
@@ -168,41 +169,44 @@ class _Step:
         by_slot: dict[_Slot, list[_Call]] = {}
         for call in calls:
             by_slot.setdefault(call.slot, []).append(call)
+        # A call alone on its table gets its rows shaped as its ids: no view to take of them.
         rows = {slot: np.concatenate([c.ids.reshape(-1) for c in slot_calls])
-                if len(slot_calls) > 1 else slot_calls[0].ids.reshape(-1)
+                if len(slot_calls) > 1 else slot_calls[0].ids
                 for slot, slot_calls in by_slot.items()}
         with pull(dense=[s.variable for s in dense_slots],
                   rows={s.variable: ids for s, ids in rows.items()}) as pulled:
             pass
-        track = torch.is_grad_enabled()
+        tracked: list[tuple[torch.Tensor, _Slot, np.ndarray | None, np.ndarray | None]] = []
         if dense:
             self.dense = {}
             for slot, (tensor, _) in zip(dense_slots, pulled.dense, strict=True):
                 self.dense[slot] = tensor
-                if track:
-                    self._track(tensor, slot, None, None)
+                tracked.append((tensor, slot, None, None))
         for slot, slot_calls in by_slot.items():
             block = pulled.rows[slot.variable]
             start = 0
             for call in slot_calls:
                 call.block, call.start = block, start
                 start += call.ids.size
-            if track:
-                keep = _kept(slot_calls)
-                self._track(block, slot, rows[slot], keep)
+            slot_calls[0].whole = len(slot_calls) == 1
+            tracked.append((block, slot, rows[slot].reshape(-1), _kept(slot_calls)))
+        if torch.is_grad_enabled():
+            self._track(tracked)
 
-    def _track(self, tensor: torch.Tensor, slot: _Slot, ids: np.ndarray | None,
-               keep: np.ndarray | None) -> None:
-        """Once a backward reaches ``tensor``, hold it for ``gradients()``. The hook holds
-        no reference to the tensor: until then only the autograd graph does."""
-        grads, token, taken = self.state.grads, self.token, [False]
+    def _track(self, tracked: list[tuple[torch.Tensor, _Slot, np.ndarray | None,
+                                         np.ndarray | None]]) -> None:
+        """Once a backward reaches one of the tensors, hold it for ``gradients()``. The hook
+        holds no reference to them: until then only the autograd graph does."""
+        grads, token = self.state.grads, self.token
+        waiting = {id(tensor): rest for tensor, *rest in tracked}
 
         def reached(leaf: torch.Tensor) -> None:
-            if not taken[0]:
-                taken[0] = True
-                grads.setdefault(token, []).append((leaf, slot, ids, keep))
+            rest = waiting.pop(id(leaf), None)
+            if rest is not None:
+                grads.setdefault(token, []).append((leaf, *rest))
 
-        tensor.register_post_accumulate_grad_hook(reached)
+        for tensor, *_ in tracked:
+            tensor.register_post_accumulate_grad_hook(reached)
 
     def prefetch(self, calls: list[_Call]) -> None:
         calls = [c for c in calls if c.slot in self.slots]  # not another placed module's
@@ -218,7 +222,7 @@ class _Step:
                     pass
                 self.whole[slot] = pulled.dense[0][0]
                 if torch.is_grad_enabled():
-                    self._track(self.whole[slot], slot, None, None)
+                    self._track([(self.whole[slot], slot, None, None)])
             return self.whole[slot]
         if self.dense is None:
             self.fetch(True, [])
@@ -245,11 +249,38 @@ def _kept(calls: list[_Call]) -> np.ndarray | None:
 
 
 def _ids(input: torch.Tensor, copy: bool) -> np.ndarray:
-    if not isinstance(input, torch.Tensor) or input.dtype not in (torch.int32, torch.int64):
+    if not isinstance(input, torch.Tensor) or input.dtype not in _ID_DTYPES:
         raise InvalidArgumentError(f"an embedding takes a tensor of int32 or int64 ids, got "
                                    f"{getattr(input, 'dtype', type(input).__name__)}")
-    array = input.detach().cpu().numpy()
+    array = input.numpy() if input.device.type == "cpu" and not input.requires_grad else \
+        input.detach().cpu().numpy()
     return array.copy() if copy else array
+
+
+_ID_DTYPES = (torch.int32, torch.int64)
+
+
+#: The hooks of every module (``nn.modules.module.register_module_forward_hook``...): when
+#: this torch keeps them elsewhere, placed modules are always called through
+#: ``nn.Module.__call__``.
+_GLOBAL_HOOKS: list[Any] = [getattr(torch.nn.modules.module, f"_global_{kind}_hooks", None)
+                            for kind in ("forward_pre", "forward", "backward_pre", "backward")]
+if not all(isinstance(hooks, dict) for hooks in _GLOBAL_HOOKS):
+    _GLOBAL_HOOKS = [{None: None}] * 4
+
+
+def _module_call(module: nn.Module, args: tuple, kwargs: dict) -> Any:
+    """``module(*args, **kwargs)``: straight to ``forward`` when ``nn.Module.__call__`` would
+    do just that (no hooks, not traced, not compiled), else through it. (A step's modules are
+    called several times a step: the shortcut is most of their cost of calling.)"""
+    d = module.__dict__
+    pre, forward, backward_pre, backward = _GLOBAL_HOOKS
+    if (pre or forward or backward_pre or backward or d.get("_forward_pre_hooks", True)
+            or d.get("_forward_hooks", True) or d.get("_backward_pre_hooks", True)
+            or d.get("_backward_hooks", True) or d.get("_compiled_call_impl") is not None
+            or torch._C._get_tracing_state()):
+        return nn.Module.__call__(module, *args, **kwargs)
+    return module.forward(*args, **kwargs)
 
 
 # ----- the forwards and attributes of placed modules -------------------------------------------
@@ -280,8 +311,9 @@ def _embedding_forward(self: nn.Embedding, input: torch.Tensor) -> torch.Tensor:
     assert call.block is not None
     # The call's rows, in order, are a slice of the block: copied (clone's backward is
     # free), so the output is no view of a leaf and may be changed in place, as PyTorch's.
-    rows = call.block if ids.size == call.block.shape[0] else \
-        call.block.narrow(0, call.start, ids.size)
+    if call.whole:
+        return call.block.clone()
+    rows = call.block.narrow(0, call.start, ids.size)
     return rows.reshape((*input.shape, *rows.shape[1:])).clone()
 
 
@@ -297,11 +329,10 @@ def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
     assert call.block is not None
     weight, padding_idx = call.block, None
     if input.dim() == 2 and offsets is None and self.padding_idx is None:
-        # Bags of equal length over the call's rows in order: a reduction over a view, whose
+        # Bags of equal length over the call's rows in order: a reduction over them, whose
         # backward costs much less than embedding_bag's.
-        rows = weight if ids.size == weight.shape[0] else \
-            weight.narrow(0, call.start, ids.size)
-        rows = rows.reshape((*input.shape, *weight.shape[1:]))
+        rows = weight if call.whole else weight.narrow(0, call.start, ids.size).reshape(
+            (*input.shape, *weight.shape[1:]))
         if per_sample_weights is not None:
             if self.mode != "sum":
                 raise InvalidArgumentError(f"per_sample_weights needs mode 'sum', not "
@@ -310,6 +341,8 @@ def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
         if self.mode == "mean":
             return rows.mean(dim=1)
         return rows.sum(dim=1) if self.mode == "sum" else rows.amax(dim=1)
+    if call.whole:
+        weight = weight.reshape(ids.size, self.embedding_dim)
     positions = torch.arange(call.start, call.start + ids.size).reshape(input.shape)
     if self.padding_idx is not None:
         padded = torch.from_numpy(ids == self.padding_idx)
@@ -340,8 +373,9 @@ def _parameter(name: str) -> property:
 
 def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     state = _local.state
-    if state.recording is not None or state.covering(self.__dict__["_convoy_tree"]):
-        return nn.Module.__call__(self, *args, **kwargs)
+    if state.recording is not None or (
+            state.steps and state.covering(self.__dict__["_convoy_tree"])):
+        return _module_call(self, args, kwargs)
     state.new_step()
     step = _Step(self, state)
     key = self.__dict__["_convoy_plan"]
@@ -350,7 +384,7 @@ def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         step.prefetch(_find_ids(self, state, plan[0], args, kwargs))
     state.steps.append(step)
     try:
-        output = nn.Module.__call__(self, *args, **kwargs)
+        output = _module_call(self, args, kwargs)
     finally:
         state.steps.pop()
     if len(_plans) > _PLANS_KEPT:  # modules placed again and again
@@ -365,7 +399,7 @@ def _find_ids(module: nn.Module, state: _Thread, limit: int, args: tuple,
     recording = state.recording = _Recording(limit)
     try:
         with torch.no_grad():
-            nn.Module.__call__(module, *args, **kwargs)
+            _module_call(module, args, kwargs)
     except (_Enough, Exception):  # a failure on zeros: the real forward decides
         pass
     finally:
@@ -683,8 +717,8 @@ def place(module: nn.Module) -> nn.Module:
         if not tree and not root:
             del submodule.__dict__["_convoy_slots"]
             continue
-        submodule.__dict__.update(_convoy_tree=tree, _convoy_token=token,
-                                  _convoy_plan=f"{token}:{path}")
+        submodule.__dict__.update(_convoy_tree=tree, _convoy_slotset=frozenset(tree),
+                                  _convoy_token=token, _convoy_plan=f"{token}:{path}")
         submodule.__class__ = _placed_class(type(submodule),
                                             tuple(submodule.__dict__["_convoy_slots"]), root)
     return module
