@@ -71,6 +71,11 @@ class _Call:
     whole: bool = False
 
 
+#: What a pulled tensor's gradient is for: its slot, and for rows the ids looked up and which
+#: of them get gradients (None: all).
+_Tracked = tuple[_Slot, np.ndarray | None, np.ndarray | None]
+
+
 class _Enough(BaseException):  # not an Exception: a forward's own handlers let it pass
     """Ends a forward that looks for ids once it has seen as many embedding calls as the
     previous call of the module made."""
@@ -89,21 +94,8 @@ class _Thread:
     def __init__(self) -> None:
         self.steps: list[_Step] = []
         self.recording: _Recording | None = None
-        self.grads: dict[str, list[tuple[torch.Tensor, _Slot, np.ndarray | None,
-                                         np.ndarray | None]]] = {}
+        self.grads: dict[str, list[tuple[torch.Tensor, _Tracked]]] = {}
         self.call: Any = None
-
-    def covering(self, tree: tuple[_Slot, ...]) -> _Step | None:
-        for step in reversed(self.steps):
-            if step.slots.issuperset(tree):
-                return step
-        return None
-
-    def step_of(self, slot: _Slot) -> _Step | None:
-        for step in reversed(self.steps):
-            if slot in step.slots:
-                return step
-        return None
 
     def new_step(self) -> None:
         """Gradients nobody asked for in a scheduled function are released when it ends (and
@@ -149,6 +141,7 @@ class _Step:
     def __init__(self, module: nn.Module, state: _Thread) -> None:
         self.tree: tuple[_Slot, ...] = module.__dict__["_convoy_tree"]
         self.slots: frozenset[_Slot] = module.__dict__["_convoy_slotset"]
+        self.dense_slots: tuple[_Slot, ...] = module.__dict__["_convoy_dense"]
         self.token: str = module.__dict__["_convoy_token"]
         self.state = state
         self.dense: dict[_Slot, torch.Tensor] | None = None
@@ -165,7 +158,7 @@ class _Step:
     def fetch(self, dense: bool, calls: list[_Call]) -> None:
         """Pull (one call per parameter server) every dense parameter if ``dense``, and the
         rows of ``calls``, placing each call's rows in a block of its table's."""
-        dense_slots = [s for s in self.tree if not s.rows] if dense else []
+        dense_slots = self.dense_slots if dense else ()
         by_slot: dict[_Slot, list[_Call]] = {}
         for call in calls:
             by_slot.setdefault(call.slot, []).append(call)
@@ -176,12 +169,12 @@ class _Step:
         with pull(dense=[s.variable for s in dense_slots],
                   rows={s.variable: ids for s, ids in rows.items()}) as pulled:
             pass
-        tracked: list[tuple[torch.Tensor, _Slot, np.ndarray | None, np.ndarray | None]] = []
+        tracked: list[tuple[torch.Tensor, _Tracked]] = []
         if dense:
             self.dense = {}
             for slot, (tensor, _) in zip(dense_slots, pulled.dense, strict=True):
                 self.dense[slot] = tensor
-                tracked.append((tensor, slot, None, None))
+                tracked.append((tensor, (slot, None, None)))
         for slot, slot_calls in by_slot.items():
             block = pulled.rows[slot.variable]
             start = 0
@@ -189,24 +182,23 @@ class _Step:
                 call.block, call.start = block, start
                 start += call.ids.size
             slot_calls[0].whole = len(slot_calls) == 1
-            tracked.append((block, slot, rows[slot].reshape(-1), _kept(slot_calls)))
+            tracked.append((block, (slot, rows[slot].reshape(-1), _kept(slot_calls))))
         if torch.is_grad_enabled():
             self._track(tracked)
 
-    def _track(self, tracked: list[tuple[torch.Tensor, _Slot, np.ndarray | None,
-                                         np.ndarray | None]]) -> None:
+    def _track(self, tracked: list[tuple[torch.Tensor, _Tracked]]) -> None:
         """Once a backward reaches one of the tensors, hold it for ``gradients()``. The hook
         holds no reference to them: until then only the autograd graph does."""
         grads, token = self.state.grads, self.token
-        waiting = {id(tensor): rest for tensor, *rest in tracked}
+        waiting = {id(tensor): what for tensor, what in tracked}
 
         def reached(leaf: torch.Tensor) -> None:
-            rest = waiting.pop(id(leaf), None)
-            if rest is not None:
-                grads.setdefault(token, []).append((leaf, *rest))
+            what = waiting.pop(id(leaf), None)
+            if what is not None:
+                grads.setdefault(token, []).append((leaf, what))
 
-        for tensor, *_ in tracked:
-            tensor.register_post_accumulate_grad_hook(reached)
+        for tensor, _ in tracked:
+            _on_accumulated(tensor, reached)
 
     def prefetch(self, calls: list[_Call]) -> None:
         calls = [c for c in calls if c.slot in self.slots]  # not another placed module's
@@ -222,7 +214,7 @@ class _Step:
                     pass
                 self.whole[slot] = pulled.dense[0][0]
                 if torch.is_grad_enabled():
-                    self._track([(self.whole[slot], slot, None, None)])
+                    self._track([(self.whole[slot], (slot, None, None))])
             return self.whole[slot]
         if self.dense is None:
             self.fetch(True, [])
@@ -240,9 +232,24 @@ class _Step:
         return call
 
 
+def _on_accumulated(leaf: torch.Tensor, hook: Any) -> None:
+    """``leaf.register_post_accumulate_grad_hook(hook)`` for a leaf just pulled (a plain
+    tensor with no hooks yet), as that method sets it, without the removable handle nobody
+    uses: that is most of a step's cost of hooks."""
+    if _HOOKS_ATTRIBUTE:
+        leaf._post_accumulate_grad_hooks = {0: hook}
+    else:
+        leaf.register_post_accumulate_grad_hook(hook)
+
+
+#: Whether tensors keep their post-accumulate-grad hooks in the dict this attribute sets.
+_HOOKS_ATTRIBUTE = hasattr(torch.Tensor, "_post_accumulate_grad_hooks")
+
+
 def _kept(calls: list[_Call]) -> np.ndarray | None:
     """Which rows of a block get gradients: all but those of padding ids."""
-    if all(c.padding_idx is None for c in calls):
+    if len(calls) == 1 and calls[0].padding_idx is None or \
+            all(c.padding_idx is None for c in calls):
         return None
     return np.concatenate([(c.ids != c.padding_idx).reshape(-1) if c.padding_idx is not None
                            else np.ones(c.ids.size, bool) for c in calls])
@@ -297,10 +304,11 @@ def _served(module: nn.Module, input: torch.Tensor) -> tuple[_Call | None, np.nd
         if len(recording.calls) >= recording.limit:
             raise _Enough
         return None, ids
-    step = state.step_of(slot)
-    assert step is not None  # the module's own __call__ made one
-    ids = _ids(input, copy=False)
-    return step.rows(slot, ids, padding_idx), ids
+    for step in reversed(state.steps):
+        if slot in step.slots:
+            ids = _ids(input, copy=False)
+            return step.rows(slot, ids, padding_idx), ids
+    raise AssertionError("an embedding's forward outside a call of a placed module")
 
 
 def _embedding_forward(self: nn.Embedding, input: torch.Tensor) -> torch.Tensor:
@@ -362,10 +370,13 @@ def _parameter(name: str) -> property:
         state = _local.state
         if state.recording is not None:
             return slot.zeros()
-        step = state.step_of(slot)
-        if step is None:  # outside a call of the module: the value on the ps, now
-            return torch.from_numpy(np.asarray(slot.variable.read_value()))
-        return step.dense_value(slot)
+        for step in reversed(state.steps):
+            if slot in step.slots:
+                dense = step.dense
+                return dense[slot] if dense is not None and slot in dense else \
+                    step.dense_value(slot)
+        # outside a call of the module: the value on the ps, now
+        return torch.from_numpy(np.asarray(slot.variable.read_value()))
 
     return property(get, doc=f"The placed parameter {name!r}: inside a call of the module, "
                              f"the tensor pulled for it; elsewhere its value on the ps.")
@@ -373,9 +384,13 @@ def _parameter(name: str) -> property:
 
 def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     state = _local.state
-    if state.recording is not None or (
-            state.steps and state.covering(self.__dict__["_convoy_tree"])):
+    if state.recording is not None:
         return _module_call(self, args, kwargs)
+    if state.steps:
+        tree = self.__dict__["_convoy_tree"]
+        for step in reversed(state.steps):
+            if step.slots.issuperset(tree):  # a step of a module holding this one serves it
+                return _module_call(self, args, kwargs)
     state.new_step()
     step = _Step(self, state)
     key = self.__dict__["_convoy_plan"]
@@ -550,16 +565,18 @@ def _gradients(self: nn.Module) -> list[tuple[Any, Any]]:
     taken = _local.state.grads.pop(self.__dict__["_convoy_token"], [])
     dense: dict[int, tuple[np.ndarray, Any]] = {}
     sparse: dict[int, list[tuple[np.ndarray, np.ndarray, Any]]] = {}
-    for tensor, slot, ids, keep in taken:
-        if tensor.grad is None:
+    for tensor, (slot, ids, keep) in taken:
+        tensor_grad = tensor.grad
+        if tensor_grad is None:
             continue
-        grad = tensor.grad.numpy()
+        grad = tensor_grad.numpy()
         if ids is None:
-            key = id(slot.variable)
-            dense[key] = (dense[key][0] + grad, slot.variable) if key in dense else \
-                (grad, slot.variable)
+            known = dense.get(id(slot.variable))
+            dense[id(slot.variable)] = (grad if known is None else known[0] + grad,
+                                        slot.variable)
             continue
-        grad = grad.reshape((ids.size, *slot.shape[1:]))
+        if grad.ndim != 2:
+            grad = grad.reshape((ids.size, *slot.shape[1:]))
         if keep is not None:
             grad, ids = grad[keep], ids[keep]
         sparse.setdefault(id(slot.variable), []).append((grad, ids, slot.variable))
@@ -718,6 +735,7 @@ def place(module: nn.Module) -> nn.Module:
             del submodule.__dict__["_convoy_slots"]
             continue
         submodule.__dict__.update(_convoy_tree=tree, _convoy_slotset=frozenset(tree),
+                                  _convoy_dense=tuple(s for s in tree if not s.rows),
                                   _convoy_token=token, _convoy_plan=f"{token}:{path}")
         submodule.__class__ = _placed_class(type(submodule),
                                             tuple(submodule.__dict__["_convoy_slots"]), root)
