@@ -20,6 +20,7 @@ Gradients a scheduled function did not take are released when it ends.
 from __future__ import annotations
 
 import hashlib
+import operator
 import threading
 import uuid
 import weakref
@@ -270,10 +271,14 @@ _ID_DTYPES = (torch.int32, torch.int64)
 #: The hooks of every module (``nn.modules.module.register_module_forward_hook``...): when
 #: this torch keeps them elsewhere, placed modules are always called through
 #: ``nn.Module.__call__``.
-_GLOBAL_HOOKS: list[Any] = [getattr(torch.nn.modules.module, f"_global_{kind}_hooks", None)
-                            for kind in ("forward_pre", "forward", "backward_pre", "backward")]
+_GLOBAL_HOOKS: tuple[Any, ...] = tuple(
+    getattr(torch.nn.modules.module, f"_global_{kind}_hooks", None)
+    for kind in ("forward_pre", "forward", "backward_pre", "backward"))
 if not all(isinstance(hooks, dict) for hooks in _GLOBAL_HOOKS):
-    _GLOBAL_HOOKS = [{None: None}] * 4
+    _GLOBAL_HOOKS = ({None: None},)
+#: A module's own hooks.
+_hook_tables = operator.itemgetter("_forward_pre_hooks", "_forward_hooks",
+                                   "_backward_pre_hooks", "_backward_hooks")
 
 
 def _module_call(module: nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -281,10 +286,7 @@ def _module_call(module: nn.Module, args: tuple, kwargs: dict) -> Any:
     do just that (no hooks, not traced, not compiled), else through it. (A step's modules are
     called several times a step: the shortcut is most of their cost of calling.)"""
     d = module.__dict__
-    pre, forward, backward_pre, backward = _GLOBAL_HOOKS
-    if (pre or forward or backward_pre or backward or d.get("_forward_pre_hooks", True)
-            or d.get("_forward_hooks", True) or d.get("_backward_pre_hooks", True)
-            or d.get("_backward_hooks", True) or d.get("_compiled_call_impl") is not None
+    if (any(_GLOBAL_HOOKS) or any(_hook_tables(d)) or d.get("_compiled_call_impl") is not None
             or torch._C._get_tracing_state()):
         return nn.Module.__call__(module, *args, **kwargs)
     return module.forward(*args, **kwargs)
@@ -563,29 +565,43 @@ def _gradients(self: nn.Module) -> list[tuple[Any, Any]]:
     parameters read whole, :class:`~convoy.IndexedSlices` of the rows looked up for
     embeddings. Releases those tensors."""
     taken = _local.state.grads.pop(self.__dict__["_convoy_token"], [])
-    dense: dict[int, tuple[np.ndarray, Any]] = {}
-    sparse: dict[int, list[tuple[np.ndarray, np.ndarray, Any]]] = {}
+    pairs: list[tuple[Any, Any]] = []
     for tensor, (slot, ids, keep) in taken:
-        tensor_grad = tensor.grad
-        if tensor_grad is None:
+        grad = tensor.grad
+        if grad is None:
             continue
-        grad = tensor_grad.numpy()
+        grad = grad.numpy()
         if ids is None:
-            known = dense.get(id(slot.variable))
-            dense[id(slot.variable)] = (grad if known is None else known[0] + grad,
-                                        slot.variable)
+            pairs.append((grad, slot.variable))
             continue
         if grad.ndim != 2:
             grad = grad.reshape((ids.size, *slot.shape[1:]))
         if keep is not None:
             grad, ids = grad[keep], ids[keep]
-        sparse.setdefault(id(slot.variable), []).append((grad, ids, slot.variable))
-    pairs: list[tuple[Any, Any]] = [(g, v) for g, v in dense.values()]
-    for parts in sparse.values():
-        values = np.concatenate([g for g, _, _ in parts]) if len(parts) > 1 else parts[0][0]
-        indices = np.concatenate([i for _, i, _ in parts]) if len(parts) > 1 else parts[0][1]
-        pairs.append((IndexedSlices(values, indices), parts[0][2]))
+        pairs.append((IndexedSlices(grad, ids), slot.variable))
+    if len(pairs) > 1 and len({id(v) for _, v in pairs}) < len(pairs):
+        return _merged(pairs)
     return pairs
+
+
+def _merged(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """One pair per variable (several pulls of it since the last ``gradients()``): dense
+    gradients added up, rows' gradients concatenated."""
+    dense: dict[int, tuple[np.ndarray, Any]] = {}
+    sparse: dict[int, tuple[list[IndexedSlices], Any]] = {}
+    for grad, variable in pairs:
+        if isinstance(grad, IndexedSlices):
+            sparse.setdefault(id(variable), ([], variable))[0].append(grad)
+        elif id(variable) in dense:
+            dense[id(variable)] = (dense[id(variable)][0] + grad, variable)
+        else:
+            dense[id(variable)] = (grad, variable)
+    merged: list[tuple[Any, Any]] = list(dense.values())
+    for parts, variable in sparse.values():
+        merged.append((parts[0] if len(parts) == 1 else IndexedSlices(
+            np.concatenate([p.values for p in parts]),
+            np.concatenate([p.indices for p in parts])), variable))
+    return merged
 
 
 def _variables(self: nn.Module) -> list[Any]:
