@@ -1,7 +1,8 @@
 """Where a ``ps_embedding`` step's CPU goes, per process: CPU (user, system), context switches
 and messages per step, for the chief (this process), each worker and each ps.
 
-Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle] [--py-spy DIR] [--perf FILE]``.
+Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle | --module] [--py-spy DIR]
+[--perf FILE]`` (``--module``: the step on a placed ``nn.Module``, ``ps_embedding_module``'s).
 CPU and context switches come from ``/proc`` (every thread of each process), messages from
 each server's ``rpc_duration_seconds_count``. With ``--py-spy``, ``py-spy record`` samples
 every process during the measured steps and writes its raw stacks per process into DIR
@@ -24,7 +25,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
 import workloads  # noqa: E402
 
 import convoy as cv  # noqa: E402
@@ -69,25 +69,24 @@ def _messages(port: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--tfstyle", action="store_true")
+    face = parser.add_mutually_exclusive_group()
+    face.add_argument("--tfstyle", action="store_true")
+    face.add_argument("--module", action="store_true")
     parser.add_argument("--py-spy", default=None, metavar="DIR")
     parser.add_argument("--perf", default=None, metavar="FILE")
     args = parser.parse_args()
-    step = workloads._embedding_step_tfstyle if args.tfstyle else workloads._embedding_step
+    step = workloads._embedding_step_tfstyle if args.tfstyle else \
+        workloads._module_step if args.module else workloads._embedding_step
     with _MeteredCluster(num_workers=2, num_ps=2) as cluster:
         strategy = cv.distribute.ParameterServerStrategy(
             cluster.resolver(),
             variable_partitioner=cv.distribute.partitioners.FixedShardsPartitioner(2))
-        rng = np.random.default_rng(0)
         with strategy.scope():
-            table = cv.Variable(rng.normal(0, 0.05, (100_000, 64)).astype(np.float32),
-                                name="table")
-            weights = cv.Variable(np.zeros(64, np.float32), name="weights")
-            bias = cv.Variable(np.zeros((), np.float32), name="bias")
-            optimizer = None if args.tfstyle else cv.optimizers.SGD(workloads.LEARNING_RATE)
+            made = workloads._embedding_module() if args.module else \
+                workloads._embedding_variables(not args.tfstyle)
         coordinator = cv.distribute.ClusterCoordinator(strategy)
         iterator = iter(coordinator.create_per_worker_dataset(workloads._embedding_dataset))
-        step_args = (iterator, table, weights, bias) + (() if optimizer is None else (optimizer,))
+        step_args = (iterator, *made)
         for _ in range(50):
             coordinator.schedule(step, step_args)
         coordinator.join()
@@ -132,7 +131,8 @@ def main() -> None:
         coordinator.shutdown()
     per_step = {name: {key: (after[name][key] - before[name][key]) / args.steps
                        for key in before[name]} for name in processes}
-    print(f"{args.steps / seconds:.0f} steps/s, {'tfstyle' if args.tfstyle else 'torch'}")
+    face = "tfstyle" if args.tfstyle else "module" if args.module else "torch"
+    print(f"{args.steps / seconds:.0f} steps/s, {face}")
     print(f"{'process':<8}{'user ms':>9}{'sys ms':>9}{'vol cs':>8}{'invol cs':>9}  messages")
     total = {key: 0.0 for key in ("user_s", "system_s", "voluntary", "involuntary")}
     for name, counts in per_step.items():

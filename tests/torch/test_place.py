@@ -98,6 +98,31 @@ def test_outputs_and_gradients_are_those_of_the_plain_module():
     assert placed.gradients() == []  # released
 
 
+def test_module_hooks_run_as_on_the_plain_module():
+    """A placed module's forward hooks, its submodules' and global ones run (calls go straight
+    to forward only when there are none)."""
+    _, placed = twins(BagModel)
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        unhooked = placed(ids)
+    seen = []
+    placed.fc.register_forward_hook(lambda module, args, out: seen.append("fc") or out * 2)
+    placed.register_forward_pre_hook(lambda module, args: seen.append("model"))
+    with torch.no_grad():
+        out = placed(ids)
+    assert seen == ["model", "fc"]
+    torch.testing.assert_close(out, unhooked * 2)  # fc's hook changed its output
+    handle = nn.modules.module.register_module_forward_hook(
+        lambda module, args, out: seen.append(type(module).__name__))
+    try:
+        seen.clear()
+        with torch.no_grad():
+            placed(ids)
+    finally:
+        handle.remove()
+    assert seen == ["model", "EmbeddingBag", "Linear", "fc", "BagModel"]
+
+
 def test_padding_offsets_and_per_sample_weights_as_pytorch_computes_them():
     torch.manual_seed(1)
     for kwargs in ({"mode": "sum"}, {"mode": "mean", "padding_idx": 2},

@@ -20,6 +20,7 @@ Gradients a scheduled function did not take are released when it ends.
 from __future__ import annotations
 
 import hashlib
+import operator
 import threading
 import uuid
 import weakref
@@ -61,13 +62,19 @@ class _Slot:
 @dataclass(eq=False)
 class _Call:
     """An embedding call a step serves: the ids, and where their rows are in a pulled
-    block."""
+    block (``whole``: the block holds this call's rows alone, shaped as its ids)."""
 
     slot: _Slot
     ids: np.ndarray
     padding_idx: int | None
     block: torch.Tensor | None = None
     start: int = 0
+    whole: bool = False
+
+
+#: What a pulled tensor's gradient is for: its slot, and for rows the ids looked up and which
+#: of them get gradients (None: all).
+_Tracked = tuple[_Slot, np.ndarray | None, np.ndarray | None]
 
 
 class _Enough(BaseException):  # not an Exception: a forward's own handlers let it pass
@@ -88,21 +95,8 @@ class _Thread:
     def __init__(self) -> None:
         self.steps: list[_Step] = []
         self.recording: _Recording | None = None
-        self.grads: dict[str, list[tuple[torch.Tensor, _Slot, np.ndarray | None,
-                                         np.ndarray | None]]] = {}
+        self.grads: dict[str, list[tuple[torch.Tensor, _Tracked]]] = {}
         self.call: Any = None
-
-    def covering(self, tree: tuple[_Slot, ...]) -> _Step | None:
-        for step in reversed(self.steps):
-            if step.slots.issuperset(tree):
-                return step
-        return None
-
-    def step_of(self, slot: _Slot) -> _Step | None:
-        for step in reversed(self.steps):
-            if slot in step.slots:
-                return step
-        return None
 
     def new_step(self) -> None:
         """Gradients nobody asked for in a scheduled function are released when it ends (and
@@ -147,7 +141,8 @@ class _Step:
 
     def __init__(self, module: nn.Module, state: _Thread) -> None:
         self.tree: tuple[_Slot, ...] = module.__dict__["_convoy_tree"]
-        self.slots = frozenset(self.tree)
+        self.slots: frozenset[_Slot] = module.__dict__["_convoy_slotset"]
+        self.dense_slots: tuple[_Slot, ...] = module.__dict__["_convoy_dense"]
         self.token: str = module.__dict__["_convoy_token"]
         self.state = state
         self.dense: dict[_Slot, torch.Tensor] | None = None
@@ -164,45 +159,47 @@ class _Step:
     def fetch(self, dense: bool, calls: list[_Call]) -> None:
         """Pull (one call per parameter server) every dense parameter if ``dense``, and the
         rows of ``calls``, placing each call's rows in a block of its table's."""
-        dense_slots = [s for s in self.tree if not s.rows] if dense else []
+        dense_slots = self.dense_slots if dense else ()
         by_slot: dict[_Slot, list[_Call]] = {}
         for call in calls:
             by_slot.setdefault(call.slot, []).append(call)
+        # A call alone on its table gets its rows shaped as its ids: no view to take of them.
         rows = {slot: np.concatenate([c.ids.reshape(-1) for c in slot_calls])
-                if len(slot_calls) > 1 else slot_calls[0].ids.reshape(-1)
+                if len(slot_calls) > 1 else slot_calls[0].ids
                 for slot, slot_calls in by_slot.items()}
         with pull(dense=[s.variable for s in dense_slots],
                   rows={s.variable: ids for s, ids in rows.items()}) as pulled:
             pass
-        track = torch.is_grad_enabled()
+        tracked: list[tuple[torch.Tensor, _Tracked]] = []
         if dense:
             self.dense = {}
             for slot, (tensor, _) in zip(dense_slots, pulled.dense, strict=True):
                 self.dense[slot] = tensor
-                if track:
-                    self._track(tensor, slot, None, None)
+                tracked.append((tensor, (slot, None, None)))
         for slot, slot_calls in by_slot.items():
             block = pulled.rows[slot.variable]
             start = 0
             for call in slot_calls:
                 call.block, call.start = block, start
                 start += call.ids.size
-            if track:
-                keep = _kept(slot_calls)
-                self._track(block, slot, rows[slot], keep)
+            slot_calls[0].whole = len(slot_calls) == 1
+            tracked.append((block, (slot, rows[slot].reshape(-1), _kept(slot_calls))))
+        if torch.is_grad_enabled():
+            self._track(tracked)
 
-    def _track(self, tensor: torch.Tensor, slot: _Slot, ids: np.ndarray | None,
-               keep: np.ndarray | None) -> None:
-        """Once a backward reaches ``tensor``, hold it for ``gradients()``. The hook holds
-        no reference to the tensor: until then only the autograd graph does."""
-        grads, token, taken = self.state.grads, self.token, [False]
+    def _track(self, tracked: list[tuple[torch.Tensor, _Tracked]]) -> None:
+        """Once a backward reaches one of the tensors, hold it for ``gradients()``. The hook
+        holds no reference to them: until then only the autograd graph does."""
+        grads, token = self.state.grads, self.token
+        waiting = {id(tensor): what for tensor, what in tracked}
 
         def reached(leaf: torch.Tensor) -> None:
-            if not taken[0]:
-                taken[0] = True
-                grads.setdefault(token, []).append((leaf, slot, ids, keep))
+            what = waiting.pop(id(leaf), None)
+            if what is not None:
+                grads.setdefault(token, []).append((leaf, what))
 
-        tensor.register_post_accumulate_grad_hook(reached)
+        for tensor, _ in tracked:
+            _on_accumulated(tensor, reached)
 
     def prefetch(self, calls: list[_Call]) -> None:
         calls = [c for c in calls if c.slot in self.slots]  # not another placed module's
@@ -218,7 +215,7 @@ class _Step:
                     pass
                 self.whole[slot] = pulled.dense[0][0]
                 if torch.is_grad_enabled():
-                    self._track(self.whole[slot], slot, None, None)
+                    self._track([(self.whole[slot], (slot, None, None))])
             return self.whole[slot]
         if self.dense is None:
             self.fetch(True, [])
@@ -236,20 +233,63 @@ class _Step:
         return call
 
 
+def _on_accumulated(leaf: torch.Tensor, hook: Any) -> None:
+    """``leaf.register_post_accumulate_grad_hook(hook)`` for a leaf just pulled (a plain
+    tensor with no hooks yet), as that method sets it, without the removable handle nobody
+    uses: that is most of a step's cost of hooks."""
+    if _HOOKS_ATTRIBUTE:
+        leaf._post_accumulate_grad_hooks = {0: hook}
+    else:
+        leaf.register_post_accumulate_grad_hook(hook)
+
+
+#: Whether tensors keep their post-accumulate-grad hooks in the dict this attribute sets.
+_HOOKS_ATTRIBUTE = hasattr(torch.Tensor, "_post_accumulate_grad_hooks")
+
+
 def _kept(calls: list[_Call]) -> np.ndarray | None:
     """Which rows of a block get gradients: all but those of padding ids."""
-    if all(c.padding_idx is None for c in calls):
+    if len(calls) == 1 and calls[0].padding_idx is None or \
+            all(c.padding_idx is None for c in calls):
         return None
     return np.concatenate([(c.ids != c.padding_idx).reshape(-1) if c.padding_idx is not None
                            else np.ones(c.ids.size, bool) for c in calls])
 
 
 def _ids(input: torch.Tensor, copy: bool) -> np.ndarray:
-    if not isinstance(input, torch.Tensor) or input.dtype not in (torch.int32, torch.int64):
+    if not isinstance(input, torch.Tensor) or input.dtype not in _ID_DTYPES:
         raise InvalidArgumentError(f"an embedding takes a tensor of int32 or int64 ids, got "
                                    f"{getattr(input, 'dtype', type(input).__name__)}")
-    array = input.detach().cpu().numpy()
+    array = input.numpy() if input.device.type == "cpu" and not input.requires_grad else \
+        input.detach().cpu().numpy()
     return array.copy() if copy else array
+
+
+_ID_DTYPES = (torch.int32, torch.int64)
+
+
+#: The hooks of every module (``nn.modules.module.register_module_forward_hook``...): when
+#: this torch keeps them elsewhere, placed modules are always called through
+#: ``nn.Module.__call__``.
+_GLOBAL_HOOKS: tuple[Any, ...] = tuple(
+    getattr(torch.nn.modules.module, f"_global_{kind}_hooks", None)
+    for kind in ("forward_pre", "forward", "backward_pre", "backward"))
+if not all(isinstance(hooks, dict) for hooks in _GLOBAL_HOOKS):
+    _GLOBAL_HOOKS = ({None: None},)
+#: A module's own hooks.
+_hook_tables = operator.itemgetter("_forward_pre_hooks", "_forward_hooks",
+                                   "_backward_pre_hooks", "_backward_hooks")
+
+
+def _module_call(module: nn.Module, args: tuple, kwargs: dict) -> Any:
+    """``module(*args, **kwargs)``: straight to ``forward`` when ``nn.Module.__call__`` would
+    do just that (no hooks, not traced, not compiled), else through it. (A step's modules are
+    called several times a step: the shortcut is most of their cost of calling.)"""
+    d = module.__dict__
+    if (any(_GLOBAL_HOOKS) or any(_hook_tables(d)) or d.get("_compiled_call_impl") is not None
+            or torch._C._get_tracing_state()):
+        return nn.Module.__call__(module, *args, **kwargs)
+    return module.forward(*args, **kwargs)
 
 
 # ----- the forwards and attributes of placed modules -------------------------------------------
@@ -266,10 +306,11 @@ def _served(module: nn.Module, input: torch.Tensor) -> tuple[_Call | None, np.nd
         if len(recording.calls) >= recording.limit:
             raise _Enough
         return None, ids
-    step = state.step_of(slot)
-    assert step is not None  # the module's own __call__ made one
-    ids = _ids(input, copy=False)
-    return step.rows(slot, ids, padding_idx), ids
+    for step in reversed(state.steps):
+        if slot in step.slots:
+            ids = _ids(input, copy=False)
+            return step.rows(slot, ids, padding_idx), ids
+    raise AssertionError("an embedding's forward outside a call of a placed module")
 
 
 def _embedding_forward(self: nn.Embedding, input: torch.Tensor) -> torch.Tensor:
@@ -280,8 +321,9 @@ def _embedding_forward(self: nn.Embedding, input: torch.Tensor) -> torch.Tensor:
     assert call.block is not None
     # The call's rows, in order, are a slice of the block: copied (clone's backward is
     # free), so the output is no view of a leaf and may be changed in place, as PyTorch's.
-    rows = call.block if ids.size == call.block.shape[0] else \
-        call.block.narrow(0, call.start, ids.size)
+    if call.whole:
+        return call.block.clone()
+    rows = call.block.narrow(0, call.start, ids.size)
     return rows.reshape((*input.shape, *rows.shape[1:])).clone()
 
 
@@ -297,11 +339,10 @@ def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
     assert call.block is not None
     weight, padding_idx = call.block, None
     if input.dim() == 2 and offsets is None and self.padding_idx is None:
-        # Bags of equal length over the call's rows in order: a reduction over a view, whose
+        # Bags of equal length over the call's rows in order: a reduction over them, whose
         # backward costs much less than embedding_bag's.
-        rows = weight if ids.size == weight.shape[0] else \
-            weight.narrow(0, call.start, ids.size)
-        rows = rows.reshape((*input.shape, *weight.shape[1:]))
+        rows = weight if call.whole else weight.narrow(0, call.start, ids.size).reshape(
+            (*input.shape, *weight.shape[1:]))
         if per_sample_weights is not None:
             if self.mode != "sum":
                 raise InvalidArgumentError(f"per_sample_weights needs mode 'sum', not "
@@ -310,6 +351,8 @@ def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
         if self.mode == "mean":
             return rows.mean(dim=1)
         return rows.sum(dim=1) if self.mode == "sum" else rows.amax(dim=1)
+    if call.whole:
+        weight = weight.reshape(ids.size, self.embedding_dim)
     positions = torch.arange(call.start, call.start + ids.size).reshape(input.shape)
     if self.padding_idx is not None:
         padded = torch.from_numpy(ids == self.padding_idx)
@@ -329,10 +372,13 @@ def _parameter(name: str) -> property:
         state = _local.state
         if state.recording is not None:
             return slot.zeros()
-        step = state.step_of(slot)
-        if step is None:  # outside a call of the module: the value on the ps, now
-            return torch.from_numpy(np.asarray(slot.variable.read_value()))
-        return step.dense_value(slot)
+        for step in reversed(state.steps):
+            if slot in step.slots:
+                dense = step.dense
+                return dense[slot] if dense is not None and slot in dense else \
+                    step.dense_value(slot)
+        # outside a call of the module: the value on the ps, now
+        return torch.from_numpy(np.asarray(slot.variable.read_value()))
 
     return property(get, doc=f"The placed parameter {name!r}: inside a call of the module, "
                              f"the tensor pulled for it; elsewhere its value on the ps.")
@@ -340,8 +386,13 @@ def _parameter(name: str) -> property:
 
 def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     state = _local.state
-    if state.recording is not None or state.covering(self.__dict__["_convoy_tree"]):
-        return nn.Module.__call__(self, *args, **kwargs)
+    if state.recording is not None:
+        return _module_call(self, args, kwargs)
+    if state.steps:
+        tree = self.__dict__["_convoy_tree"]
+        for step in reversed(state.steps):
+            if step.slots.issuperset(tree):  # a step of a module holding this one serves it
+                return _module_call(self, args, kwargs)
     state.new_step()
     step = _Step(self, state)
     key = self.__dict__["_convoy_plan"]
@@ -350,7 +401,7 @@ def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         step.prefetch(_find_ids(self, state, plan[0], args, kwargs))
     state.steps.append(step)
     try:
-        output = nn.Module.__call__(self, *args, **kwargs)
+        output = _module_call(self, args, kwargs)
     finally:
         state.steps.pop()
     if len(_plans) > _PLANS_KEPT:  # modules placed again and again
@@ -365,7 +416,7 @@ def _find_ids(module: nn.Module, state: _Thread, limit: int, args: tuple,
     recording = state.recording = _Recording(limit)
     try:
         with torch.no_grad():
-            nn.Module.__call__(module, *args, **kwargs)
+            _module_call(module, args, kwargs)
     except (_Enough, Exception):  # a failure on zeros: the real forward decides
         pass
     finally:
@@ -514,27 +565,43 @@ def _gradients(self: nn.Module) -> list[tuple[Any, Any]]:
     parameters read whole, :class:`~convoy.IndexedSlices` of the rows looked up for
     embeddings. Releases those tensors."""
     taken = _local.state.grads.pop(self.__dict__["_convoy_token"], [])
-    dense: dict[int, tuple[np.ndarray, Any]] = {}
-    sparse: dict[int, list[tuple[np.ndarray, np.ndarray, Any]]] = {}
-    for tensor, slot, ids, keep in taken:
-        if tensor.grad is None:
+    pairs: list[tuple[Any, Any]] = []
+    for tensor, (slot, ids, keep) in taken:
+        grad = tensor.grad
+        if grad is None:
             continue
-        grad = tensor.grad.numpy()
+        grad = grad.numpy()
         if ids is None:
-            key = id(slot.variable)
-            dense[key] = (dense[key][0] + grad, slot.variable) if key in dense else \
-                (grad, slot.variable)
+            pairs.append((grad, slot.variable))
             continue
-        grad = grad.reshape((ids.size, *slot.shape[1:]))
+        if grad.ndim != 2:
+            grad = grad.reshape((ids.size, *slot.shape[1:]))
         if keep is not None:
             grad, ids = grad[keep], ids[keep]
-        sparse.setdefault(id(slot.variable), []).append((grad, ids, slot.variable))
-    pairs: list[tuple[Any, Any]] = [(g, v) for g, v in dense.values()]
-    for parts in sparse.values():
-        values = np.concatenate([g for g, _, _ in parts]) if len(parts) > 1 else parts[0][0]
-        indices = np.concatenate([i for _, i, _ in parts]) if len(parts) > 1 else parts[0][1]
-        pairs.append((IndexedSlices(values, indices), parts[0][2]))
+        pairs.append((IndexedSlices(grad, ids), slot.variable))
+    if len(pairs) > 1 and len({id(v) for _, v in pairs}) < len(pairs):
+        return _merged(pairs)
     return pairs
+
+
+def _merged(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """One pair per variable (several pulls of it since the last ``gradients()``): dense
+    gradients added up, rows' gradients concatenated."""
+    dense: dict[int, tuple[np.ndarray, Any]] = {}
+    sparse: dict[int, tuple[list[IndexedSlices], Any]] = {}
+    for grad, variable in pairs:
+        if isinstance(grad, IndexedSlices):
+            sparse.setdefault(id(variable), ([], variable))[0].append(grad)
+        elif id(variable) in dense:
+            dense[id(variable)] = (dense[id(variable)][0] + grad, variable)
+        else:
+            dense[id(variable)] = (grad, variable)
+    merged: list[tuple[Any, Any]] = list(dense.values())
+    for parts, variable in sparse.values():
+        merged.append((parts[0] if len(parts) == 1 else IndexedSlices(
+            np.concatenate([p.values for p in parts]),
+            np.concatenate([p.indices for p in parts])), variable))
+    return merged
 
 
 def _variables(self: nn.Module) -> list[Any]:
@@ -683,8 +750,9 @@ def place(module: nn.Module) -> nn.Module:
         if not tree and not root:
             del submodule.__dict__["_convoy_slots"]
             continue
-        submodule.__dict__.update(_convoy_tree=tree, _convoy_token=token,
-                                  _convoy_plan=f"{token}:{path}")
+        submodule.__dict__.update(_convoy_tree=tree, _convoy_slotset=frozenset(tree),
+                                  _convoy_dense=tuple(s for s in tree if not s.rows),
+                                  _convoy_token=token, _convoy_plan=f"{token}:{path}")
         submodule.__class__ = _placed_class(type(submodule),
                                             tuple(submodule.__dict__["_convoy_slots"]), root)
     return module
