@@ -53,6 +53,7 @@ from convoy.data.service._worker.trainer_cache import DEFAULT_CACHE_BYTES
 from convoy.data.service._worker.trainer_window import WindowStats
 from convoy.errors import (
     ConvoyError,
+    DataLossError,
     FailedPreconditionError,
     InvalidArgumentError,
     UnavailableError,
@@ -167,7 +168,12 @@ class WorkerServer(_rpc.ServerBase):
             raise FailedPreconditionError(
                 f"worker {self._address} runs task {task.task_id} in its run "
                 f"{task.incarnation}, not {request.incarnation}")
-        if not task.give_back(decode(request.elements), list(request.numbers)):
+        try:
+            elements = decode(request.elements)
+        except DataLossError as error:  # the caller's bytes, not our data: a bad argument
+            raise InvalidArgumentError(
+                f"GiveBack's elements are not an encoded list of elements: {error}") from None
+        if not task.give_back(elements, list(request.numbers)):
             raise FailedPreconditionError(f"task {task.task_id} has ended")
         return pb.Empty()
 
