@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,35 @@ def test_waiting_for_a_save_no_one_writes_ends_in_an_error_naming_it(
     layout.write_metadata(str(tmp_path / "saved"), cv.data.TensorSpec([], np.int64), None)
     with pytest.raises(cv.errors.DeadlineExceededError, match="distributed save at .*saved"):
         list(cv.data.Dataset.load(tmp_path / "saved", wait=True))
+
+
+def test_waiting_for_metadata_no_one_writes_ends_in_an_error_naming_the_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from convoy.data import _distributed_snapshot as layout
+
+    monkeypatch.setattr(layout, "STALL_TIMEOUT_S", 0.5)
+    with pytest.raises(cv.errors.DeadlineExceededError, match="metadata to .*never"):
+        cv.data.Dataset.load(tmp_path / "never", wait=True)
+
+
+def test_a_load_waiting_when_the_metadata_appears_reads_it_as_what_it_is(
+        tmp_path: Path) -> None:
+    """A load waiting for a save that has not started reads the distributed save's text
+    metadata once it appears. (Its kind is decided from one reading of the file: reading it
+    twice once took a file written between the two readings for ``save``'s binary record.)"""
+    from convoy.data import _distributed_snapshot as layout
+
+    path = tmp_path / "saved"
+    path.mkdir()
+    loaded: list[cv.data.Dataset] = []
+    waiter = threading.Thread(
+        target=lambda: loaded.append(cv.data.Dataset.load(path, wait=True)), daemon=True)
+    waiter.start()
+    time.sleep(0.3)
+    layout.write_metadata(str(path), cv.data.TensorSpec([], np.int64), None)
+    layout.mark(str(path), layout.DONE_FILE)
+    waiter.join(30)
+    assert loaded and list(loaded[0]) == []
 
 
 @pytest.mark.parametrize("compression", [None, "AUTO", "GZIP"])

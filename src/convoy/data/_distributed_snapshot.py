@@ -103,11 +103,12 @@ def write_metadata(path: str, spec: Any, compression: str | None) -> None:
 def read_metadata(path: str) -> snapshot_pb2.DistributedSnapshotMetadata | None:
     """The metadata of a distributed save under ``path``; None if there is none (or the
     metadata is ``save``'s binary record)."""
-    try:
-        with open(os.path.join(path, _save.METADATA_FILE), "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        return None
+    data = _save.read_metadata_bytes(path)
+    return None if data is None else parse_metadata(data)
+
+
+def parse_metadata(data: bytes) -> snapshot_pb2.DistributedSnapshotMetadata | None:
+    """``data`` as a distributed save's metadata; None if it is not one."""
     try:
         return text_format.Parse(data.decode(), snapshot_pb2.DistributedSnapshotMetadata())
     except (UnicodeDecodeError, text_format.ParseError):

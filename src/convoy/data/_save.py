@@ -30,6 +30,7 @@ from convoy.data._sources import IndexSource
 from convoy.data.tfrecord import TFRecordWriter, read_records
 from convoy.errors import (
     DataLossError,
+    DeadlineExceededError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -213,16 +214,25 @@ def write_metadata(directory: str, run_id: str, spec: Any, num_elements: int,
 
 def read_metadata(directory: str) -> snapshot_pb2.SnapshotMetadataRecord | None:
     """The metadata record in ``directory``, or None when there is none."""
-    path = os.path.join(directory, METADATA_FILE)
+    data = read_metadata_bytes(directory)
+    return None if data is None else parse_metadata(data, directory)
+
+
+def read_metadata_bytes(directory: str) -> bytes | None:
+    """The bytes of ``directory``'s metadata file (either kind), or None when there is none."""
     try:
-        with open(path, "rb") as file:
-            data = file.read()
+        with open(os.path.join(directory, METADATA_FILE), "rb") as file:
+            return file.read()
     except FileNotFoundError:
         return None
+
+
+def parse_metadata(data: bytes, directory: str) -> snapshot_pb2.SnapshotMetadataRecord:
     record = snapshot_pb2.SnapshotMetadataRecord()
     try:
         record.ParseFromString(data)
     except DecodeError:
+        path = os.path.join(directory, METADATA_FILE)
         raise DataLossError(f"not a snapshot metadata file: {path}") from None
     return record
 
@@ -461,15 +471,22 @@ def load(path: Any, element_spec: Any = None, compression: Any = None,
         raise InvalidArgumentError(f"reader_func must be callable, got {reader_func!r}")
     from convoy.data import _distributed_snapshot as distributed
 
-    while True:
-        written = distributed.read_metadata(directory)
+    # The file is read once and its kind decided from those bytes: a save may write it
+    # between two reads.
+    started = time.monotonic()
+    while (data := read_metadata_bytes(directory)) is None and wait:
+        if time.monotonic() - started > distributed.STALL_TIMEOUT_S:
+            raise DeadlineExceededError(
+                f"load(wait=True) waited {distributed.STALL_TIMEOUT_S:.0f} s for a save to "
+                f"write its metadata to {directory}: was the save started at this path?")
+        time.sleep(distributed.POLL_INTERVAL_S)
+    metadata = None
+    if data is not None:
+        written = distributed.parse_metadata(data)
         if written is not None:  # what distributed_save writes
             return distributed.load(directory, written, element_spec, compression,
                                     reader_func)
-        metadata = read_metadata(directory)
-        if metadata is not None or not wait:
-            break
-        time.sleep(1.0)
+        metadata = parse_metadata(data, directory)
     compression = check_compression(compression)
     if metadata is None:
         raise NotFoundError(f"Could not find metadata file [{directory}]")
