@@ -230,3 +230,17 @@ def test_spec_classes():
         RaggedTensorSpec(None, np.int32)
     with pytest.raises(InvalidArgumentError, match="row_splits_dtype"):
         RaggedTensorSpec([None, None], np.int32, 1, np.float32)
+
+
+@pytest.mark.parametrize("make", [_sparse_of, _ragged_of], ids=["sparse", "ragged"])
+def test_padded_batch_of_composites_is_refused_as_tensorflow_does(make) -> None:
+    """TensorFlow's padded_batch raises TypeError when it is built on sparse or ragged
+    elements (checked against TensorFlow 2.21): whether their spec is known when the
+    dataset is built (from_tensor_slices of one) or comes from a function (map)."""
+    built = Dataset.from_tensor_slices(np.arange(3)).map(make)
+    with pytest.raises(TypeError, match="padded_batch.*not a subclass of TensorSpec"):
+        list(built.padded_batch(2))
+    sliced = Dataset.from_tensor_slices(
+        cv.SparseTensor(indices=[[0, 0]], values=[1], dense_shape=[3, 1]))
+    with pytest.raises(TypeError, match="padded_batch.*SparseTensorSpec"):
+        sliced.padded_batch(2)

@@ -263,6 +263,7 @@ def _padded_batches(op: PaddedBatchOp, upstream: Iterator[Any]) -> Iterator[Any]
 def pad_and_stack(elements: list[Any], padded_shapes: Any, padding_values: Any) -> Any:
     """Pad every component to a common shape (the batch maximum where unspecified), then stack."""
     first = elements[0]
+    refuse_composites(nest.flatten(first))
     columns = list(zip(*map(nest.flatten, elements), strict=True))
     shapes = _per_component(first, padded_shapes, "padded_shapes")
     fills = _per_component(first, padding_values, "padding_values")
@@ -281,6 +282,19 @@ def pad_and_stack(elements: list[Any], padded_shapes: Any, padding_values: Any) 
         fill = fills[i] if fills[i] is not None else _default_padding(column[0])
         out.append(np.stack([_pad_to(v, target, fill, i) for v in column]))
     return out[0] if not nest.is_nested(first) else nest.pack_sequence_as(first, out)
+
+
+def refuse_composites(components: list[Any]) -> None:
+    """TypeError (TensorFlow's) when a component is sparse or ragged, or one's spec."""
+    for component in components:
+        if isinstance(component, (*COMPOSITE, nest.SparseTensorSpec, nest.RaggedTensorSpec)):
+            spec = component if not isinstance(component, COMPOSITE) else \
+                type(component).__name__
+            raise TypeError(
+                "`padded_batch` is only supported for datasets that produce tensor elements "
+                "but type spec of elements in the input dataset is not a subclass of "
+                f"TensorSpec: `{spec}`. Use ragged_batch or sparse_batch, or make it dense "
+                "first (to_dense or to_tensor)")
 
 
 class UnbatchOp(Op):
