@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ def train(target: str, work: Path) -> None:
 
     import convoy as cv
 
+    # torchdata's StatefulDataLoader calls a torch function that torch has deprecated: noise
+    warnings.filterwarnings("ignore", "'set_vital' is deprecated", UserWarning)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -118,6 +121,8 @@ def main() -> int:
     parser.add_argument("--train", nargs=2, metavar=("TARGET", "WORK_DIR"),
                         help=argparse.SUPPRESS)  # one run of the training script
     args = parser.parse_args()
+    # gRPC logs a line when a killed run's connections go away: the demo expects the kill
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     if args.train:
         train(args.train[0], Path(args.train[1]))
         return 0
