@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Two test processes: most tests wait on servers they started, so two share 2 cores well
+# (9 minutes instead of 14 on 2 cores). TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
