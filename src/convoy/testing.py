@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import random
 import re
 import signal
 import socket
@@ -205,15 +206,42 @@ def free_port() -> int:
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports that were free a moment ago."""
-    probes = [socket.socket() for _ in range(count)]
+    """``count`` distinct TCP ports that were free a moment ago.
+
+    They are drawn at random from below the kernel's ephemeral range: a port the kernel hands
+    out (to a server on port 0, or to an outgoing connection) never is one of them, so it
+    stays free until its server binds it, even while other processes start servers."""
+    probes: list[socket.socket] = []
     try:
-        for probe in probes:  # all held open at once, so no port is drawn twice
-            probe.bind(("localhost", 0))
+        for port in _below_ephemeral(count):
+            probe = socket.socket()
+            try:
+                probe.bind(("localhost", port))
+            except OSError:  # taken: another draw
+                probe.close()
+                continue
+            probes.append(probe)  # held open until all are drawn, so none is drawn twice
+            if len(probes) == count:
+                break
+        while len(probes) < count:  # no room below the ephemeral range: the kernel's pick
+            probes.append(socket.socket())
+            probes[-1].bind(("localhost", 0))
         return [probe.getsockname()[1] for probe in probes]
     finally:
         for probe in probes:
             probe.close()
+
+
+def _below_ephemeral(count: int) -> list[int]:
+    """Random ports between 10000 and the start of the kernel's ephemeral range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+            first = int(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        first = 32768  # Linux's default
+    if first - 10_000 < 1_000:
+        return []
+    return random.SystemRandom().sample(range(10_000, first), min(first - 10_000, 20 + 4 * count))
 
 
 class TrainingCluster:
