@@ -3,7 +3,8 @@ the same variables, sharded in two, in stores of this process; no transport, no 
 
 What is left when spreading the step over processes is taken away: the work itself and the
 library's Python around it. Usage: ``python bench/ps_step_local.py [--steps N]
-[--profile torch|numpy]`` (``--profile``: cProfile of that step, by own time).
+[--profile torch|numpy [--sort tottime|cumtime|ncalls]]`` (``--profile``: cProfile of that
+step).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--profile", choices=("torch", "numpy"), default=None)
+    parser.add_argument("--sort", choices=("tottime", "cumtime", "ncalls"), default="tottime")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = rng.normal(0, 0.05, (100_000, 64)).astype(np.float32)
@@ -71,7 +73,7 @@ def main() -> None:
         for _ in range(args.steps):
             steps[args.profile]()
         profile.disable()
-        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
 
 
 if __name__ == "__main__":
