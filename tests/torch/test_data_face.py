@@ -23,6 +23,9 @@ import convoy as cv
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from convoy.testing import LocalCluster, free_port
 
+#: Loader workers start from a fork server (see conftest.py)
+LOADER_CONTEXT = "forkserver"
+
 service = cv.data.service
 DYNAMIC = service.ShardingPolicy.DYNAMIC
 LOADERS = [(0, False), (2, False), (2, True)]  # (num_workers, persistent_workers)
@@ -37,7 +40,8 @@ def cluster() -> Iterator[LocalCluster]:
 
 def loader(face: cv.torch.IterableDataset, num_workers: int, persistent: bool) -> DataLoader:
     return DataLoader(face, batch_size=None, num_workers=num_workers,
-                      persistent_workers=persistent)
+                      persistent_workers=persistent,
+                      multiprocessing_context=LOADER_CONTEXT if num_workers else None)
 
 
 def ints(elements: Any) -> list[int]:

@@ -14,6 +14,9 @@ import torch
 import convoy as cv
 from convoy.testing import LocalCluster
 
+#: Loader workers start from a fork server (see conftest.py)
+LOADER_CONTEXT = "forkserver"
+
 service = cv.data.service
 
 
@@ -66,7 +69,9 @@ def test_stateful_dataloader_resumes_the_face(kind: str, num_workers: int,
 
     def loader() -> Any:
         face = cv.torch.IterableDataset(_pipeline(kind, cluster))
-        return stateful.StatefulDataLoader(face, batch_size=None, num_workers=num_workers)
+        return stateful.StatefulDataLoader(
+            face, batch_size=None, num_workers=num_workers,
+            multiprocessing_context=LOADER_CONTEXT if num_workers else None)
 
     first = loader()
     batches = iter(first)

@@ -10,6 +10,9 @@ from torch.utils.data import DataLoader
 
 import convoy as cv
 
+#: Loader workers start from a fork server (see conftest.py)
+LOADER_CONTEXT = "forkserver"
+
 pytestmark = pytest.mark.timeout(60)
 
 Dataset = cv.data.Dataset
@@ -85,6 +88,7 @@ def test_through_loader_worker_processes():
         cv.SparseTensor(indices=[[0]], values=[i], dense_shape=[2]),
         _ragged([list(range(i)), [i]])))
     face = cv.torch.IterableDataset(ds)
-    got = list(DataLoader(face, batch_size=None, num_workers=2))
+    got = list(DataLoader(face, batch_size=None, num_workers=2,
+                          multiprocessing_context=LOADER_CONTEXT))
     assert sorted(int(s.to_dense()[0]) for s, _ in got) == list(range(6))
     assert sorted(tuple(r.unbind()[1].tolist()) for _, r in got) == [(i,) for i in range(6)]
