@@ -484,6 +484,10 @@ def readme_block(section: str, index: int = 0) -> str:
 
 def test_readme_from_pytorch(cluster, capsys):
     code = readme_block("From PyTorch").replace("grpc://localhost:5050", cluster.target)
+    # the cluster's servers run in this process: its loader workers must not be forked
+    code = code.replace("num_workers=2)", f"num_workers=2, multiprocessing_context="
+                                         f"{LOADER_CONTEXT!r})")
+    assert LOADER_CONTEXT in code
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"epoch {epoch}: 1000 examples" for epoch in range(3)]
