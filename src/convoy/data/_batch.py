@@ -263,8 +263,9 @@ def _padded_batches(op: PaddedBatchOp, upstream: Iterator[Any]) -> Iterator[Any]
 def pad_and_stack(elements: list[Any], padded_shapes: Any, padding_values: Any) -> Any:
     """Pad every component to a common shape (the batch maximum where unspecified), then stack."""
     first = elements[0]
-    refuse_composites(nest.flatten(first))
     columns = list(zip(*map(nest.flatten, elements), strict=True))
+    for column in columns:
+        refuse_composite(column[0])
     shapes = _per_component(first, padded_shapes, "padded_shapes")
     fills = _per_component(first, padding_values, "padding_values")
     out = []
@@ -284,17 +285,19 @@ def pad_and_stack(elements: list[Any], padded_shapes: Any, padding_values: Any) 
     return out[0] if not nest.is_nested(first) else nest.pack_sequence_as(first, out)
 
 
-def refuse_composites(components: list[Any]) -> None:
-    """TypeError (TensorFlow's) when a component is sparse or ragged, or one's spec."""
-    for component in components:
-        if isinstance(component, (*COMPOSITE, nest.SparseTensorSpec, nest.RaggedTensorSpec)):
-            spec = component if not isinstance(component, COMPOSITE) else \
-                type(component).__name__
-            raise TypeError(
-                "`padded_batch` is only supported for datasets that produce tensor elements "
-                "but type spec of elements in the input dataset is not a subclass of "
-                f"TensorSpec: `{spec}`. Use ragged_batch or sparse_batch, or make it dense "
-                "first (to_dense or to_tensor)")
+def refuse_composite(component: Any) -> None:
+    """TypeError (TensorFlow's) when a component (or a component's spec) is sparse or
+    ragged: padded_batch pads dense arrays only."""
+    if isinstance(component, COMPOSITE):
+        shown = type(component).__name__
+    elif isinstance(component, (nest.SparseTensorSpec, nest.RaggedTensorSpec)):
+        shown = str(component)
+    else:
+        return
+    raise TypeError(
+        "`padded_batch` is only supported for datasets that produce tensor elements but type "
+        f"spec of elements in the input dataset is not a subclass of TensorSpec: `{shown}`. "
+        "Use ragged_batch or sparse_batch, or make it dense first (to_dense or to_tensor)")
 
 
 class UnbatchOp(Op):

@@ -14,7 +14,7 @@ import numpy as np
 from convoy import _check as check
 from convoy import nest
 from convoy.data import _save
-from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp, refuse_composites
+from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp, refuse_composite
 from convoy.data._cache import CacheOp
 from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
 from convoy.data._faults import IgnoreErrorsOp
@@ -326,8 +326,8 @@ class Dataset:
         """Like batch, padding each component to ``padded_shapes`` (None: the batch maximum)."""
         size = check.integer("batch_size", batch_size, 1)
         spec = self._op.static_spec()
-        if spec is not None:
-            refuse_composites(nest.flatten(spec))
+        for component in [] if spec is None else nest.flatten(spec):
+            refuse_composite(component)
         return self._then(PaddedBatchOp(self._op, size,
                                         check.boolean("drop_remainder", drop_remainder),
                                         padded_shapes, padding_values))
