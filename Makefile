@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Two test processes: most tests wait on servers they started, so two share 2 cores well
-# (9 minutes instead of 14 on 2 cores). TEST_WORKERS=0 runs them in this one process.
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2 runs two test processes (9 minutes instead of 14 on 2 cores), but one
+# test failed under it in a clean run (a SIGSTOPped ps answered); until that is understood
+# the suite runs in this one process.
+TEST_WORKERS ?= 0
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
