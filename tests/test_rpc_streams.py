@@ -90,3 +90,29 @@ def test_retry_backs_off_then_gives_up_naming_what_failed_and_leaves_global_rand
 
     with pytest.raises(UnavailableError, match=r"calling the test server: gave up after 0\.1 s"):
         _rpc.retry(never, 0.1, "calling the test server")
+
+
+def test_test_processes_draw_ports_from_disjoint_slices(monkeypatch):
+    # Under pytest-xdist, a port drawn in one test process is released before its server binds
+    # it; another process drawing the same port meanwhile would share or steal its address.
+    import convoy.testing as testing
+
+    drawn = []
+    for worker in range(3):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+        drawn.append(set(testing._below_ephemeral(200)))
+    assert all(drawn)
+    assert not (drawn[0] & drawn[1]) and not (drawn[1] & drawn[2]) and not (drawn[0] & drawn[2])
+    assert max(drawn[0]) < min(drawn[1]) and max(drawn[1]) < min(drawn[2])
+
+
+def test_a_server_refuses_a_port_in_use_on_any_address_of_its_host():
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(UnavailableError, match=f"localhost:{port}: the port is in use"):
+            _rpc.serve("test.Echo", {PING: echo}, port, host="localhost")

@@ -172,7 +172,10 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
 
 def _check_bindable(service: str, address: str) -> None:
     """Raise UnavailableError saying why ``address`` cannot be bound, if trial binds find out
-    (gRPC only writes why to stderr). Like gRPC, one bindable address of the host will do."""
+    (gRPC only writes why to stderr). Like gRPC, one bindable address of the host will do,
+    except that no address of it may be in use: a server bound to ``[::1]:port`` while another
+    holds ``127.0.0.1:port`` would share "localhost:port" with it, and clients would reach
+    whichever their resolver tries first."""
     host, _, port = address.rpartition(":")
     if port == "0":
         return
@@ -186,12 +189,13 @@ def _check_bindable(service: str, address: str) -> None:
             trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
             try:
                 trial.bind(where)
-                return
             except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    on = "" if where[0] == host.strip("[]") else f" on {where[0]}"
+                    raise _unbindable(service, address, f"the port is in use{on}") from None
                 failures.append(error)
-    in_use = any(error.errno == errno.EADDRINUSE for error in failures)
-    raise _unbindable(service, address, "the port is in use" if in_use else
-                      failures[0].strerror or str(failures[0]))
+    if len(failures) == len(resolved):
+        raise _unbindable(service, address, failures[0].strerror or str(failures[0]))
 
 
 def _unbindable(service: str, address: str, why: str) -> errors.UnavailableError:

@@ -233,15 +233,31 @@ def free_ports(count: int) -> list[int]:
 
 
 def _below_ephemeral(count: int) -> list[int]:
-    """Random ports between 10000 and the start of the kernel's ephemeral range."""
+    """Random ports between 10000 and the start of the kernel's ephemeral range; under
+    pytest-xdist, from this test process's own slice of it, so that no two test processes
+    draw the same port (a port is released between its draw and its server's bind)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
-            first = int(file.read().split()[0])
+            end = int(file.read().split()[0])
     except (OSError, ValueError, IndexError):
-        first = 32768  # Linux's default
-    if first - 10_000 < 1_000:
+        end = 32768  # Linux's default
+    start = 10_000
+    worker, workers = _xdist_worker()
+    if workers > 1:
+        width = (end - start) // workers
+        start, end = start + worker * width, start + (worker + 1) * width
+    if end - start < 1_000:
         return []
-    return random.SystemRandom().sample(range(10_000, first), min(first - 10_000, 20 + 4 * count))
+    return random.SystemRandom().sample(range(start, end), min(end - start, 20 + 4 * count))
+
+
+def _xdist_worker() -> tuple[int, int]:
+    """(index, count) of this pytest-xdist test process; (0, 1) outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        return int(name.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    except (KeyError, ValueError):
+        return 0, 1
 
 
 class TrainingCluster:
