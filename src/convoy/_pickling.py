@@ -170,12 +170,16 @@ class _Pickler(cloudpickle.Pickler):
     reducers for what it sends by value: private names, which tests/test_pickling.py pins)."""
 
     def reducer_override(self, obj: Any) -> Any:
+        if _by_reference.get(id(obj)) is obj:
+            return NotImplemented
         if isinstance(obj, types.FunctionType):
             if _of_module_sent_by_value(obj):
                 return self._dynamic_function_reduce(obj)
+            return _remember_if_by_reference(obj, super().reducer_override(obj))
         elif isinstance(obj, type):
             if _of_module_sent_by_value(obj):
                 return _cloudpickle_internals._dynamic_class_reduce(obj)
+            return _remember_if_by_reference(obj, super().reducer_override(obj))
         elif isinstance(obj, types.ModuleType):
             if sent_by_value(obj):
                 # the state apart, so a module its own functions refer back to is no cycle
@@ -185,6 +189,18 @@ class _Pickler(cloudpickle.Pickler):
             return (_cloudpickle_internals._make_typevar,
                     _cloudpickle_internals._decompose_typevar(obj))
         return super().reducer_override(obj)
+
+
+#: The functions and classes found to be pickled by reference (by name), by id: the same one
+#: is pickled on every call that sends it (a scheduled function's arguments name the same
+#: classes every step), and deciding it costs a module lookup. Held, so no id is reused.
+_by_reference: dict[int, Any] = {}
+
+
+def _remember_if_by_reference(obj: Any, reduced: Any) -> Any:
+    if reduced is NotImplemented and len(_by_reference) < 100_000:
+        _by_reference[id(obj)] = obj
+    return reduced
 
 
 def _of_module_sent_by_value(obj: Any) -> bool:
