@@ -45,7 +45,7 @@ class _MeteredCluster(TrainingCluster):
 def _counters(pid: int) -> dict[str, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     counts = {"user_s": int(fields[11]) / TICK, "system_s": int(fields[12]) / TICK,
-              "voluntary": 0.0, "involuntary": 0.0}
+              "voluntary": 0.0, "involuntary": 0.0, "faults": float(fields[7])}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             status = (task / "status").read_text()
@@ -133,18 +133,20 @@ def main() -> None:
                        for key in before[name]} for name in processes}
     face = "tfstyle" if args.tfstyle else "module" if args.module else "torch"
     print(f"{args.steps / seconds:.0f} steps/s, {face}")
-    print(f"{'process':<8}{'user ms':>9}{'sys ms':>9}{'vol cs':>8}{'invol cs':>9}  messages")
-    total = {key: 0.0 for key in ("user_s", "system_s", "voluntary", "involuntary")}
+    print(f"{'process':<8}{'user ms':>9}{'sys ms':>9}{'vol cs':>8}{'invol cs':>9}{'faults':>8}"
+          "  messages")
+    total = {key: 0.0 for key in ("user_s", "system_s", "voluntary", "involuntary", "faults")}
     for name, counts in per_step.items():
         messages = {m: (received[name].get(m, 0) - sent[name].get(m, 0)) / args.steps
                     for m in received.get(name, {})}
         shown = ", ".join(f"{m} {n:.2f}" for m, n in messages.items() if n)
         print(f"{name:<8}{counts['user_s'] * 1e3:>9.2f}{counts['system_s'] * 1e3:>9.2f}"
-              f"{counts['voluntary']:>8.1f}{counts['involuntary']:>9.1f}  {shown}")
+              f"{counts['voluntary']:>8.1f}{counts['involuntary']:>9.1f}{counts['faults']:>8.1f}"
+              f"  {shown}")
         for key in total:
             total[key] += counts[key]
     print(f"{'all':<8}{total['user_s'] * 1e3:>9.2f}{total['system_s'] * 1e3:>9.2f}"
-          f"{total['voluntary']:>8.1f}{total['involuntary']:>9.1f}")
+          f"{total['voluntary']:>8.1f}{total['involuntary']:>9.1f}{total['faults']:>8.1f}")
     print(json.dumps({"steps_per_s": args.steps / seconds, "per_step": per_step}))
 
 
