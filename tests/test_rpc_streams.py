@@ -116,3 +116,12 @@ def test_a_server_refuses_a_port_in_use_on_any_address_of_its_host():
         port = holder.getsockname()[1]
         with pytest.raises(UnavailableError, match=f"localhost:{port}: the port is in use"):
             _rpc.serve("test.Echo", {PING: echo}, port, host="localhost")
+
+
+def test_a_test_process_is_never_given_a_port_twice():
+    # A process keeps handles per address (a ps's store, a worker's link); a new server at an
+    # old server's address would be taken for that server restarted.
+    from convoy.testing import free_ports
+
+    first, second = free_ports(50), free_ports(50)
+    assert len(set(first) | set(second)) == 100

@@ -214,6 +214,8 @@ def free_ports(count: int) -> list[int]:
     probes: list[socket.socket] = []
     try:
         for port in _below_ephemeral(count):
+            if port in _handed_out:
+                continue
             probe = socket.socket()
             try:
                 probe.bind(("localhost", port))
@@ -226,10 +228,18 @@ def free_ports(count: int) -> list[int]:
         while len(probes) < count:  # no room below the ephemeral range: the kernel's pick
             probes.append(socket.socket())
             probes[-1].bind(("localhost", 0))
-        return [probe.getsockname()[1] for probe in probes]
+        ports = [probe.getsockname()[1] for probe in probes]
+        _handed_out.update(ports)
+        return ports
     finally:
         for probe in probes:
             probe.close()
+
+
+#: The ports this process was given: none is given twice, so a server is never at the address
+#: of an earlier one, which the handles this process keeps per address (a ps's store, a
+#: worker's link) would take for the old server, as for a restarted one.
+_handed_out: set[int] = set()
 
 
 def _below_ephemeral(count: int) -> list[int]:
@@ -248,6 +258,8 @@ def _below_ephemeral(count: int) -> list[int]:
         start, end = start + worker * width, start + (worker + 1) * width
     if end - start < 1_000:
         return []
+    if len(_handed_out) > (end - start) // 2:  # most given out: reuse rather than run dry
+        _handed_out.clear()
     return random.SystemRandom().sample(range(start, end), min(end - start, 20 + 4 * count))
 
 
