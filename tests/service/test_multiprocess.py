@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ import pytest
 
 import convoy as cv
 from convoy.errors import InvalidArgumentError, NotFoundError, UnavailableError
-from convoy.testing import ProcessCluster
+from convoy.testing import ProcessCluster, free_port
 
 # Pipelines defined here run on worker processes, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -192,9 +191,9 @@ def test_servers_exit_cleanly_on_sigterm():
 
 @pytest.mark.timeout(120)
 def test_unreachable_dispatcher_raises_unavailable():
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("localhost", 0))
-        closed = f"grpc://localhost:{probe.getsockname()[1]}"
+    # A port nothing listens on: below the kernel's ephemeral range, so no server on port 0
+    # (of this test process or another) is given it meanwhile.
+    closed = f"grpc://localhost:{free_port()}"
     dataset = cv.data.Dataset.range(5).apply(
         service.distribute(DYNAMIC, closed, dispatcher_timeout_ms=1500))
     start = time.monotonic()
