@@ -210,7 +210,8 @@ def free_ports(count: int) -> list[int]:
 
     They are drawn at random from below the kernel's ephemeral range: a port the kernel hands
     out (to a server on port 0, or to an outgoing connection) never is one of them, so it
-    stays free until its server binds it, even while other processes start servers."""
+    stays free until its server binds it, even while other processes start servers. A process
+    is not given the same port twice (while most of the range is left)."""
     probes: list[socket.socket] = []
     try:
         for port in _below_ephemeral(count):
