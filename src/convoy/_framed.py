@@ -23,6 +23,7 @@ from them are not copied.
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -174,6 +175,11 @@ class FramedStream:
         sock = self._socket
         if sock is None:
             raise errors.UnavailableError(f"{self._where}: not connected")
+        if _ended(sock):
+            self.close()
+            raise errors.UnavailableError(
+                f"{self._where}: the connection had ended before this request (the server "
+                f"stopped, or was restarted); the request was not sent")
         deadline = time.monotonic() + timeout
         try:
             _send(sock, REQUEST, request)
@@ -413,6 +419,27 @@ class FramedServer:
         with connection.lock:
             connection.busy_since = None
             _send(connection.socket, kind, body)
+
+
+def _ended(sock: socket.socket) -> bool:
+    """Whether a connection between calls has ended (the server stopped or restarted): nothing
+    is due on it then, so anything to read is its end or out of protocol (TLS's own records,
+    such as a session ticket, are neither)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(0):
+        return False
+    timeout = sock.gettimeout()
+    sock.settimeout(0)
+    try:
+        sock.recv(1)
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+    return True
 
 
 class _Refused(Exception):

@@ -259,6 +259,36 @@ def test_a_ps_serves_framed_on_the_port_it_is_given():
         server.stop()
 
 
+@pytest.mark.timeout(60)
+def test_a_ps_replaced_at_its_address_fails_the_next_call_unsent_then_serves():
+    # As Kubernetes restarts a pod: the same address, a new process (here a new server in this
+    # one), its variables gone. The connection ended while no call waited on it: the next
+    # request is not sent and fails saying why; the one after reaches the new server.
+    address = f"localhost:{free_port()}"
+    spec = {"ps": [address], "worker": ["localhost:1"]}
+    server = cv.distribute.Server(spec, "ps", 0)
+    store = RemoteStore(address, 0)
+    try:
+        store.execute([("create", "v", np.arange(3.0))])
+    finally:
+        server.stop()
+    server = cv.distribute.Server(spec, "ps", 0)
+    try:
+        deadline = time.monotonic() + 10  # the old server's close reaches this process
+        while not _framed._ended(store._stream._framed._socket):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(UnavailableError, match="ended before this request.*not sent"):
+            store.execute([("create", "v", np.arange(4.0))])
+        with pytest.raises(NotFoundError):  # a new process: v is gone with the old one
+            store.execute([("read", "v")])
+        store.execute([("create", "v", np.arange(4.0))])
+        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.arange(4.0))
+        assert store.transport == "framed"
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("port", [-1, 65536, 1.5, True])
 def test_a_framed_port_that_is_no_port_is_refused(port):
     with pytest.raises(InvalidArgumentError, match="framed_port"):
