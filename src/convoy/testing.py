@@ -211,7 +211,7 @@ def free_ports(count: int) -> list[int]:
     They are drawn at random from below the kernel's ephemeral range: a port the kernel hands
     out (to a server on port 0, or to an outgoing connection) never is one of them, so it
     stays free until its server binds it, even while other processes start servers. A process
-    is not given the same port twice (while most of the range is left)."""
+    is not given a port again before a quarter of the range has been given out after it."""
     probes: list[socket.socket] = []
     try:
         for port in _below_ephemeral(count):
@@ -230,7 +230,7 @@ def free_ports(count: int) -> list[int]:
             probes.append(socket.socket())
             probes[-1].bind(("localhost", 0))
         ports = [probe.getsockname()[1] for probe in probes]
-        _handed_out.update(ports)
+        _handed_out.update(dict.fromkeys(ports))
         return ports
     finally:
         for probe in probes:
@@ -240,7 +240,7 @@ def free_ports(count: int) -> list[int]:
 #: The ports this process was given: none is given twice, so a server is never at the address
 #: of an earlier one, which the handles this process keeps per address (a ps's store, a
 #: worker's link) would take for the old server, as for a restarted one.
-_handed_out: set[int] = set()
+_handed_out: dict[int, None] = {}  # in the order given
 
 
 def _below_ephemeral(count: int) -> list[int]:
@@ -259,8 +259,9 @@ def _below_ephemeral(count: int) -> list[int]:
         start, end = start + worker * width, start + (worker + 1) * width
     if end - start < 1_000:
         return []
-    if len(_handed_out) > (end - start) // 2:  # most given out: reuse rather than run dry
-        _handed_out.clear()
+    if len(_handed_out) > (end - start) // 2:  # half given out: the oldest may come again
+        for port in list(_handed_out)[:len(_handed_out) // 2]:
+            del _handed_out[port]
     return random.SystemRandom().sample(range(start, end), min(end - start, 20 + 4 * count))
 
 
