@@ -34,8 +34,8 @@ from convoy.errors import FailedPreconditionError, InvalidArgumentError, Unavail
 
 
 def ask(state: RoundRobinState, consumer: int, start: int, count: int = 10, now: float = 0.0,
-        timeout_s: float = 5.0) -> Any:
-    return state.apply(Ask(consumer, start, count, timeout_s, now))
+        timeout_s: float = 5.0, reader: int = 0) -> Any:
+    return state.apply(Ask(consumer, start, count, timeout_s, now, reader))
 
 
 def test_a_round_forms_only_once_every_consumer_asked_for_it():
@@ -108,6 +108,22 @@ def test_a_consumer_asking_for_a_round_already_formed_is_refused():
     answer = ask(state, 1, 1)  # never received round 1 alone: a restarted consumer
     assert isinstance(answer, Refuse)
     assert isinstance(answer.error, FailedPreconditionError)
+    assert "current round has already reached 2" in str(answer.error)
+
+
+def test_a_consumer_restarted_under_the_job_name_is_refused_its_old_share():
+    # testConsumerRestart's race: the first readers' only answers covered every round they
+    # read, so their shares still start at round 0; new readers asking for round 0 are not
+    # those readers asking again, and must not get the same elements.
+    state = RoundRobinState(7, 2)
+    ask(state, 0, 0, reader=11)
+    ask(state, 1, 0, reader=12)
+    state.apply(Filled([0, 1, 2, 3]))
+    assert ask(state, 0, 0, reader=11) == Rounds([0, 2])
+    assert ask(state, 1, 0, reader=12) == Rounds([1, 3])
+    assert ask(state, 0, 0, reader=11) == Rounds([0, 2])  # the same reader, asking again
+    answer = ask(state, 0, 0, reader=21)  # a new reader of consumer 0
+    assert isinstance(answer, Refuse)
     assert "current round has already reached 2" in str(answer.error)
 
 

@@ -407,7 +407,8 @@ class Reader:
         request = pb.GetElementsRequest(
             consumer_index=-1 if consumer_index is None else consumer_index,
             max_bytes=BYTES_PER_CALL, round_timeout_ms=int(self._options.timeout_s * 1000),
-            trainer_id=self._options.trainer_id, shared_memory=self._shared_memory)
+            trainer_id=self._options.trainer_id, shared_memory=self._shared_memory,
+            reader_id=self._client_id)
         while True:
             with self._cond:
                 read = self._next_read()

@@ -494,7 +494,8 @@ class WorkerServer(_rpc.ServerBase):
         try:
             elements = served.rounds(request.consumer_index, request.round_index,
                                      min(request.max_elements, MAX_ELEMENTS_PER_CALL),
-                                     request.round_timeout_ms / 1000, deadline)
+                                     request.round_timeout_ms / 1000, deadline,
+                                     request.reader_id)
         except ConvoyError:
             with self._lock:
                 self._check_serving()  # a stopped task ends its rounds: say stopping instead

@@ -333,13 +333,14 @@ class SharedMemoryReader(_message.Message):
     def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., pid_start: _Optional[int] = ..., reader_id: _Optional[str] = ...) -> None: ...
 
 class GetElementsRequest(_message.Message):
-    __slots__ = ("task_id", "consumer_index", "max_elements", "max_bytes", "round_index", "round_timeout_ms", "trainer_id", "incarnation", "shared_memory", "released_segments")
+    __slots__ = ("task_id", "consumer_index", "max_elements", "max_bytes", "round_index", "round_timeout_ms", "reader_id", "trainer_id", "incarnation", "shared_memory", "released_segments")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_INDEX_FIELD_NUMBER: _ClassVar[int]
     MAX_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     ROUND_INDEX_FIELD_NUMBER: _ClassVar[int]
     ROUND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    READER_ID_FIELD_NUMBER: _ClassVar[int]
     TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -350,11 +351,12 @@ class GetElementsRequest(_message.Message):
     max_bytes: int
     round_index: int
     round_timeout_ms: int
+    reader_id: int
     trainer_id: str
     incarnation: int
     shared_memory: SharedMemoryReader
     released_segments: _containers.RepeatedCompositeFieldContainer[ReleasedSegment]
-    def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ..., released_segments: _Optional[_Iterable[_Union[ReleasedSegment, _Mapping]]] = ...) -> None: ...
+    def __init__(self, task_id: _Optional[int] = ..., consumer_index: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_bytes: _Optional[int] = ..., round_index: _Optional[int] = ..., round_timeout_ms: _Optional[int] = ..., reader_id: _Optional[int] = ..., trainer_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., shared_memory: _Optional[_Union[SharedMemoryReader, _Mapping]] = ..., released_segments: _Optional[_Iterable[_Union[ReleasedSegment, _Mapping]]] = ...) -> None: ...
 
 class GiveBackRequest(_message.Message):
     __slots__ = ("task_id", "incarnation", "elements", "numbers")

@@ -6,13 +6,14 @@ next ``k * num_consumers`` elements make rounds ``start .. start + k - 1`` (``k`
 smallest count asked for, and what the task has ready), consumer ``i`` taking element ``i`` of
 each. Every consumer then gets the same rounds, so the next requests line up again.
 
-A consumer's share stays until it asks for a later round: a request sent again (its answer
-was lost) gets the same elements. A request for a round already formed is refused (a consumer
-restarted under the same job name). A worker process that died while answering may have
-given some consumers their share of a round and not others: before the new process forms
-its first round, a consumer behind the others gets rounds of its own to catch up (fresh
-elements, one per round), so the consumers stay in step. A request still waiting for the
-other consumers after its ``timeout_s`` fails, naming the consumers that have not asked.
+A consumer's share stays until it asks for a later round: a request sent again by the same
+reader (its answer was lost) gets the same elements. A request for a round already formed is
+refused (a consumer restarted under the same job name, as another reader). A worker process
+that died while answering may have given some consumers their share of a round and not
+others: before the new process forms its first round, a consumer behind the others gets
+rounds of its own to catch up (fresh elements, one per round), so the consumers stay in step.
+A request still waiting for the other consumers after its ``timeout_s`` fails, naming the
+consumers that have not asked.
 
 :class:`RoundRobinState` holds the decisions (no threads or clocks: time comes as ``now``);
 :class:`RoundRobinTask` is its threaded shell over a running :class:`~.task.Task`.
@@ -45,6 +46,7 @@ class Ask:
     count: int
     timeout_s: float
     now: float
+    reader: int = 0  # the consumer's client id (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,20 @@ class _Request:
     start: int
     stop: int
     since: float  # when this consumer first asked for ``start``
+    reader: int = 0
+
+
+@dataclass(frozen=True)
+class _Share:
+    """A consumer's elements of the rounds from ``start``, as handed to ``reader``."""
+
+    start: int
+    elements: list[Any]
+    reader: int
+
+    def asked_again(self, start: int, reader: int) -> bool:
+        """Whether a request for ``start`` by ``reader`` is this one's, sent again."""
+        return self.start == start and (self.reader == reader or not self.reader or not reader)
 
 
 class RoundRobinState:
@@ -101,7 +117,7 @@ class RoundRobinState:
         self.num_consumers = num_consumers
         self.next_round: int | None = None  # the first round not formed yet
         self.asked: dict[int, _Request] = {}
-        self.shares: dict[int, tuple[int, list[Any]]] = {}  # consumer -> (start, elements)
+        self.shares: dict[int, _Share] = {}  # by consumer
         self.carry: list[Any] = []  # taken from the task, not yet part of a round
         self.filling = False  # a Fill is out
         self.error: BaseException | None = None
@@ -124,8 +140,8 @@ class RoundRobinState:
                 f"consumer_index {consumer} is out of range for task {self.task_id}, read by "
                 f"num_consumers={self.num_consumers} consumers"))
         share = self.shares.get(consumer)
-        if share is not None and share[0] == start:
-            return Rounds(share[1])  # asked again: its answer was lost
+        if share is not None and share.asked_again(start, event.reader):
+            return Rounds(share.elements)  # asked again: its answer was lost
         if self.next_round is not None and start < self.next_round:
             return Refuse(FailedPreconditionError(
                 f"Consumer {consumer} requested data for round {start}, but the current round "
@@ -136,7 +152,7 @@ class RoundRobinState:
         self.shares.pop(consumer, None)
         request = self.asked.get(consumer)
         if request is None or request.start != start:
-            request = self.asked[consumer] = _Request(start, start, event.now)
+            request = self.asked[consumer] = _Request(start, start, event.now, event.reader)
         request.stop = start + max(1, event.count)
         if self.next_round is None:  # nothing formed yet: a new task, or a new process
             ahead = max(r.start for r in self.asked.values())
@@ -158,8 +174,7 @@ class RoundRobinState:
             self.filling = True
             return Fill(stop - start)
         elements, self.carry = self.carry[:ready], self.carry[ready:]
-        self.shares[consumer] = (start, elements)
-        del self.asked[consumer]
+        self.shares[consumer] = _Share(start, elements, self.asked.pop(consumer).reader)
         return Rounds(elements)
 
     def _form(self, consumer: int, start: int) -> Rounds | Fill | Wait:
@@ -174,10 +189,11 @@ class RoundRobinState:
         taken = ready * self.num_consumers
         elements, self.carry = self.carry[:taken], self.carry[taken:]
         for index in range(self.num_consumers):
-            self.shares[index] = (start, elements[index::self.num_consumers])
+            self.shares[index] = _Share(start, elements[index::self.num_consumers],
+                                        self.asked[index].reader)
         self.asked.clear()
         self.next_round = start + ready
-        return Rounds(self.shares[consumer][1])
+        return Rounds(self.shares[consumer].elements)
 
     def _stalled(self, consumer: int, request: _Request, event: Ask) -> Wait | Refuse:
         """Wait for the other consumers, or fail once they have been awaited too long."""
@@ -202,13 +218,13 @@ class RoundRobinTask:
         self._cond = threading.Condition()
 
     def rounds(self, consumer: int, start: int, count: int, timeout_s: float,
-               deadline: float) -> list[Any]:
+               deadline: float, reader: int = 0) -> list[Any]:
         """The consumer's elements of up to ``count`` rounds from ``start``; ``[]`` if they
         are not ready by ``deadline``. Raises what the state refuses with."""
         with self._cond:
             while True:
                 now = time.monotonic()
-                answer = self._state.apply(Ask(consumer, start, count, timeout_s, now))
+                answer = self._state.apply(Ask(consumer, start, count, timeout_s, now, reader))
                 if isinstance(answer, Rounds):
                     self._cond.notify_all()
                     return answer.elements

@@ -76,14 +76,15 @@ class ServedTask:
         return self._cache.take(trainer_id, max_elements, max_bytes, wait_s)
 
     def rounds(self, consumer_index: int, round_index: int, count: int, timeout_s: float,
-               deadline: float) -> list[Any]:
+               deadline: float, reader: int = 0) -> list[Any]:
         """A coordinated consumer's elements of up to ``count`` rounds (as
         :meth:`RoundRobinTask.rounds`)."""
         if self._rounds is None or consumer_index < 0:
             raise InvalidArgumentError(
                 f"task {self.task_id} is {'not ' if self._rounds is None else ''}a coordinated "
                 f"read, but the request has consumer_index {consumer_index}")
-        return self._rounds.rounds(consumer_index, round_index, count, timeout_s, deadline)
+        return self._rounds.rounds(consumer_index, round_index, count, timeout_s, deadline,
+                                   reader)
 
     def cache_stats(self) -> WindowStats | None:
         """What its cross-trainer cache holds and has done (None: it has none)."""
