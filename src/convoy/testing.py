@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,6 +188,27 @@ class ProcessCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_process(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP process ``pid`` and wait until every thread of it has stopped (the signal is
+    delivered asynchronously: a thread running meanwhile may still answer a call)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as file:
+                    states.append(file.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue  # a thread that ended
+        if all(state in "Tt" for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} did not stop within {timeout_s:g} s after "
+                               f"SIGSTOP (its threads' states: {''.join(states)})")
+        time.sleep(0.001)
 
 
 def in_shared_memory(array: Any) -> bool:

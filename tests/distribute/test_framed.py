@@ -31,7 +31,7 @@ from convoy.errors import (
     NotFoundError,
     UnavailableError,
 )
-from convoy.testing import TrainingCluster, free_port
+from convoy.testing import TrainingCluster, free_port, stop_process
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -74,11 +74,6 @@ def test_a_ps_without_a_framed_port_is_reached_over_grpc():
         assert store.transport == "grpc"
 
 
-def stop_then(pid, signum):
-    os.kill(pid, signal.SIGSTOP)
-    return lambda: os.kill(pid, signum)
-
-
 @pytest.mark.timeout(90)
 def test_a_ps_killed_while_it_owes_an_answer_fails_the_call_at_once():
     with TrainingCluster(num_workers=1, num_ps=1) as cluster:
@@ -87,7 +82,7 @@ def test_a_ps_killed_while_it_owes_an_answer_fails_the_call_at_once():
         store.execute([("create", "v", np.arange(3.0))])
         assert store.transport == "framed"
         process = cluster.servers[("ps", 0)].process
-        os.kill(process.pid, signal.SIGSTOP)  # the request arrives, and is never answered
+        stop_process(process.pid)  # the request arrives, and is never answered
         pending = store.execute_async([("assign_add", "v", np.ones(3))])
         time.sleep(0.3)
         assert not pending.done()
@@ -149,7 +144,7 @@ def test_a_stopped_ps_fails_the_call_after_the_silence_naming_it(monkeypatch):
         store = remote_store(address, 0)
         store.execute([("create", "v", np.arange(3.0))])
         pid = cluster.servers[("ps", 0)].process.pid
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         started = time.monotonic()
         try:
             with pytest.raises(UnavailableError, match=f"Execute at {address}: the server sent "

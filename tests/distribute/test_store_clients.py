@@ -16,7 +16,7 @@ import pytest
 from convoy import _rpc
 from convoy.distribute._store_clients import remote_store
 from convoy.errors import InvalidArgumentError, NotFoundError, UnavailableError
-from convoy.testing import TrainingCluster, free_port
+from convoy.testing import TrainingCluster, free_port, stop_process
 
 ROWS, WIDTH = 64, 4  # the shape of the ``table`` fixture's variable
 
@@ -122,7 +122,7 @@ def test_a_stopped_ps_fails_calls_instead_of_hanging():
         store = remote_store(stopped_cluster.cluster["ps"][0], 0)
         store.execute([("create", "v", np.arange(3.0))])
         pid = stopped_cluster.servers[("ps", 0)].process.pid
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         started = time.monotonic()
         try:
             with pytest.raises(UnavailableError, match="Execute at"):

@@ -18,7 +18,7 @@ import convoy as cv
 from convoy.data.service import _distribute as _client
 from convoy.data.service import _reader
 from convoy.errors import UnavailableError
-from convoy.testing import LocalCluster, ProcessCluster, free_port
+from convoy.testing import LocalCluster, ProcessCluster, free_port, stop_process
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -155,7 +155,7 @@ def test_a_worker_that_stops_answering_is_a_deadline_not_a_hang(monkeypatch: Any
         elements = iter(distributed(10**7, cluster.target, OFF, dispatcher_timeout_ms=2000))
         next(elements)
         assert worker.process is not None
-        os.kill(worker.process.pid, signal.SIGSTOP)  # alive, but answers nothing
+        stop_process(worker.process.pid)  # alive, but answers nothing
         try:
             start = time.monotonic()
             with pytest.raises(UnavailableError,
