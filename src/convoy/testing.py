@@ -259,10 +259,10 @@ def free_ports(count: int) -> list[int]:
             probe.close()
 
 
-#: The ports this process was given: none is given twice, so a server is never at the address
-#: of an earlier one, which the handles this process keeps per address (a ps's store, a
-#: worker's link) would take for the old server, as for a restarted one.
-_handed_out: dict[int, None] = {}  # in the order given
+#: The ports this process was given, oldest first (see free_ports): none is given again soon,
+#: so a server is not at the address of a recent one, which the handles this process keeps
+#: per address (a ps's store, a worker's link) would take for the old server restarted.
+_handed_out: dict[int, None] = {}
 
 
 def _below_ephemeral(count: int) -> list[int]:
