@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from convoy import _rpc, monitoring
+from convoy import _rpc, _threads, monitoring
 from convoy._security import LOOPBACK
 from convoy.data import _distributed_snapshot as layout
 from convoy.data.service import service_pb2 as pb
@@ -45,6 +45,13 @@ from convoy.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+#: The events of reads (and saves) in progress: while the journal cannot be written they are
+#: refused as "unavailable", which their callers retry (the read waits), not as new work.
+_READS_IN_PROGRESS = (ev.GetSplits, ev.ClientHeartbeat, ev.WorkerHeartbeat, ev.ReleaseClient,
+                      ev.GetSaveSplit, ev.SaveStreamDone, ev.AssignSaveStream)
+#: The events whose answers are splits: none is answered while the journal lacks the state.
+_ANSWERS_SPLITS = (ev.GetSplits, ev.GetSaveSplit)
 
 #: How long the dispatcher waits for a worker that a consumer reported unreachable to answer
 #: its ping: a worker that answers at all is alive (a busy one is left to ``worker_timeout_ms``).
@@ -79,7 +86,7 @@ class _Handlers:
         self.journal = journal
         self.config = config or DispatcherConfig()
         self.worker_addresses = self.config.worker_addresses or ()  # the fixed list, if any
-        self.state = journal.recover() if journal else DispatcherState(fresh_id_base())
+        self.state = _recover(journal) if journal else DispatcherState(fresh_id_base())
         self.lock = threading.RLock()
         self.closed = False
         self.started = time.time()
@@ -94,43 +101,61 @@ class _Handlers:
         self.worker_gone: Callable[[str, str], bool] = (
             lambda address, uid: worker_gone(address, uid, self.config.security()))
 
-    def _apply(self, event: ev.Event) -> Any:
+    def _apply(self, event: ev.Event, keep: bool = False) -> Any:
+        """Apply ``event``, durably. If the journal cannot be written, the event is refused
+        (:meth:`_refusal`) before or after it changed the state (a snapshot then writes it),
+        unless ``keep``: then it is applied anyway and goes into the next snapshot."""
         with self.lock:
             if self.closed:
                 raise UnavailableError("the dispatcher is stopping")
             admit(self.config, self.state, event)
-            journal = self.journal if self.state.is_durable(event) else None
-            if journal is not None and self.journal_error is not None:
-                self._rewrite_journal(journal)
+            journal = self.journal
+            durable = journal is not None and self.state.is_durable(event)
+            if journal is not None and not self._caught_up(journal, event, durable):
+                if not keep:
+                    raise self._refusal(event)
+                durable = False
             result = self.state.apply(event)
-            if journal is not None:
-                try:
-                    journal.append(event, self.state)
-                except OSError as error:
-                    raise self._unwritable(journal, error) from None
+            if durable and journal is not None and not self._write(
+                    journal, lambda: journal.append(event, self.state)) and not keep:
+                raise self._refusal(event)
             return result
 
-    def _unwritable(self, journal: Journal, error: OSError) -> ResourceExhaustedError:
-        """Note that ``journal`` cannot be written; the error that refuses the request.
-        The state holds the event its log does not: a snapshot must be written first."""
-        where = error.filename or journal.storage.where(f"log-{journal.generation}")
-        why = error.strerror or str(error)
-        self.journal_error = f"cannot write the journal {where}: {why}"
-        log.error("%s: refusing new work until it can be written again (free space "
-                  "under the work_dir)", self.journal_error)
-        return ResourceExhaustedError(
-            f"the dispatcher {self.journal_error}; it refuses new work until space is freed "
-            "under its work_dir")
+    def _caught_up(self, journal: Journal, event: ev.Event, durable: bool) -> bool:
+        """Whether the journal holds the whole state before ``event``: after a failed write,
+        a snapshot must be written first. No answer leaves (a split asked again, say) while
+        the journal lacks the state behind it."""
+        if self.journal_error is None or not (durable or isinstance(event, _ANSWERS_SPLITS)):
+            return True
+        return self._write(journal, lambda: journal.compact(self.state))
 
-    def _rewrite_journal(self, journal: Journal) -> None:
-        """Try to write a snapshot of the whole state (and a new log), so the journal holds
-        everything again; ResourceExhaustedError if it still cannot."""
+    def _write(self, journal: Journal, write: Callable[[], None]) -> bool:
+        """Run ``write``; False if the journal cannot be written (said once, when it starts
+        failing; and once when it is written again)."""
         try:
-            journal.compact(self.state)
+            write()
         except OSError as error:
-            raise self._unwritable(journal, error) from None
-        log.info("the journal can be written again: the dispatcher takes new work")
-        self.journal_error = None
+            if self.journal_error is None:
+                where = error.filename or journal.storage.where(f"log-{journal.generation}")
+                self.journal_error = (f"cannot write its journal {where}: "
+                                      f"{error.strerror or error}")
+                log.error("the dispatcher %s; it refuses new work (reads in progress wait) "
+                          "until space is freed under its work_dir", self.journal_error)
+            return False
+        if self.journal_error is not None:
+            log.warning("the dispatcher writes its journal again: it takes new work, reads "
+                        "in progress go on")
+            self.journal_error = None
+        return True
+
+    def _refusal(self, event: ev.Event) -> ConvoyError:
+        """The error that refuses ``event`` while the journal cannot be written: calls of
+        reads in progress wait (they retry "unavailable"), new work is refused."""
+        message = f"the dispatcher {self.journal_error}"
+        if isinstance(event, _READS_IN_PROGRESS):
+            return UnavailableError(f"{message}; retry once space is freed under its work_dir")
+        return ResourceExhaustedError(
+            f"{message}; it refuses new work until space is freed under its work_dir")
 
     def close(self) -> None:
         """Take no more events; close the journal."""
@@ -154,7 +179,7 @@ class _Handlers:
                            if not task.finished)
             lost: list[str] = self._apply(ev.CollectGarbage(
                 now, client_timeout, worker_timeout, clients, workers, iteration_timeout,
-                adopt=True))
+                adopt=True), keep=True)
         monitoring.SPLITS.labels("returned").inc(returned)
         for client_id in clients:
             log.info("client %d silent for %.0f s: released", client_id, client_timeout)
@@ -239,7 +264,8 @@ class _Handlers:
             worker=r.worker, pad=r.pad, fetched=r.fetched, yielded=r.yielded, wants=r.wants,
             exhausted=r.exhausted, given=tuple(r.given), given_start=r.given_start,
             received=r.received, done=r.done, first=r.first, full=r.full, error=r.error,
-            timeout_s=r.timeout_ms / 1000, now=time.monotonic())
+            timeout_s=r.timeout_ms / 1000, now=time.monotonic(), reader=r.reader,
+            generation=r.generation, allowed=r.allowed, settled=r.settled)
         with self.lock:
             answer = self.shares.report(report)
         return pb.ShareResponse(allowed=answer.allowed, settled=answer.settled,
@@ -333,7 +359,7 @@ class _Handlers:
         finally:
             with self.lock:
                 self.checking.discard(address)
-        lost = gone and bool(self._apply(ev.WorkerLost(address, uid)))
+        lost = gone and bool(self._apply(ev.WorkerLost(address, uid), keep=True))
         if lost:
             log.warning("worker %s refuses connections (reported by client %d reading task "
                         "%d): declared lost, its DYNAMIC tasks adopted", address, r.client_id,
@@ -343,7 +369,7 @@ class _Handlers:
     def DeregisterWorker(self, r: pb.DeregisterWorkerRequest) -> pb.Empty:
         """A worker leaves (it drained): its unfinished tasks are adopted at once."""
         _rpc.check_address(r.worker_address, "worker_address")
-        if self._apply(ev.WorkerLost(r.worker_address, r.worker_uid)):
+        if self._apply(ev.WorkerLost(r.worker_address, r.worker_uid), keep=True):
             log.info("worker %s deregistered: its unfinished DYNAMIC tasks are adopted",
                      r.worker_address)
         return pb.Empty()
@@ -460,6 +486,41 @@ def _task_def(task: ev.TaskAssignment) -> pb.TaskDef:
                       skip_count=task.skip_count)
 
 
+def _recover(journal: Journal) -> DispatcherState:
+    """The state ``journal`` holds, its replay summed up in the log."""
+    try:
+        state = journal.recover()
+    except OSError as error:
+        raise _disk_error(error, journal.storage.where("meta")) from None
+    if journal.generation or journal.records:
+        splits = sum(task_splits(task) for task in state.tasks.values())
+        log.info("journal %s replayed (snapshot %d and %d events after it): %d datasets, "
+                 "%d jobs, %d iterations, %d tasks, %d splits handed out, %d workers and %d "
+                 "clients to hear from again", journal.storage.where(""), journal.generation,
+                 journal.records, len(state.datasets), len(state.jobs), len(state.iterations),
+                 len(state.tasks), splits, len(state.workers), len(state.clients))
+    return state
+
+
+def _journal(config: DispatcherConfig) -> Journal | None:
+    """The journal of a fault-tolerant dispatcher (None otherwise), or an error naming the
+    file or directory it could not write."""
+    if not config.fault_tolerant_mode:
+        return None
+    assert config.work_dir is not None  # the config checks it
+    directory = os.path.join(config.work_dir, "journal")
+    try:
+        return Journal(LocalStorage(directory))
+    except OSError as error:
+        raise _disk_error(error, directory) from None
+
+
+def _disk_error(error: OSError, where: str) -> ConvoyError:
+    why = error.strerror or str(error)
+    return ResourceExhaustedError(
+        f"the dispatcher cannot write its journal {error.filename or where}: {why}")
+
+
 class DispatchServer(_rpc.ServerBase):
     """The data service's dispatcher: it tracks datasets, jobs, workers and splits; it never
     produces elements itself."""
@@ -473,11 +534,7 @@ class DispatchServer(_rpc.ServerBase):
                 f"config must be a DispatcherConfig, got {type(config).__name__}"
             )
         super().__init__(self._config.port, security=self._config.security())
-        journal = None
-        if self._config.fault_tolerant_mode:
-            assert self._config.work_dir is not None  # the config checks it
-            journal = Journal(LocalStorage(os.path.join(self._config.work_dir, "journal")))
-        self._handlers = _Handlers(journal, self._config)
+        self._handlers = _Handlers(_journal(self._config), self._config)
         self._started = time.time()
         self._stopped = threading.Event()
         self._metrics: monitoring.MetricsServer | None = None
@@ -503,8 +560,7 @@ class DispatchServer(_rpc.ServerBase):
         if self._config.metrics_port is not None:
             self._metrics = monitoring.serve(self._config.metrics_port,
                                              self._config.host or LOOPBACK)
-        threading.Thread(target=self._collect_garbage, name="convoy-dispatcher-gc",
-                         daemon=True).start()
+        _threads.start("convoy-dispatcher-gc", self._collect_garbage, restart=True)
         log.info("dispatcher serving at %s", self._address)
 
     def _collect_garbage(self) -> None:
@@ -515,7 +571,9 @@ class DispatchServer(_rpc.ServerBase):
                     time.time(), config.client_timeout_s, config.worker_timeout_s,
                     self._started, config.iteration_timeout_s)
             except UnavailableError:
-                return  # stopping
+                if self._handlers.closed:
+                    return  # stopping
+                raise
             for address in lost:
                 log.warning("worker %s lost: no heartbeat for %.0f s; its DYNAMIC tasks go "
                             "to other workers", address, config.worker_timeout_s)

@@ -22,10 +22,14 @@ a fresh log starts. Files in the journal directory, each of TFRecord-framed reco
     log-<g>         the events applied after that snapshot
 
 All file access goes through :class:`Storage`, the seam where an object store could be added.
+A write that fails (a full disk, say) raises :class:`OSError` naming the file; the journal is
+then written again only by :meth:`Journal.compact` (a torn record may end the log).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -49,6 +53,44 @@ log = logging.getLogger(__name__)
 
 #: Records per log generation before the state is snapshotted and a new log started.
 COMPACT_EVERY = 10_000
+#: Tests: while the file this variable names exists, every journal write fails as on a full
+#: disk (ENOSPC), for machines where a small file system cannot be mounted.
+FULL_DISK_FLAG = "CONVOY_TEST_JOURNAL_FULL_FLAG"
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Writes to ``path`` inside: an OSError names it; the test flag fails them."""
+    flag = os.environ.get(FULL_DISK_FLAG)
+    try:
+        if flag and os.path.exists(flag):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        yield
+    except OSError as error:
+        if error.filename is None:
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+        raise
+
+
+class _Appender:
+    """Appends records to one file; its write errors name the file."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        with _writing(path):
+            self._writer = TFRecordWriter(path, append=True)
+
+    def write(self, record: bytes) -> None:
+        with _writing(self._path):
+            self._writer.write(record)
+
+    def sync(self) -> None:
+        with _writing(self._path):
+            self._writer.sync()
+
+    def close(self) -> None:
+        with _writing(self._path):
+            self._writer.close()
 
 
 class Storage(Protocol):
@@ -106,15 +148,19 @@ class LocalStorage:
                 file.truncate(size)
                 os.fsync(file.fileno())
 
-    def appender(self, name: str) -> TFRecordWriter:
-        return TFRecordWriter(self._path(name), append=True)
+    def appender(self, name: str) -> _Appender:
+        return _Appender(self._path(name))
 
     def replace(self, name: str, records: list[bytes]) -> None:
         temporary = self._path(name + ".tmp")
-        with TFRecordWriter(temporary) as writer:
-            for record in records:
-                writer.write(record)
-            writer.sync()
+        try:
+            with _writing(temporary), TFRecordWriter(temporary) as writer:
+                for record in records:
+                    writer.write(record)
+                writer.sync()
+        except OSError:
+            temporary.unlink(missing_ok=True)  # give the space back
+            raise
         os.replace(temporary, self._path(name))
         directory = os.open(self.directory, os.O_RDONLY)
         try:
@@ -220,22 +266,32 @@ class Journal:
 
     def append(self, event: ev.Event, state: DispatcherState) -> None:
         """Make ``event`` (already applied to ``state``) durable; compact when due."""
-        self._log.write(encode_event(event))
-        self._log.sync()
+        log_file = self._appender()
+        log_file.write(encode_event(event))
+        log_file.sync()
         self.records += 1
         if self.records >= self.compact_every:
             self.compact(state)
 
     def compact(self, state: DispatcherState) -> None:
-        """Snapshot ``state`` and start an empty log."""
-        old = f"log-{self.generation}"
-        self.generation += 1
-        self.storage.replace("snapshot", [encode_snapshot(state, self.generation)])
-        self._log.close()
-        self._log = self.storage.appender(f"log-{self.generation}")
+        """Snapshot ``state`` and start an empty log. After an OSError the journal is as
+        before, or already holds the snapshot (a later compaction starts from it)."""
+        generation = self.generation + 1
+        self.storage.replace("snapshot", [encode_snapshot(state, generation)])
+        old, self.generation, self.records = f"log-{self.generation}", generation, 0
+        with contextlib.suppress(OSError):  # what it did not write is in the snapshot
+            self._log.close()
+        self._log = None
         self.storage.remove(old)
-        self.records = 0
+        self._log = self.storage.appender(f"log-{generation}")
+
+    def _appender(self) -> Any:
+        """The log to append to (opened again if a compaction could not open it)."""
+        if self._log is None:
+            self._log = self.storage.appender(f"log-{self.generation}")
+        return self._log
 
     def close(self) -> None:
         if self._log is not None:
-            self._log.close()
+            with contextlib.suppress(OSError):  # a full disk: the tail is torn, cut on replay
+                self._log.close()
