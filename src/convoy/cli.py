@@ -155,6 +155,9 @@ def _dispatcher_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-gc-timeout-ms", type=int, default=None, metavar="MS",
                         help="an iteration without consumers this long is collected; -1: "
                              "never (default 300000)")
+    parser.add_argument("--job-gc-check-interval-ms", type=int, default=None, metavar="MS",
+                        help="how often silent consumers and workers are looked for "
+                             "(default 10000)")
     parser.add_argument("--worker-addresses", default=None,
                         help="comma-separated HOST:PORT of a fixed list of workers (needed by "
                              "the FILE, DATA, FILE_OR_DATA and HINT sharding policies)")
@@ -177,6 +180,7 @@ def _dispatcher(args: argparse.Namespace) -> int:
         port=args.port, work_dir=args.work_dir, fault_tolerant_mode=args.fault_tolerant,
         worker_addresses=workers, worker_timeout_ms=args.worker_timeout_ms,
         client_timeout_ms=args.client_timeout_ms, job_gc_timeout_ms=args.job_gc_timeout_ms,
+        job_gc_check_interval_ms=args.job_gc_check_interval_ms,
         max_datasets=args.max_datasets, max_jobs=args.max_jobs,
         max_dataset_bytes=args.max_dataset_bytes, **security_settings(args))
     if args.work_dir and not args.fault_tolerant:

@@ -79,13 +79,15 @@ class ServerProcess:
     address: str = ""
     log: list[str] = field(default_factory=list)
     env: Mapping[str, str | None] = field(default_factory=dict)
+    #: A command the child runs under (it ends by running its arguments), e.g. ``unshare``.
+    wrapper: list[str] = field(default_factory=list)
 
     def start(self, timeout_s: float = 30.0) -> ServerProcess:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1",
                # the server exits when this process does: a crashed test leaves none behind
                "CONVOY_PARENT_PID": str(os.getpid())}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "convoy", self.role, *self.args],
+            [*self.wrapper, sys.executable, "-m", "convoy", self.role, *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={name: value for name, value in env.items() if value is not None},
         )
