@@ -22,6 +22,7 @@ from them are not copied.
 
 from __future__ import annotations
 
+import functools
 import logging
 import select
 import socket
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from convoy import errors, monitoring
+from convoy import _threads, errors, monitoring
 from convoy._rpc import KEEPALIVE_MS
 from convoy._security import Security
 
@@ -287,12 +288,8 @@ class FramedServer:
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._connections: set[_Connection] = set()
-        self._threads = [threading.Thread(target=self._accept, daemon=True,
-                                          name=f"convoy-framed-{self.port}"),
-                         threading.Thread(target=self._beat, daemon=True,
-                                          name=f"convoy-framed-{self.port}-alive")]
-        for thread in self._threads:
-            thread.start()
+        _threads.start(f"convoy-framed-{self.port}", self._accept, restart=True)
+        _threads.start(f"convoy-framed-{self.port}-alive", self._beat, restart=True)
 
     def stop(self) -> None:
         """Stop accepting and close every connection (a request being answered ends)."""
@@ -327,8 +324,8 @@ class FramedServer:
                     continue
                 connection = _Connection(sock)
                 self._connections.add(connection)
-            threading.Thread(target=self._serve, args=(connection,), daemon=True,
-                             name="convoy-framed-connection").start()
+            _threads.start("convoy-framed-connection", self._serve, connection,
+                           on_error=functools.partial(self._dropped, connection))
 
     def _beat(self) -> None:
         """Send ALIVE on each connection whose request runs long, so its client waits on."""
@@ -356,9 +353,17 @@ class FramedServer:
         except _Refused as refusal:
             log.warning("%s: refused a framed connection: %s", self._service, refusal)
         finally:
-            with self._lock:
-                self._connections.discard(connection)
-            connection.socket.close()
+            self._drop(connection)
+
+    def _dropped(self, connection: _Connection, error: BaseException) -> None:
+        """Its serving thread failed: ``connection`` ends (its client sees it closed)."""
+        self._drop(connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        """Forget ``connection`` and close it."""
+        with self._lock:
+            self._connections.discard(connection)
+        connection.socket.close()
 
     def _handshake(self, sock: socket.socket) -> socket.socket:
         """TLS, then the magic and the signed hello; the socket to serve on."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from convoy import errors
+from convoy import _threads, errors
 from convoy._security import Authenticator
 
 
@@ -122,9 +122,8 @@ class _Watchdog:
         with self._lock:
             self._deadlines[stream] = (serial, deadline)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="convoy-stream-deadlines")
-                self._thread.start()
+                self._thread = _threads.start("convoy-stream-deadlines", self._run,
+                                              restart=True)
 
     def unwatch(self, stream: Stream) -> None:
         with self._lock:

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
-from convoy import errors
+from convoy import _threads, errors
 
 __all__ = [
     "BUFFERED_BYTES",
@@ -176,7 +176,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             encode, content_type = choose_encoder(self.headers.get("Accept", ""))
             self._answer(200, encode(REGISTRY), content_type)
         elif path == "/healthz":
-            self._answer(200, b"ok\n")
+            dead = _threads.not_live()
+            self._answer(503 if dead else 200, f"not live: {dead}\n".encode() if dead
+                         else b"ok\n")
         elif path == "/readyz":
             reasons = readiness()
             if reasons:
@@ -222,9 +224,8 @@ class MetricsServer:
                 "port, or stop what holds it") from None
         self.host = host
         self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="convoy-metrics", daemon=True)
-        self._thread.start()
+        self._thread = _threads.start("convoy-metrics", self._server.serve_forever,
+                                      restart=True)
         log.info("metrics on http://%s:%d/metrics (probes: /healthz, /readyz)", host, self.port)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from convoy import _threads
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
 from convoy.errors import UnavailableError
 
@@ -96,7 +97,8 @@ class ServerProcess:
         # full pipe.
         self.address = ""
         listening = threading.Event()
-        threading.Thread(target=self._drain, args=(listening,), daemon=True).start()
+        _threads.start(f"convoy-testing-{self.role}-output", self._drain, listening,
+                       on_error=lambda _: listening.set())
         listening.wait(timeout_s)
         if self.address:
             return self

@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from convoy import _threads
 from convoy._channel import Channel
 from convoy.data._op import Node, Op, PassNode
 
@@ -36,11 +37,10 @@ class PrefetchNode(Node):
                                               items=buffered)
         self._step = threading.Lock()
         self.gen = iter(self._channel)
-        thread = threading.Thread(target=_produce, args=(input.gen, self._channel, self._step),
-                                  name="convoy-prefetch", daemon=True)
         # Stopped once nobody can read on: whoever holds `gen` (a task may hold it alone).
         weakref.finalize(self.gen, self._channel.cancel)
-        thread.start()
+        _threads.start("convoy-prefetch", _produce, input.gen, self._channel, self._step,
+                       on_error=self._channel.fail)
 
     @classmethod
     def restore(cls, make_input: Callable[[Any], Node], state: Any, size: int) -> PrefetchNode:

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from convoy import _rpc, monitoring, nest
+from convoy import _rpc, _threads, monitoring, nest
 from convoy._rpc import Outcome
 from convoy.distribute import _schedule_messages as msg
 from convoy.distribute._coordinator_calls import (
@@ -226,9 +226,11 @@ class Scheduler:
         raise raise_error.error
 
     def _thread(self, target: Callable[[Any], None], argument: Any, what: str) -> None:
+        """Run ``target(argument)`` on thread ``what``: its failure (a bug) would leave the
+        closures it runs hanging, so it ends the process (the keeper restarts instead)."""
         try:
-            threading.Thread(target=target, args=(argument,), daemon=True,
-                             name=f"{self._name}-{what}").start()
+            _threads.start(f"{self._name}-{what}", target, argument,
+                           restart=target == self._keep)
         except RuntimeError:  # at interpreter exit
             log.debug("no thread for %s: the interpreter is exiting", what)
 

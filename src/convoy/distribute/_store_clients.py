@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import Future, wait
 from typing import Any
 
-from convoy import _rpc, _security
+from convoy import _rpc, _security, _threads
 from convoy._channel import Channel
 from convoy.distribute._store import VariableStore
 from convoy.distribute._transport import MethodStream
@@ -156,9 +156,9 @@ class RemoteStore:
     def _start_sender(self) -> None:
         with self._lock:
             if self._sender is None:
-                self._sender = threading.Thread(target=self._send_forever, daemon=True,
-                                                name=f"convoy-ps{self.task_index}-sender")
-                self._sender.start()
+                # each pass takes from the queue afresh: a failed one loses no list
+                self._sender = _threads.start(f"convoy-ps{self.task_index}-sender",
+                                              self._send_forever, restart=True)
 
     def _send_forever(self) -> None:
         while True:

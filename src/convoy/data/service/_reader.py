@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from convoy import _rpc, monitoring
+from convoy import _rpc, _threads, monitoring
 from convoy._channel import Channel, Closed
 from convoy.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
@@ -72,6 +72,7 @@ from convoy.errors import (
     DataLossError,
     DeadlineExceededError,
     FailedPreconditionError,
+    InternalError,
     UnavailableError,
 )
 
@@ -175,13 +176,13 @@ class Reader:
         except BaseException:
             reader.close()
             raise
-        threading.Thread(target=reader._heartbeat_loop, daemon=True,
-                         name="convoy-client-heartbeat").start()
+        _threads.start("convoy-client-heartbeat", reader._heartbeat_loop,
+                       on_error=reader._thread_failed)
         # a coordinated read has one request in flight at a time: one thread makes them
         threads = 1 if options.num_consumers is not None else options.max_outstanding_requests
         for _ in range(threads):
-            threading.Thread(target=reader._read_loop, daemon=True,
-                             name="convoy-client-reader").start()
+            _threads.start("convoy-client-reader", reader._read_loop,
+                           on_error=reader._thread_failed)
         return reader
 
     def elements(self) -> Iterator[Any]:
@@ -350,8 +351,9 @@ class Reader:
                 elif isinstance(instruction, Warn):
                     log.warning("%s", instruction.message)
                 elif isinstance(instruction, ReportUnreachable):
-                    threading.Thread(target=self._report_unreachable, args=(instruction,),
-                                     daemon=True, name="convoy-client-report").start()
+                    # a report lost is a worker found lost later, by its timeout
+                    _threads.start("convoy-client-report", self._report_unreachable,
+                                   instruction, on_error=lambda _: None)
             return instructions
 
     # ----- the dispatcher's side ------------------------------------------------------------------
@@ -372,6 +374,13 @@ class Reader:
             tasks, finished = self._local.view(tasks, finished)
         self._apply(HeartbeatView(tasks, finished, settled, received, time.monotonic(),
                                   response.iteration_failed))
+
+    def _thread_failed(self, error: BaseException) -> None:
+        """A thread of the reader failed: so does the reading, with its error."""
+        if not isinstance(error, ConvoyError):
+            error = InternalError(f"a thread of the data service reader failed: "
+                                  f"{type(error).__name__}: {error}")
+        self._apply(HeartbeatFailed(error))
 
     def _report_unreachable(self, report: ReportUnreachable) -> None:
         """Tell the dispatcher; once it declares the worker lost, the next heartbeat lists the

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from convoy import _rpc
+from convoy import _rpc, _threads
 from convoy.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
 
@@ -66,10 +66,13 @@ def equal_share(open_elements: Callable[[], AbstractContextManager[Iterator[Any]
                 dispatcher: _rpc.Client, share: Share) -> Iterator[Any]:
     """This consumer's elements of the job ``open_elements`` reads, as the dispatcher
     allows; closes ``dispatcher`` at the end."""
-    threading.Thread(target=_pump, args=(open_elements, share), daemon=True,
-                     name="convoy-share-pump").start()
-    threading.Thread(target=_talk, args=(dispatcher, share), daemon=True,
-                     name="convoy-share-talk").start()
+    _threads.start("convoy-share-pump", _pump, open_elements, share, on_error=share.fail)
+
+    def talk_failed(error: BaseException) -> None:
+        share.fail(error)
+        dispatcher.close()
+
+    _threads.start("convoy-share-talk", _talk, dispatcher, share, on_error=talk_failed)
     try:
         while True:
             element = _next(share)

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from convoy import _rpc, monitoring
+from convoy import _rpc, _threads, monitoring
 from convoy._log_summary import RepeatedFailures
 from convoy._security import LOOPBACK
 from convoy.codec import decode
@@ -207,11 +207,9 @@ class WorkerServer(_rpc.ServerBase):
         monitoring.HEARTBEATS.labels("sent").inc()
         self._registered = True
         self._heartbeat_answered(heartbeat, response)
-        self._control = threading.Thread(target=self._control_loop,
-                                         name="convoy-worker-control", daemon=True)
-        self._control.start()
-        threading.Thread(target=self._snapshot_loop, name="convoy-worker-snapshots",
-                         daemon=True).start()
+        self._control = _threads.start("convoy-worker-control", self._control_loop,
+                                       on_error=self._control_failed)
+        _threads.start("convoy-worker-snapshots", self._snapshot_loop, restart=True)
         log.info("worker serving at %s", self._address)
 
     # ----- distributed_save: one stream at a time, asked for when idle -----------------------
@@ -299,8 +297,8 @@ class WorkerServer(_rpc.ServerBase):
         if result.instructions:
             self._wake.notify()
         if stopped:  # off the lock: trimming a large heap takes a while
-            threading.Thread(target=_give_memory_back, name="convoy-worker-trim",
-                             daemon=True).start()
+            # memory not given back is only memory kept
+            _threads.start("convoy-worker-trim", _give_memory_back, on_error=lambda _: None)
         return result
 
     def _start_task(self, definition: ws.TaskDefinition) -> None:
@@ -319,16 +317,18 @@ class WorkerServer(_rpc.ServerBase):
 
     # ----- the control thread: all calls to the dispatcher but GetSplits -----------------------
     def _control_loop(self) -> None:
-        try:
-            while (calls := self._next_calls()) is not None:
-                for call in calls:
-                    assert isinstance(call, ws.SendHeartbeat)
-                    self._send_heartbeat(call)
-        except BaseException as error:  # a bug: stop loudly rather than go silent
-            log.exception("worker %s control thread failed", self._address)
-            self.error = error
+        while (calls := self._next_calls()) is not None:
+            for call in calls:
+                assert isinstance(call, ws.SendHeartbeat)
+                self._send_heartbeat(call)
         if self.error is not None:
             self.stop()
+
+    def _control_failed(self, error: BaseException) -> None:
+        """The control thread failed (a bug): the worker stops, with that error."""
+        log.error("worker %s stops: its control thread failed", self._address)
+        self.error = error
+        self.stop()
 
     def _next_calls(self) -> list[ws.Instruction] | None:
         """The calls to make now, waiting until some are due; None once stopping."""

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from convoy import monitoring
+from convoy import _threads, monitoring
 from convoy.codec import Encoder
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.host import host_identity
@@ -111,9 +111,8 @@ class SegmentServer:
                 self._ledger.sent(segment, reader.reader_id, handout,
                                   Process(reader.pid, reader.pid_start), time.monotonic())
                 if self._sweeper is None:
-                    self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True,
-                                                     name="convoy-worker-shm-sweeper")
-                    self._sweeper.start()
+                    self._sweeper = _threads.start("convoy-worker-shm-sweeper",
+                                                   self._sweep_loop, restart=True)
         if closed:
             unlink_all([segment.name])
             raise UnavailableError("the worker is stopping")

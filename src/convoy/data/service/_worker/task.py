@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from convoy import monitoring, nest
+from convoy import _threads, monitoring, nest
 from convoy._channel import Channel, Closed
 from convoy.codec import Encoder
 from convoy.data._op import Op, seeded
@@ -121,8 +121,12 @@ class Task:
     def start(self) -> None:
         if self._budget is not None:
             self._budget.add(self._elements)
-        threading.Thread(target=self._produce, name=f"convoy-task-{self.task_id}",
-                         daemon=True).start()
+        _threads.start(f"convoy-task-{self.task_id}", self._produce, on_error=self._failed)
+
+    def _failed(self, error: BaseException) -> None:
+        """The producer failed: its consumers get ``error``."""
+        self._elements.fail(error)
+        self._produced.set()
 
     def _may_produce(self) -> bool:
         """Wait while paused or while the worker's buffers are full; False once stopped.
@@ -164,8 +168,7 @@ class Task:
                 node.close()
         except BaseException as error:  # handed to the consumer, raised in its call
             if not self._draining:  # a draining task's splits are refused: no failure
-                self._elements.fail(error)
-                self._produced.set()
+                self._failed(error)
                 return
         self._produced.set()
         if not self._draining or self._drain_ends:
