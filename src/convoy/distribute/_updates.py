@@ -10,6 +10,7 @@ copies of those rows, which are then written back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -65,8 +66,9 @@ def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndar
 _FEW_REPEATS = 64
 
 
-def _sgd(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot) -> None:
-    lr, momentum = config["learning_rate"], config.get("momentum", 0.0)
+def _sgd(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot, lr: float,
+         step: int) -> None:
+    momentum = config.get("momentum", 0.0)
     if momentum:
         velocity = slot("momentum", variable, 0.0)
         velocity *= momentum
@@ -76,39 +78,92 @@ def _sgd(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot
         variable -= lr * g
 
 
-def _adagrad(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot) -> None:
-    lr, eps = config["learning_rate"], config["epsilon"]
+def _adagrad(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot,
+             lr: float, step: int) -> None:
     accumulator = slot("accumulator", variable, config["initial_accumulator_value"])
     accumulator += g * g
-    variable -= lr * g / (np.sqrt(accumulator) + eps)
+    variable -= lr * g / np.sqrt(accumulator + config["epsilon"])  # Keras 3's, not TF 2's
 
 
-def _adam(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot) -> None:
-    lr, beta_1, beta_2, eps = (config[k] for k in ("learning_rate", "beta_1", "beta_2",
-                                                   "epsilon"))
+def _adam(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot, lr: float,
+          step: int) -> None:
+    beta_1, beta_2, eps = config["beta_1"], config["beta_2"], config["epsilon"]
     m, v = slot("m", variable, 0.0), slot("v", variable, 0.0)
-    step = slot("iterations", np.zeros((), np.int64), 0)
-    step += 1
-    t = float(step)
-    lr_t = lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t)
+    t = step + 1
+    lr_t = lr * math.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t)
     m *= beta_1
     m += (1 - beta_1) * g
     v *= beta_2
     v += (1 - beta_2) * g * g
-    variable -= (lr_t * m / (np.sqrt(v) + eps)).astype(variable.dtype)
+    if config.get("amsgrad"):
+        v_hat = slot("v_hat", variable, 0.0)
+        np.maximum(v_hat, v, out=v_hat)
+        v = v_hat
+    variable -= lr_t * m / (np.sqrt(v) + eps)
 
 
-#: The numbers each optimizer's config must hold.
-_NUMBERS = {"SGD": ("learning_rate",),
-            "Adagrad": ("learning_rate", "initial_accumulator_value", "epsilon"),
-            "Adam": ("learning_rate", "beta_1", "beta_2", "epsilon")}
+def _rmsprop(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot,
+             lr: float, step: int) -> None:
+    rho, momentum, eps = config["rho"], config["momentum"], config["epsilon"]
+    velocity = slot("velocity", variable, 0.0)
+    velocity *= rho
+    velocity += (1 - rho) * g * g
+    if config.get("centered"):
+        average = slot("average_gradient", variable, 0.0)
+        average *= rho
+        average += (1 - rho) * g
+        denominator = velocity - average * average + eps
+    else:
+        denominator = velocity + eps
+    increment = lr * g / np.sqrt(denominator)
+    if momentum > 0:
+        accumulated = slot("rms_momentum", variable, 0.0)  # not SGD's "momentum": another sum
+        accumulated *= momentum
+        accumulated += increment
+        variable -= accumulated
+    else:
+        variable -= increment
 
-_RULES: dict[str, Callable[[dict[str, Any], np.ndarray, Any, Slot], None]] = {
-    "SGD": _sgd, "Adagrad": _adagrad, "Adam": _adam,
-}
+
+def _ftrl(config: dict[str, Any], variable: np.ndarray, g: np.ndarray, slot: Slot, lr: float,
+          step: int) -> None:
+    if lr <= 0:  # it divides by the rate
+        raise InvalidArgumentError(f"Ftrl needs a positive learning rate, got {lr} at step "
+                                   f"{step}")
+    power = -config["learning_rate_power"]
+    l1 = config["l1_regularization_strength"]
+    l2 = config["l2_regularization_strength"] + config["beta"] / (2.0 * lr)
+    accumulator = slot("accumulator", variable, config["initial_accumulator_value"])
+    linear = slot("linear", variable, 0.0)
+    shrunk = g + 2 * config["l2_shrinkage_regularization_strength"] * variable
+    new_accumulator = accumulator + g * g
+    new_power = np.power(new_accumulator, power)
+    linear += shrunk - (new_power - np.power(accumulator, power)) / lr * variable
+    quadratic = new_power / lr + 2 * l2
+    variable[...] = (np.clip(linear, -l1, l1) - linear) / quadratic
+    accumulator[...] = new_accumulator
 
 
-Rule = Callable[[dict[str, Any], np.ndarray, Any, Slot], None]
+Rule = Callable[[dict[str, Any], np.ndarray, np.ndarray, Slot, float, int], None]
+
+_RULES: dict[str, Rule] = {"SGD": _sgd, "Adagrad": _adagrad, "Adam": _adam,
+                           "RMSprop": _rmsprop, "Ftrl": _ftrl}
+
+#: The numbers each optimizer's config must hold (besides its learning rate).
+_NUMBERS = {"SGD": (),
+            "Adagrad": ("initial_accumulator_value", "epsilon"),
+            "Adam": ("beta_1", "beta_2", "epsilon"),
+            "RMSprop": ("rho", "momentum", "epsilon"),
+            "Ftrl": ("learning_rate_power", "initial_accumulator_value",
+                     "l1_regularization_strength", "l2_regularization_strength",
+                     "l2_shrinkage_regularization_strength", "beta")}
+
+#: Rules that read the step (Adam's bias correction) whatever their learning rate.
+_COUNTED = frozenset({"Adam"})
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
 
 
 def checked_rule(config: dict[str, Any]) -> Rule:
@@ -118,11 +173,38 @@ def checked_rule(config: dict[str, Any]) -> Rule:
         raise InvalidArgumentError(
             f"unknown optimizer {config.get('name')!r}; known: {sorted(_RULES)}"
         )
-    bad = [key for key in _NUMBERS[config["name"]]
-           if isinstance(config.get(key), bool) or not isinstance(config.get(key), int | float)]
+    bad = [key for key in _NUMBERS[config["name"]] if not _is_number(config.get(key))]
+    rate, decay = config.get("learning_rate"), config.get("weight_decay")
+    if not (_is_number(rate) or callable(rate)):
+        bad.append("learning_rate")
+    if not (decay is None or _is_number(decay)):
+        bad.append("weight_decay")
     if bad:
         raise InvalidArgumentError(f"optimizer config {config!r:.200} needs numbers for {bad}")
     return rule
+
+
+def _learning_rate(config: dict[str, Any], step: int) -> float:
+    """The learning rate of the update after ``step`` earlier ones."""
+    rate = config["learning_rate"]
+    if _is_number(rate):
+        return float(rate)
+    value = rate(step)  # a schedule, sent as data
+    if not isinstance(value, int | float | np.floating) or not math.isfinite(value):
+        raise InvalidArgumentError(f"learning rate schedule {rate!r:.200} gave {value!r} at "
+                                   f"step {step}, not a finite number")
+    return float(value)
+
+
+def _step(config: dict[str, Any], slot: Slot) -> int:
+    """The number of earlier updates of this variable (counted here when something reads
+    it: a schedule, or Adam's bias correction), 0 when nothing does."""
+    if config["name"] not in _COUNTED and _is_number(config["learning_rate"]):
+        return 0
+    count = slot("iterations", np.zeros((), np.int64), 0)
+    step = int(count)
+    count += 1
+    return step
 
 
 def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
@@ -134,31 +216,39 @@ def apply_update(config: dict[str, Any], variable: np.ndarray, gradient: Any,
 def apply_rule(rule: Rule, config: dict[str, Any], variable: np.ndarray, gradient: Any,
                slot: Slot) -> None:
     """Apply one gradient to ``variable`` in place with ``rule`` (from :func:`checked_rule`)."""
+    step = _step(config, slot)
+    lr = _learning_rate(config, step)
+    decay = config.get("weight_decay")
     if not isinstance(gradient, IndexedSlices):
-        rule(config, variable, _dense_gradient(variable, gradient), slot)
+        g = _dense_gradient(variable, gradient)
+        if decay:
+            variable -= variable * (decay * lr)
+        rule(config, variable, g, slot, lr, step)
         return
     rows, g = _unique_rows(variable, gradient)
-    if rule is _sgd and not config.get("momentum"):  # no slots: _sgd's arithmetic, in place
+    if rule is _sgd and not config.get("momentum") and not decay:  # in place, no slots
         part = take_rows(variable, rows)
         if np.may_share_memory(g, gradient.values) or not g.flags.writeable:  # the caller's
-            g = g * config["learning_rate"]
+            g = g * lr
         else:
-            g *= config["learning_rate"]
+            g *= lr
         part -= g
         put_rows(variable, rows, part)
         return
-    # Sparse ("lazy"): the dense rule on copies of the touched rows of the variable and of
-    # its slots shaped like it, written back after.
+    # Sparse ("lazy"): weight decay and the dense rule on copies of the touched rows of the
+    # variable and of its slots shaped like it, written back after.
     part = take_rows(variable, rows)
     touched: list[tuple[np.ndarray, np.ndarray]] = [(variable, part)]
 
     def slot_rows(name: str, like: np.ndarray, initial: float) -> np.ndarray:
-        if like is not part:  # a slot of its own shape (Adam's step count)
+        if like is not part:  # a slot of its own shape
             return slot(name, like, initial)
         whole = slot(name, variable, initial)
         touched.append((whole, take_rows(whole, rows)))
         return touched[-1][1]
 
-    rule(config, part, g, slot_rows)
+    if decay:
+        part -= part * (decay * lr)
+    rule(config, part, g, slot_rows, lr, step)
     for whole, rows_of_whole in touched:
         put_rows(whole, rows, rows_of_whole)
