@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import sys
 import threading
 import uuid
 import weakref
@@ -35,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convoy._pickling import dumps as _dumps
 from convoy._slices import IndexedSlices
 from convoy.distribute._worker_calls import current_call
 from convoy.distribute.variables import ShardedVariable, Variable
@@ -456,7 +458,7 @@ def _reduce_ex(self: nn.Module, protocol: Any) -> Any:
         if sent is None or sent[0] != fingerprint:
             _pickling.whole = True
             try:
-                data = cloudpickle.dumps(self)
+                data = _dumps(self, "a placed module cannot be sent to the workers")
             finally:
                 _pickling.whole = False
             sent = _sent[self] = (fingerprint, hashlib.sha1(data).digest(), data)
@@ -475,10 +477,12 @@ _unpickled_classes: dict[bytes, type] = {}
 
 
 def _pickled_class(cls: type) -> tuple[bytes, bytes]:
-    """(digest, cloudpickled class), made once per class."""
+    """(digest, pickled class), made once per class; the class of a user's own module
+    travels by value (see :mod:`convoy._pickling`)."""
     pickled = _pickled_classes.get(cls)
     if pickled is None:
-        data = cloudpickle.dumps(cls)
+        data = _dumps(cls, f"the class {cls.__qualname__} of a placed module cannot be sent "
+                           f"to the workers")
         pickled = _pickled_classes[cls] = (hashlib.sha1(data).digest(), data)
     return pickled
 
@@ -604,6 +608,110 @@ def _merged(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     return merged
 
 
+def _waiting(module: nn.Module, recurse: bool) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) for this thread's pulled tensors of ``module``'s parameters (its own
+    only, unless ``recurse``) that received gradients not yet taken by ``gradients()``.
+
+    Rows' gradients are first made those of the table, as a plain module's: the rows of one
+    id added up, those of padding ids left out (the tensor pulled is replaced by a leaf
+    holding that gradient, which ``gradients()`` then returns), so norms and clipped values
+    are PyTorch's."""
+    slots = module.__dict__["_convoy_slotset"] if recurse else \
+        set(module.__dict__["_convoy_slots"].values())
+    taken = _local.state.grads.get(module.__dict__["_convoy_token"], [])
+    found = []
+    for index, (tensor, (slot, ids, keep)) in enumerate(taken):
+        if slot not in slots or tensor.grad is None:
+            continue
+        if ids is not None:
+            tensor, ids = _coalesced(tensor.grad, slot, ids, keep)
+            taken[index] = (tensor, (slot, ids, None))
+        found.append((slot.variable.name, tensor))
+    return found
+
+
+def _coalesced(grad: torch.Tensor, slot: _Slot, ids: np.ndarray, keep: np.ndarray | None
+               ) -> tuple[torch.Tensor, np.ndarray]:
+    """A leaf whose gradient is ``grad`` (rows of ``ids``) with the rows of one id added up
+    and those not kept left out, and its ids."""
+    rows = grad.reshape(ids.size, *slot.shape[1:])
+    if keep is not None:
+        rows, ids = rows[torch.from_numpy(keep)], ids[keep]
+    unique, inverse = np.unique(ids, return_inverse=True)
+    if unique.size < ids.size:
+        rows = rows.new_zeros((unique.size, *slot.shape[1:])).index_add_(
+            0, torch.from_numpy(inverse.reshape(-1)), rows)
+        ids = unique
+    leaf = torch.zeros((), dtype=rows.dtype).expand(rows.shape)
+    leaf.grad = rows.contiguous()
+    return leaf, ids
+
+
+def _named_parameters(self: nn.Module, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors pulled for this thread's step that received gradients waiting for
+    ``gradients()``, named by their variables (``prefix`` before each name)."""
+    _refuse_torch_optimizer(sys._getframe(1))
+    found = _waiting(self, recurse)
+    if not found:
+        raise InvalidArgumentError(
+            f"a placed module's parameters are variables on the parameter servers "
+            f"(model.variables lists them): {type(self).__name__}.parameters() yields only "
+            f"the tensors pulled for this thread's step that hold gradients, between "
+            f"loss.backward() and model.gradients() (so torch.nn.utils.clip_grad_norm_ and "
+            f"clip_grad_value_ clip what gradients() returns), and none are waiting now. "
+            f"To clip in the optimizer instead, give it global_clipnorm, clipnorm or clipvalue")
+    for name, tensor in found:
+        yield (f"{prefix}.{name}" if prefix else name), tensor
+
+
+def _parameters(self: nn.Module, recurse: bool = True) -> Iterator[torch.Tensor]:
+    """The tensors pulled for this thread's step that received gradients waiting for
+    ``gradients()``: ``clip_grad_norm_(model.parameters(), ...)`` between ``backward()`` and
+    ``gradients()`` clips the gradients it returns. Raises when there are none, and when a
+    ``torch.optim`` optimizer asks (use a ``cv.optimizers`` one)."""
+    _refuse_torch_optimizer(sys._getframe(1))
+    for _, tensor in _named_parameters(self, recurse=recurse):
+        yield tensor
+
+
+def _zero_grad(self: nn.Module, set_to_none: bool = True) -> None:
+    """Drop the gradients of this module's parameters waiting for ``gradients()`` in this
+    thread."""
+    grads, token = _local.state.grads, self.__dict__["_convoy_token"]
+    slots = self.__dict__["_convoy_slotset"]
+    kept = [entry for entry in grads.get(token, []) if entry[1][0] not in slots]
+    if kept:
+        grads[token] = kept
+    else:
+        grads.pop(token, None)
+
+
+def _refuse_torch_optimizer(frame: Any) -> None:
+    """Raise if a ``torch.optim`` optimizer (one of the few frames from ``frame`` up) is
+    taking a placed module's parameters, naming the ``cv.optimizers`` one to use."""
+    for _ in range(4):
+        if frame is None:
+            return
+        optimizer = frame.f_locals.get("self")
+        if isinstance(optimizer, torch.optim.Optimizer):
+            break
+        frame = frame.f_back
+    else:
+        return
+    from convoy.train import optimizers
+
+    name = type(optimizer).__name__
+    ours = sorted(n for n, c in vars(optimizers).items() if isinstance(c, type)
+                  and issubclass(c, optimizers.Optimizer) and c is not optimizers.Optimizer)
+    instead = f"cv.optimizers.{name}" if name in ours else \
+        f"one of cv.optimizers ({', '.join(ours)})"
+    raise InvalidArgumentError(
+        f"torch.optim.{name} cannot train a placed module: its parameters are variables on "
+        f"the parameter servers, updated there. Use {instead} and, after loss.backward(), "
+        f"optimizer.apply_gradients(model.gradients())")
+
+
 def _variables(self: nn.Module) -> list[Any]:
     return [slot.variable for slot in self.__dict__["_convoy_tree"]]
 
@@ -661,7 +769,8 @@ def _placed_class(base: type, names: tuple[str, ...], root: bool) -> type:
         return cls
     namespace: dict[str, Any] = {name: _parameter(name) for name in names}
     namespace.update(__call__=_placed_call, __reduce_ex__=_reduce_ex, __setattr__=_setattr,
-                     __delattr__=_delattr,
+                     __delattr__=_delattr, parameters=_parameters,
+                     named_parameters=_named_parameters, zero_grad=_zero_grad,
                      _save_to_state_dict=_save_to_state_dict,
                      _load_from_state_dict=_load_from_state_dict,
                      __doc__=base.__doc__, __module__=base.__module__)
@@ -711,7 +820,9 @@ def place(module: nn.Module) -> nn.Module:
     other parameters before its embeddings, or calls several, may run up to its last
     embedding call a first time without gradients, on zeros, to find their ids). Outside a
     call, ``model.fc.weight`` reads the value on the ps. ``model.variables`` lists the
-    variables; ``parameters()`` is empty, and ``state_dict()``/``load_state_dict()`` read and
+    variables; ``parameters()`` yields the tensors of this thread's step holding gradients
+    that ``gradients()`` will return (so ``torch.nn.utils.clip_grad_norm_`` clips them), and
+    refuses a ``torch.optim`` optimizer; ``state_dict()``/``load_state_dict()`` read and
     write the variables. Buffers (batch-norm statistics) stay in the module, each process
     with its own. ``cv.train.Checkpoint(model=model)`` saves the variables (with their
     optimizer slots) and the buffers. Sent to workers (captured by a scheduled function or
