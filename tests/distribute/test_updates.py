@@ -56,10 +56,38 @@ def test_sparse_sgd_leaves_the_callers_gradient_unchanged(indices):
     ({"name": "Adam", "learning_rate": 0.1, "beta_1": "x", "beta_2": 0.9, "epsilon": 1.0},
      r"numbers for \['beta_1'\]"),
     ({"name": "SGD", "learning_rate": True}, "learning_rate"),
+    ({"name": "SGD", "learning_rate": 0.1, "weight_decay": "0.1"}, r"\['weight_decay'\]"),
+    ({"name": "RMSprop", "learning_rate": 0.1, "rho": 0.9, "epsilon": 1e-7},
+     r"\['momentum'\]"),
+    ({"name": "SGD", "learning_rate": lambda step: float("nan")}, "gave nan at step 0"),
+    ({"name": "Ftrl", "learning_rate": lambda step: 0.0, "learning_rate_power": -0.5,
+      "initial_accumulator_value": 0.1, "l1_regularization_strength": 0.0,
+      "l2_regularization_strength": 0.0, "l2_shrinkage_regularization_strength": 0.0,
+      "beta": 0.0}, "Ftrl needs a positive learning rate, got 0.0 at step 0"),
 ])
 def test_bad_optimizer_configs(config, problem):
+    slots = {}
+
+    def slot(name, like, initial):
+        return slots.setdefault(name, np.full_like(like, initial))
+
     with pytest.raises(InvalidArgumentError, match=problem):
-        apply_update(config, np.zeros(2), np.zeros(2), None)
+        apply_update(config, np.zeros(2), np.zeros(2), slot)
+
+
+def test_a_schedule_reads_the_variables_own_count_of_updates():
+    # the count lives in the slot "iterations", saved with the other slots
+    from convoy.train.schedules import PiecewiseConstantDecay
+    config = {"name": "SGD", "learning_rate": PiecewiseConstantDecay([0, 1], [1.0, 0.5, 0.25])}
+    variable, slots = np.zeros(2), {}
+
+    def slot(name, like, initial):
+        return slots.setdefault(name, np.full_like(like, initial))
+
+    for _ in range(4):
+        apply_update(config, variable, np.ones(2), slot)
+    np.testing.assert_allclose(variable, [-2.0, -2.0])  # 1 + 0.5 + 0.25 + 0.25
+    assert int(slots["iterations"]) == 4
 
 
 def test_rows_out_of_range():

@@ -4,8 +4,13 @@
 is an optimizer's plain-data description (``Optimizer.config``); ``gradient`` is a dense
 array or an :class:`IndexedSlices` of rows; ``slot(name, like, initial)`` returns the
 optimizer's state array ``name`` for this variable, creating it filled with ``initial``.
-Sparse updates touch only the rows they name (for Adam, "lazy" Adam): the dense rule runs on
-copies of those rows, which are then written back.
+Sparse updates touch only the rows they name (for Adam, "lazy" Adam): weight decay and the
+dense rule run on copies of those rows, which are then written back.
+
+The arithmetic is Keras 3's. ``config["learning_rate"]`` is a number or a schedule (sent as
+data); a schedule, like Adam's bias correction, reads the variable's own count of updates,
+the scalar slot ``iterations``, kept only by the configs that read it. ``weight_decay``
+(optional) makes an update first do ``variable -= variable * weight_decay * learning_rate``.
 """
 
 from __future__ import annotations
