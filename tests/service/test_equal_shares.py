@@ -84,9 +84,48 @@ def test_full_consumers_take_more_only_when_none_can_go_on():
     assert shares.report(report(0, fetched=16, full=True)).more
 
 
-def test_shares_a_restarted_dispatcher_forgot_fail_their_readers():
-    with pytest.raises(FailedPreconditionError, match="no longer knows"):
-        EqualShares().report(report(0, first=False))
+def test_a_restarted_dispatcher_rebuilds_the_shares_from_the_readers_counts():
+    shares = EqualShares()  # a restarted dispatcher knows nothing
+    answer = shares.report(report(0, first=False, reader=1, fetched=10, allowed=4, wants=True,
+                                  yielded=4))
+    assert answer.allowed == 5  # rank 1 not back yet: floor(10 / 2)
+    shares.report(report(1, first=False, reader=2, fetched=6, allowed=4))
+    assert shares.report(report(0, first=False, reader=1, fetched=10, allowed=5, wants=True,
+                                yielded=5)).allowed == 8  # floor(16 / 2)
+    with pytest.raises(FailedPreconditionError, match="settled.*restarted"):
+        EqualShares().report(report(0, first=False, settled=True))
+
+
+def test_a_slot_read_again_by_another_reader_is_refused_naming_set_epoch():
+    shares = EqualShares()
+    shares.report(report(0, reader=1, fetched=3))
+    with pytest.raises(FailedPreconditionError, match="rank 0's loader worker 0 came to read "
+                       ".* again, which is still being read.*set_epoch"):
+        shares.report(report(0, reader=2))
+    for rank, reader in ((0, 1), (1, 3)):
+        shares.report(report(rank, reader=reader, fetched=3 * (1 - rank), exhausted=True,
+                             first=False))
+    for rank, reader in ((0, 1), (1, 3)):
+        shares.report(report(rank, reader=reader, fetched=3 * (1 - rank), first=False,
+                             yielded=1, received=1 - rank, done=True, settled=True,
+                             given=(b"x",) if rank == 0 else ()))
+    with pytest.raises(FailedPreconditionError, match="read to its end.*set_epoch"):
+        shares.report(report(1, reader=4))  # the iteration is over: a second pass of it
+
+
+def test_resumed_readers_start_the_shares_afresh_from_their_saved_counts():
+    shares = EqualShares()
+    shares.report(report(0, reader=1, fetched=20))
+    shares.report(report(1, reader=2, fetched=2))
+    assert shares.report(report(0, reader=1, fetched=20, wants=True)).allowed == 11
+    # both ranks restart from states saved earlier: rank 0 had taken 8, handed out 3
+    assert shares.report(report(0, reader=5, generation=1, fetched=8, yielded=3, allowed=3,
+                                wants=True)).allowed == 4  # floor(8 / 2), rank 1 not back
+    with pytest.raises(FailedPreconditionError, match="resumed from saved states"):
+        shares.report(report(1, reader=2, fetched=2, first=False))  # the old reader
+    shares.report(report(1, reader=6, generation=1, fetched=2))
+    assert shares.report(report(0, reader=5, generation=1, fetched=8, yielded=4,
+                                wants=True)).allowed == 5
 
 
 def test_padding_fewer_elements_than_ranks_repeats_the_first():

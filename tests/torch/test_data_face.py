@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import convoy as cv
-from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from convoy.errors import FailedPreconditionError, InvalidArgumentError
 from convoy.testing import LocalCluster, free_port
 
 #: Loader workers start from a fork server (see conftest.py)
@@ -454,7 +454,7 @@ def test_a_rank_that_never_comes_fails_the_others_naming_it(cluster):
         list(face)
 
 
-def test_equal_shares_of_a_distributed_dataset_epoch_after_epoch_refusing_to_save(cluster):
+def test_equal_shares_of_a_distributed_dataset_epoch_after_epoch(cluster):
     dataset = distributed(cluster, 23, job_name="face-one-rank-shares")
     face = cv.torch.IterableDataset(dataset, rank=0, world_size=1, equal_shares="pad")
     # Spawned: forked from this process, which runs the cluster's gRPC servers, a loader
@@ -465,10 +465,32 @@ def test_equal_shares_of_a_distributed_dataset_epoch_after_epoch_refusing_to_sav
     for epoch in range(2):  # each epoch its own shares
         face.set_epoch(epoch)
         assert sorted(ints(data)) == list(range(23))
-    with pytest.raises(UnimplementedError, match="equal_shares"):
-        face.state_dict()
-    with pytest.raises(UnimplementedError, match="equal_shares"):
-        face.load_state_dict({"epoch": 0, "passes": 1, "iterator": None})
+    # between epochs, a position with no share in it (loader worker 0 counted two passes,
+    # in memory shared with this process)
+    assert face.state_dict() == {"epoch": -1, "passes": 2, "iterator": None, "share": None}
+    with pytest.raises(InvalidArgumentError, match="other equal_shares"):
+        face.load_state_dict({"epoch": 0, "passes": 1, "iterator": {}, "share": None})
+
+
+def test_more_than_one_rank_shares_equally_by_default_else_logs_why_not(cluster, caplog):
+    """As DistributedSampler pads by default: "pad" with more than one rank, where equal
+    shares apply; where they cannot, unequal shares, said once in the log."""
+    ranks = {"rank": 0, "world_size": 2}
+    assert cv.torch.IterableDataset(distributed(cluster, 5, job_name="default-equal"),
+                                    **ranks).equal_shares == "pad"
+    assert cv.torch.IterableDataset(cv.data.Dataset.range(5), **ranks).equal_shares == "pad"
+    assert cv.torch.IterableDataset(cv.data.Dataset.range(5)).equal_shares is None  # 1 rank
+    off = cv.data.Dataset.range(5).apply(service.distribute(
+        service.ShardingPolicy.OFF, cluster.target, job_name="default-off"))
+    unknown = cv.data.Dataset.range(5).filter(lambda x: x > 1)
+    with caplog.at_level("WARNING", logger="convoy.torch._data"):
+        for _ in range(2):
+            assert cv.torch.IterableDataset(off, **ranks).equal_shares is None
+            assert cv.torch.IterableDataset(unknown, **ranks).equal_shares is None
+        assert cv.torch.IterableDataset(off, **ranks, equal_shares=False).equal_shares is None
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 2, logged  # once per cause
+    assert "processing_mode OFF" in logged[0] and "known length" in logged[1]
 
 
 # ----- the README -----------------------------------------------------------------------------

@@ -13,15 +13,18 @@ How the elements are split, each element going to one reader:
   one when the face is made (rank 0's, sent to the others over ``torch.distributed``), so
   loader workers, forked or spawned, and ranks read one job rather than each all of it.
 
-Epoch ``n`` (``set_epoch(n)``; without it, a reader's own count of its passes) reads the
-job's repetition ``n``, as TensorFlow names an iteration by job and repetition, and keys a
-local pipeline's randomness (the order of ``reshuffle_each_iteration`` shuffles).
+Epoch ``n`` (``set_epoch(n)``; without it, the count of passes of the face's reader in that
+slot: loader worker ``i``, or the process, in shared memory so that loader workers that come
+and go per epoch count on) reads the job's repetition ``n``, as TensorFlow names an iteration
+by job and repetition, and keys a local pipeline's randomness (the order of
+``reshuffle_each_iteration`` shuffles).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import pickle
 import random
 import uuid
@@ -40,11 +43,18 @@ from convoy.data._shuffle import ShuffleOp
 from convoy.data.service._client.options import DEFAULT_SHARED_BUFFER, dispatcher_client
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._distribute import DataServiceOp
-from convoy.data.service._shares import Share, equal_share
-from convoy.errors import InvalidArgumentError, UnimplementedError
+from convoy.data.service._shares import Share, equal_share, share_state
+from convoy.errors import InvalidArgumentError
 from convoy.torch._tensors import to_torch
 
 EqualShares = bool | Literal["drop", "pad"]
+
+log = logging.getLogger(__name__)
+
+#: Readers (loader workers) whose passes a face counts.
+MAX_READERS = 1024
+#: Why default equal shares could not apply, each logged once in a process.
+_LOGGED: set[str] = set()
 
 
 class IterableDataset(torch.utils.data.IterableDataset[Any]):
@@ -54,8 +64,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
     ``world_size`` ranks) split the elements, each read once per epoch. ``rank`` and
     ``world_size`` default to ``torch.distributed``'s when it is initialised, else 0 and 1.
     Call ``set_epoch(n)`` before each epoch, as with ``DistributedSampler``; without it,
-    each reader counts its own passes (loader workers that are not persistent start from 0
-    every time).
+    each pass (``iter()`` of the loader) is the next epoch, whatever ``num_workers`` and
+    ``persistent_workers``.
 
     Tensors are always writable (shared with the array where numpy allows writing it, else
     copied), dtypes are kept, byte strings come as lists of ``bytes``, numbers as 0-d
@@ -64,34 +74,36 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
     ``equal_shares`` (``True`` meaning ``"drop"``, or ``"pad"``) gives every rank the same
     number of elements (counted over its loader workers): ``"drop"`` leaves out the tail that
     cannot be shared equally (fewer than ``world_size`` elements), ``"pad"`` adds copies of
-    early elements. A local pipeline needs a known length. A distributed one (DYNAMIC, not a
-    coordinated read) is shared as it is read, the dispatcher keeping count; its ranks must
-    all come, else the others fail after ``dispatcher_timeout_ms``, and its position cannot be
-    saved within an epoch.
+    early elements. By default (``None``) ``"pad"`` with more than one rank, as
+    ``DistributedSampler`` pads, where equal shares apply (else unequal shares, logged once);
+    ``False`` for ``torch.distributed.algorithms.Join``-style loops. A local pipeline needs a
+    known length. A distributed one (DYNAMIC, not a coordinated read) is shared as it is
+    read, the dispatcher keeping count; its ranks must all come, else the others fail after
+    ``dispatcher_timeout_ms``.
     """
 
     def __init__(self, dataset: Dataset, *, rank: int | None = None,
-                 world_size: int | None = None, equal_shares: EqualShares = False) -> None:
+                 world_size: int | None = None,
+                 equal_shares: EqualShares | None = None) -> None:
         if not isinstance(dataset, Dataset):
             raise InvalidArgumentError(
                 f"dataset must be a convoy.data.Dataset, got {type(dataset).__name__}")
         self.rank, self.world_size = _rank_and_world_size(rank, world_size)
         _choose_sparse_checks()
-        self.equal_shares = _equal_shares(equal_shares)
         self.distributed = any(isinstance(op, DataServiceOp) for op in _ops(dataset._op))
+        self.equal_shares = _applied_equal_shares(dataset, self.distributed, self.world_size,
+                                                  equal_shares)
         if self.distributed:
-            if self.equal_shares:
-                _check_shared(dataset)
             dataset = _named_jobs(dataset, self.world_size)
         else:
-            _check_local(dataset, self.world_size, self.equal_shares)
+            _check_local(dataset, self.world_size)
         self.dataset = dataset
-        # set_epoch's value (-1: not set), in shared memory so that persistent loader
-        # workers, forked or spawned, see it
+        # set_epoch's value (-1: not set), and each reader's count of its passes, in shared
+        # memory so that loader workers, forked or spawned, persistent or not, see them
         self._epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
-        self._passes = 0
+        self._passes = torch.zeros(MAX_READERS, dtype=torch.int64).share_memory_()
         self._seed = random.getrandbits(63)
-        self._pass: tuple[int, DatasetIterator | None] = (-1, None)  # the pass being read
+        self._pass: tuple[int, DatasetIterator | Share | None] = (-1, None)  # being read
         self._resume: dict[str, Any] | None = None  # from load_state_dict, for the next pass
 
     def set_epoch(self, epoch: int) -> None:
@@ -101,15 +113,17 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         resume, self._resume = self._resume, None
+        slot = _slot()
         if resume is not None:  # the pass that was saved, from where it stopped
-            epoch, self._passes = resume["epoch"], resume["passes"]
+            epoch = resume["epoch"]
+            self._passes[slot] = resume["passes"]
         else:
             epoch = int(self._epoch)
             if epoch < 0:
-                epoch = self._passes
-            self._passes += 1
+                epoch = int(self._passes[slot])
+            self._passes[slot] += 1
         if self.distributed and self.equal_shares:
-            yield from self._equal_pass(epoch)
+            yield from self._equal_pass(epoch, None if resume is None else resume["share"])
             return
         saved = None if resume is None else resume["iterator"]
         with DatasetIterator(self._epoch_dataset(epoch), derive_key(0, epoch),
@@ -122,34 +136,40 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
     def state_dict(self) -> dict[str, Any]:
         """This reader's position as plain data: its pass (epoch) and where in it, for
         torchdata's ``StatefulDataLoader`` (which saves each loader worker's) or a
-        ``Checkpoint``."""
-        self._check_resumable()
-        epoch, iterator = self._pass
-        return {"epoch": epoch, "passes": self._passes,
-                "iterator": None if iterator is None else iterator.state_dict()}
+        ``Checkpoint``. Within an equal share of a distributed dataset, it holds the elements
+        this reader took ahead of its caller (a few), and once the shares are settled at the
+        end of the epoch, waits for those handed over to it."""
+        epoch, reading = self._pass
+        share = reading if isinstance(reading, Share) else None
+        iterator = reading if isinstance(reading, DatasetIterator) else None
+        return {"epoch": epoch, "passes": int(self._passes[_slot()]),
+                "iterator": None if iterator is None else iterator.state_dict(),
+                "share": None if share is None else share_state(share)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next pass resume the one ``state`` (from :meth:`state_dict`) saved."""
-        self._check_resumable()
-        if not isinstance(state, dict) or set(state) != {"epoch", "passes", "iterator"}:
+        if not isinstance(state, dict) or not (
+                {"epoch", "passes", "iterator"} <= set(state)
+                <= {"epoch", "passes", "iterator", "share"}):
             raise InvalidArgumentError(
                 "state must be a dict returned by IterableDataset.state_dict(), got "
                 f"{type(state).__name__}")
-        if state["iterator"] is None:  # saved between passes: the next starts afresh
-            self._passes = state["passes"]
+        state = {"share": None, **state}
+        if (state["share"] is not None) != bool(self.distributed and self.equal_shares):
+            raise InvalidArgumentError(
+                "state was saved by a face with other equal_shares: "
+                f"{'with' if state['share'] is not None else 'without'} equal shares of a "
+                "distributed dataset, this one "
+                f"{'with' if self.distributed and self.equal_shares else 'without'}")
+        if state["iterator"] is None and state["share"] is None:  # saved between passes
+            self._passes[_slot()] = state["passes"]
             self._resume = None
         else:
             self._resume = state
 
-    def _check_resumable(self) -> None:
-        if self.distributed and self.equal_shares:
-            raise UnimplementedError(
-                "equal_shares on a distributed dataset cannot save or restore its position "
-                "(the ranks' shares are settled at the end of the epoch): checkpoint between "
-                "epochs, or read with equal_shares=False")
-
-    def _equal_pass(self, epoch: int) -> Iterator[Any]:
-        """This reader's equal share of the epoch's pass of the job (see ``_shares``)."""
+    def _equal_pass(self, epoch: int, saved: dict[str, Any] | None) -> Iterator[Any]:
+        """This reader's equal share of the epoch's pass of the job (see ``_shares``), from
+        ``saved`` if given."""
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         dataset = self._epoch_dataset(epoch)
@@ -157,10 +177,14 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         share = Share(f"job {op.options.job_name!r}, repetition {epoch}", self.rank,
                       self.world_size, worker, workers, self.equal_shares == "pad",
                       op.options.timeout_s)
+        if saved is not None:
+            share.resume(saved)
         key = derive_key(0, epoch)
-        for element in equal_share(lambda: DatasetIterator(dataset, key),
+        self._pass = (epoch, share)
+        for element in equal_share(lambda: DatasetIterator(dataset, key, share.iterator_state),
                                    dispatcher_client(op.options.service), share):
             yield to_torch(element)
+        self._pass = (epoch, None)  # ended
 
     def _epoch_dataset(self, epoch: int) -> Dataset:
         info = torch.utils.data.get_worker_info()
@@ -211,6 +235,37 @@ def _choose_sparse_checks() -> None:
         checks.disable()
 
 
+def _slot() -> int:
+    """This reader's slot in a face's count of passes: its loader worker's id, else 0."""
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return 0
+    if info.id >= MAX_READERS:
+        raise InvalidArgumentError(
+            f"a face counts the passes of at most {MAX_READERS} loader workers: give "
+            f"DataLoader fewer num_workers, got {info.num_workers}")
+    return int(info.id)
+
+
+def _applied_equal_shares(dataset: Dataset, distributed: bool, world_size: int,
+                          value: Any) -> Literal["drop", "pad"] | None:
+    """The equal shares the face applies: ``value``'s, or by default (``None``) ``"pad"``
+    with more than one rank, where they can apply (else none, logged once)."""
+    mode = _equal_shares(value) if value is not None else "pad" if world_size > 1 else None
+    if mode is None:
+        return None
+    why = _why_unequal(dataset) if distributed else _why_unequal_local(dataset)
+    if why is None:
+        return mode
+    if value is not None:
+        raise InvalidArgumentError(why)
+    if why not in _LOGGED:
+        _LOGGED.add(why)
+        log.warning("The %d ranks read unequal shares (the default, equal_shares='pad', "
+                    "cannot apply): %s", world_size, why)
+    return None
+
+
 def _equal_shares(value: Any) -> Literal["drop", "pad"] | None:
     if value is False:
         return None
@@ -244,35 +299,36 @@ def _service_ops(dataset: Dataset) -> list[DataServiceOp]:
     return [op for op in _ops(dataset._op) if isinstance(op, DataServiceOp)]
 
 
-def _check_shared(dataset: Dataset) -> None:
-    """Refuse equal shares of a distributed dataset they cannot apply to."""
+def _why_unequal(dataset: Dataset) -> str | None:
+    """Why equal shares cannot apply to a distributed dataset, if they cannot."""
     ops = _service_ops(dataset)
     if len(ops) != 1:
-        raise InvalidArgumentError(
-            f"equal_shares needs a dataset reading one job of the data service, got {len(ops)}")
+        return f"equal_shares needs a dataset reading one job of the data service, got {len(ops)}"
     options = ops[0].options
     if options.processing_mode is ShardingPolicy.OFF:
-        raise InvalidArgumentError(
-            "equal_shares shares one pass of the data among the ranks; under processing_mode "
-            "OFF each worker makes a whole pass: use DYNAMIC ('distributed_epoch'), or "
-            "equal_shares=False")
+        return ("equal_shares shares one pass of the data among the ranks; under "
+                "processing_mode OFF each worker makes a whole pass: use DYNAMIC "
+                "('distributed_epoch'), or equal_shares=False")
     if options.num_consumers is not None:
-        raise InvalidArgumentError(
-            "equal_shares cannot apply to a coordinated read (num_consumers): its rounds "
-            "already give every consumer the same number of elements")
+        return ("equal_shares cannot apply to a coordinated read (num_consumers): its rounds "
+                "already give every consumer the same number of elements")
+    return None
 
 
-def _check_local(dataset: Dataset, world_size: int,
-                 equal_shares: Literal["drop", "pad"] | None) -> None:
+def _why_unequal_local(dataset: Dataset) -> str | None:
+    """Why equal shares cannot apply to a local pipeline, if they cannot."""
+    if dataset.cardinality() < 0:
+        return ("equal_shares needs a local pipeline of known length; this one's "
+                f"cardinality() is {dataset.cardinality()}")
+    return None
+
+
+def _check_local(dataset: Dataset, world_size: int) -> None:
     if world_size > 1 and any(isinstance(op, ShuffleOp) and not op.fixed_seed
                               for op in _ops(dataset._op)):
         raise InvalidArgumentError(
             f"the {world_size} ranks split the elements of one order, so each rank's "
             "pipeline must shuffle alike: give shuffle a seed")
-    if equal_shares and dataset.cardinality() < 0:
-        raise InvalidArgumentError(
-            "equal_shares needs a local pipeline of known length; this one's cardinality() "
-            f"is {dataset.cardinality()}")
 
 
 def _equal(dataset: Dataset, world_size: int,

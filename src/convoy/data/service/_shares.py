@@ -5,12 +5,19 @@ the same number.
 A pump thread takes elements from the job ahead of the caller (a bounded few); a talk thread
 reports to the dispatcher and learns how many of them the caller may have, and, at the end,
 what to hand over to other ranks and what to receive from them.
+
+A consumer's position (:func:`share_state`) is its counts, the elements it took but did not
+hand out, and its job reader's position taken together; once the shares are settled, the
+elements it has still to hand out (it then needs the dispatcher no more). A consumer resumed
+from it (:meth:`Share.resume`) reports the next ``generation``: the dispatcher starts the
+shares afresh from the resumed consumers' counts (:mod:`._dispatcher.shares`).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import random
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -20,6 +27,7 @@ from typing import Any
 from convoy import _rpc, _threads
 from convoy.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
+from convoy.errors import DeadlineExceededError, InvalidArgumentError
 
 #: Elements a consumer takes from the job beyond those its caller has.
 AHEAD = 16
@@ -36,8 +44,13 @@ class Share:
                  pad: bool, timeout_s: float) -> None:
         self.request = pb.ShareRequest(key=key, rank=rank, world_size=world_size,
                                        worker=worker, workers=workers, pad=pad,
-                                       timeout_ms=int(timeout_s * 1000), first=True)
+                                       timeout_ms=int(timeout_s * 1000), first=True,
+                                       reader=random.getrandbits(62) + 1)
         self.cond = threading.Condition()
+        self.reading = threading.Lock()  # held while the pump takes an element from the job
+        self.iterator: Any = None  # the job's reader, once open
+        self.iterator_state: Any = None  # where it resumes
+        self.remaining: list[Any] | None = None  # resumed once settled: all it hands out
         self.held: deque[Any] = deque()  # taken, not yet handed out
         self.firsts: list[Any] = []  # "pad": copies of its first elements
         self.keep_firsts = world_size - 1 if pad else 0
@@ -53,7 +66,24 @@ class Share:
         self.received = 0
         self.done = False  # the caller has had all it will
         self.stopped = False  # the caller left
+        self.answered = False  # the dispatcher answered its first report
+        self.reported = False  # the dispatcher heard its last report
         self.error: BaseException | None = None
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Start from ``state`` (from :func:`share_state`), as the next generation."""
+        if not isinstance(state, dict) or not set(STATE_KEYS) <= set(state):
+            raise InvalidArgumentError("the equal share's state must be a dict from "
+                                       f"share_state(), got {state!r:.100}")
+        self.request.generation = state["generation"] + 1
+        self.iterator_state = state["iterator"]
+        if state["remaining"] is not None:
+            self.remaining = list(state["remaining"])
+            return
+        self.fetched, self.yielded = state["fetched"], state["yielded"]
+        self.allowed, self.exhausted = self.yielded, state["exhausted"]
+        self.held.extend(state["held"])
+        self.firsts = list(state["firsts"])
 
     def fail(self, error: BaseException) -> None:
         with self.cond:
@@ -62,27 +92,88 @@ class Share:
             self.cond.notify_all()
 
 
-def equal_share(open_elements: Callable[[], AbstractContextManager[Iterator[Any]]],
+STATE_KEYS = ("generation", "iterator", "remaining", "fetched", "yielded", "exhausted",
+              "held", "firsts")
+
+
+def share_state(share: Share) -> dict[str, Any]:
+    """``share``'s position: see the module's docstring. Once settled, it waits (up to the
+    dispatcher timeout) for the elements handed over to it."""
+    timeout_s = share.request.timeout_ms / 1000
+    state: dict[str, Any] = dict.fromkeys(STATE_KEYS)
+    state["generation"] = share.request.generation
+    if share.remaining is not None:  # resumed settled: what is left of it
+        with share.cond:
+            return {**state, "iterator": share.iterator_state,
+                    "remaining": list(share.remaining)}
+    if not share.reading.acquire(timeout=timeout_s):
+        raise DeadlineExceededError(
+            f"saving the equal share of {share.request.key}: its reader did not take its "
+            f"element from the job within {timeout_s:.1f} s")
+    try:
+        with share.cond:
+            iterator = share.iterator_state if share.iterator is None else (
+                share.iterator.state_dict())
+            state["iterator"] = iterator
+            if share.settled is None:
+                return {**state, "fetched": share.fetched, "yielded": share.yielded,
+                        "exhausted": share.exhausted, "held": list(share.held),
+                        "firsts": list(share.firsts)}
+            if not share.cond.wait_for(functools.partial(_received_all, share), timeout_s):
+                raise DeadlineExceededError(
+                    f"saving the equal share of {share.request.key}: the elements other "
+                    f"ranks hand over did not come within {timeout_s:.1f} s")
+            return {**state, "remaining": list(share.held) + list(share.inbox)}
+    finally:
+        share.reading.release()
+
+
+def _received_all(share: Share) -> bool:
+    settled = share.settled
+    return share.error is not None or (settled is not None and share.handed_over
+                                       and share.received >= settled.receive)
+
+
+def equal_share(open_elements: Callable[[], AbstractContextManager[Any]],
                 dispatcher: _rpc.Client, share: Share) -> Iterator[Any]:
     """This consumer's elements of the job ``open_elements`` reads, as the dispatcher
     allows; closes ``dispatcher`` at the end."""
+    if share.remaining is not None:  # resumed once settled: the dispatcher is not needed
+        dispatcher.close()
+        _join_at_end(open_elements, share)
+        while share.remaining:
+            yield share.remaining.pop(0)
+        return
     _threads.start("convoy-share-pump", _pump, open_elements, share, on_error=share.fail)
 
     def talk_failed(error: BaseException) -> None:
         share.fail(error)
         dispatcher.close()
 
-    _threads.start("convoy-share-talk", _talk, dispatcher, share, on_error=talk_failed)
+    talk = _threads.start("convoy-share-talk", _talk, dispatcher, share, on_error=talk_failed)
+    ended = False
     try:
         while True:
             element = _next(share)
             if element is _END:
+                ended = True
                 return
             yield element
     finally:
         with share.cond:
             share.stopped = True
             share.cond.notify_all()
+        if ended:  # the dispatcher hears of the end before the process may exit
+            _wait_reported(share, talk)
+
+
+def _wait_reported(share: Share, talk: threading.Thread) -> None:
+    timeout_s = share.request.timeout_ms / 1000
+    talk.join(timeout_s)
+    if not share.reported and share.error is None:
+        raise DeadlineExceededError(
+            f"the dispatcher did not hear the end of this reader's equal share of "
+            f"{share.request.key} within {timeout_s:.1f} s")
 
 
 _END = object()
@@ -112,31 +203,60 @@ def _next(share: Share) -> Any:
             share.cond.wait(IDLE_S)
 
 
-def _pump(open_elements: Callable[[], AbstractContextManager[Iterator[Any]]],
+def _pump(open_elements: Callable[[], AbstractContextManager[Any]],
           share: Share) -> None:
     """Take elements from the job, a few ahead of the caller."""
     try:
+        with share.cond:  # (a reading the dispatcher refuses does not open the job)
+            share.cond.wait_for(lambda: share.answered or share.error is not None
+                                or share.stopped)
+            if share.error is not None or share.stopped:
+                return
+        if share.exhausted:  # resumed after the end
+            _join_at_end(open_elements, share)
+            return
         with open_elements() as elements:
-            for element in elements:
-                with share.cond:
-                    share.held.append(element)
-                    share.fetched += 1
-                    if len(share.firsts) < share.keep_firsts:
-                        share.firsts.append(copy.deepcopy(element))
-                    share.cond.notify_all()
-                    while not (share.stopped or share.error is not None
-                               or len(share.held) - (share.allowed - share.yielded)
-                               < share.ahead):
-                        share.full = True
-                        share.cond.wait()
-                    share.full = False
-                    if share.stopped or share.error is not None:
-                        return
-        with share.cond:
-            share.exhausted = True
-            share.cond.notify_all()
+            with share.cond:
+                share.iterator = elements
+            while _room(share):
+                with share.reading:
+                    element = next(elements, _END)
+                    with share.cond:
+                        if element is _END:
+                            share.iterator_state = elements.state_dict()
+                            share.iterator = None
+                            share.exhausted = True
+                            share.cond.notify_all()
+                            return
+                        share.held.append(element)
+                        share.fetched += 1
+                        if len(share.firsts) < share.keep_firsts:
+                            share.firsts.append(copy.deepcopy(element))
+                        share.cond.notify_all()
     except BaseException as error:
         share.fail(error)
+
+
+def _join_at_end(open_elements: Callable[[], AbstractContextManager[Any]],
+                 share: Share) -> None:
+    """Read the job from a position saved at its end: a resumed shared job waits for all the
+    consumers that saved it."""
+    with open_elements() as elements:
+        if next(elements, _END) is not _END:
+            raise InvalidArgumentError(
+                f"the equal share of {share.request.key} was saved at the end of the job, "
+                "but its reader resumed from that position yields more")
+
+
+def _room(share: Share) -> bool:
+    """Wait until the pump may take another element; whether it goes on."""
+    with share.cond:
+        while not (share.stopped or share.error is not None
+                   or len(share.held) - (share.allowed - share.yielded) < share.ahead):
+            share.full = True
+            share.cond.wait()
+        share.full = False
+        return not (share.stopped or share.error is not None)
 
 
 def _talk(dispatcher: _rpc.Client, share: Share) -> None:
@@ -153,8 +273,11 @@ def _talk(dispatcher: _rpc.Client, share: Share) -> None:
             answer = _rpc.retry(functools.partial(dispatcher.call, "Share", request),
                                 timeout_s, f"equal shares at dispatcher {dispatcher.address}")
             if request.done:
+                with share.cond:
+                    share.reported = True
                 return
             with share.cond:
+                share.answered = True
                 _apply(share, answer)
                 share.cond.notify_all()
                 # report again soon, and at once (but no more often) when there is news
@@ -192,6 +315,7 @@ def _request(share: Share, encoder: Encoder) -> pb.ShareRequest:
     request.full = share.full
     request.received = share.received
     request.done = share.done or share.stopped
+    request.allowed, request.settled = share.allowed, share.settled is not None
     settled = share.settled
     if settled is not None and not share.handed_over:
         # own elements after those allowed, then copies of its first ones

@@ -379,7 +379,7 @@ class ReleasedSegment(_message.Message):
     def __init__(self, name: _Optional[str] = ..., handout: _Optional[int] = ...) -> None: ...
 
 class ShareRequest(_message.Message):
-    __slots__ = ("key", "world_size", "rank", "workers", "worker", "pad", "fetched", "yielded", "wants", "exhausted", "given", "given_start", "received", "done", "first", "timeout_ms", "full", "error")
+    __slots__ = ("key", "world_size", "rank", "workers", "worker", "pad", "fetched", "yielded", "wants", "exhausted", "given", "given_start", "received", "done", "first", "timeout_ms", "full", "error", "reader", "generation", "allowed", "settled")
     KEY_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -398,6 +398,10 @@ class ShareRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     FULL_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    READER_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
     key: str
     world_size: int
     rank: int
@@ -416,7 +420,11 @@ class ShareRequest(_message.Message):
     timeout_ms: int
     full: bool
     error: str
-    def __init__(self, key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., workers: _Optional[int] = ..., worker: _Optional[int] = ..., pad: _Optional[bool] = ..., fetched: _Optional[int] = ..., yielded: _Optional[int] = ..., wants: _Optional[bool] = ..., exhausted: _Optional[bool] = ..., given: _Optional[_Iterable[bytes]] = ..., given_start: _Optional[int] = ..., received: _Optional[int] = ..., done: _Optional[bool] = ..., first: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., full: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    reader: int
+    generation: int
+    allowed: int
+    settled: bool
+    def __init__(self, key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., workers: _Optional[int] = ..., worker: _Optional[int] = ..., pad: _Optional[bool] = ..., fetched: _Optional[int] = ..., yielded: _Optional[int] = ..., wants: _Optional[bool] = ..., exhausted: _Optional[bool] = ..., given: _Optional[_Iterable[bytes]] = ..., given_start: _Optional[int] = ..., received: _Optional[int] = ..., done: _Optional[bool] = ..., first: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., full: _Optional[bool] = ..., error: _Optional[str] = ..., reader: _Optional[int] = ..., generation: _Optional[int] = ..., allowed: _Optional[int] = ..., settled: _Optional[bool] = ...) -> None: ...
 
 class ShareResponse(_message.Message):
     __slots__ = ("allowed", "settled", "give", "pad", "receive", "elements", "more")

@@ -9,8 +9,14 @@ total ``T`` is known and the shares are settled: each rank hands out ``T // R`` 
 the tail goes to no one) or ``ceil(T / R)`` (``"pad"``: copies of early elements fill the
 gap); a rank that took more than its share hands its surplus over to those that took less.
 
-Kept in memory only (not journaled): a dispatcher that restarts forgets the shares, and their
-consumers fail rather than share wrongly. No I/O: the server carries elements as opaque bytes.
+Each consumer has an id (``reader``); its record is made from its own counts when it first
+reports, so that the shares are rebuilt from the consumers' reports: by a dispatcher that
+restarted (they are kept in memory only; a restart during the hand-over at the end fails the
+readers rather than share wrongly), and by the consumers of a resumed reading, which report
+a higher ``generation`` (each resume one more): it starts the iteration's shares afresh from
+the counts the consumers saved. Another reader coming to a slot (rank, loader worker) of the
+same generation, or to an iteration read to its end, reads an epoch a second time: refused,
+naming the cause. No I/O: the server carries elements as opaque bytes.
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ class ShareReport:
     error: str  # it failed so (and leaves)
     timeout_s: float  # how long a rank (or consumer) may be missing or silent
     now: float
+    reader: int = 0  # the consumer's id
+    generation: int = 0  # resumes of the iteration so far
+    allowed: int = 0  # of its elements, those the dispatcher allowed (a total)
+    settled: bool = False  # it has the settled shares
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +78,7 @@ class ShareAnswer:
 class _Consumer:
     rank: int
     worker: int
+    reader: int = 0
     fetched: int = 0
     allowed: int = 0
     exhausted: bool = False
@@ -88,9 +99,9 @@ class _Iteration:
     world_size: int
     pad: bool
     started: float
+    generation: int = 0
     workers: dict[int, int] = dataclasses.field(default_factory=dict)  # rank -> consumers
     consumers: dict[tuple[int, int], _Consumer] = dataclasses.field(default_factory=dict)
-    granted: dict[int, int] = dataclasses.field(default_factory=dict)  # rank -> allowed, summed
     settled: bool = False
     #: settled: consumers still to receive, in order, and how many each
     owed: deque[tuple[_Consumer, int]] = dataclasses.field(default_factory=deque)
@@ -102,6 +113,8 @@ class EqualShares:
 
     def __init__(self) -> None:
         self._iterations: dict[str, _Iteration] = {}
+        #: iterations read to their end: their generation, and when
+        self._finished: dict[str, tuple[int, float]] = {}
 
     def report(self, r: ShareReport) -> ShareAnswer:
         """Apply ``r``; the consumer's answer. FailedPreconditionError if a rank (or one of
@@ -128,17 +141,28 @@ class EqualShares:
             c.done = True
             if all(other.done for other in it.consumers.values()):
                 del self._iterations[r.key]
+                if not c.left:
+                    self._finished[r.key] = (it.generation, r.now)
         return self._answer(c, r)
 
     # ----- before the end: grants bounded by the elements taken so far ---------------------------
     def _iteration(self, r: ShareReport) -> _Iteration:
         it = self._iterations.get(r.key)
-        if it is None:
-            if not r.first:
+        if it is not None and r.generation < it.generation:
+            raise FailedPreconditionError(
+                f"{r.key} was resumed from saved states since this reader started (rank "
+                f"{r.rank}'s loader worker {r.worker}): it cannot go on beside them")
+        if it is None or r.generation > it.generation:
+            if r.settled:
                 raise FailedPreconditionError(
-                    f"the dispatcher no longer knows the equal shares of {r.key} (it "
-                    "restarted?): their readers cannot go on")
-            it = self._iterations[r.key] = _Iteration(r.world_size, r.pad, r.now)
+                    f"the dispatcher no longer knows the settled equal shares of {r.key} (it "
+                    "restarted while the ranks handed elements over): their readers cannot "
+                    "go on")
+            finished = self._finished.get(r.key)
+            if finished is not None and r.generation <= finished[0]:
+                raise FailedPreconditionError(_again(r, "was read to its end"))
+            it = self._iterations[r.key] = _Iteration(r.world_size, r.pad, r.now,
+                                                      r.generation)
         if (r.world_size, r.pad) != (it.world_size, it.pad):
             raise InvalidArgumentError(
                 f"the readers of {r.key} disagree: world_size {r.world_size} and "
@@ -157,22 +181,29 @@ class EqualShares:
                 f"rank {r.rank}'s readers of {r.key} disagree on its number of loader "
                 f"workers ({workers} and {r.workers})")
         c = it.consumers.get((r.rank, r.worker))
+        if c is not None and c.reader != r.reader:
+            raise FailedPreconditionError(_again(r, "was read to its end" if c.done or c.exhausted
+                                                 else "is still being read"))
         if c is None:
             if it.settled:
                 raise FailedPreconditionError(
                     f"rank {r.rank}'s loader worker {r.worker} came to {r.key} after its "
                     "shares were settled")
-            c = it.consumers[r.rank, r.worker] = _Consumer(r.rank, r.worker)
+            # its own counts: 0 if new, else saved (resumed) or kept (a restarted dispatcher)
+            c = it.consumers[r.rank, r.worker] = _Consumer(
+                r.rank, r.worker, r.reader, r.fetched, min(r.allowed, r.fetched), r.exhausted)
         return c
+
+    def _granted(self, it: _Iteration, rank: int) -> int:
+        return sum(c.allowed for c in it.consumers.values() if c.rank == rank)
 
     def _grant(self, it: _Iteration, c: _Consumer) -> None:
         taken = sum(other.fetched for other in it.consumers.values())
-        room = taken // it.world_size - it.granted.get(c.rank, 0)
+        room = taken // it.world_size - self._granted(it, c.rank)
         held = c.fetched - c.allowed
         grant = min(held, room, max(1, room // it.workers[c.rank]))
         if grant > 0:
             c.allowed += grant
-            it.granted[c.rank] = it.granted.get(c.rank, 0) + grant
 
     def _check_missing(self, it: _Iteration, r: ShareReport) -> None:
         """Fail if a consumer left before the end, or a rank or consumer is missing or
@@ -224,7 +255,7 @@ class EqualShares:
         wanting: list[tuple[_Consumer, int]] = []
         for rank in range(it.world_size):
             mine = [it.consumers[rank, w] for w in range(it.workers[rank])]
-            need = max(0, share - it.granted.get(rank, 0))
+            need = max(0, share - self._granted(it, rank))
             for c in mine:
                 keep = min(c.fetched - c.allowed, need)
                 c.allowed += keep
@@ -270,3 +301,12 @@ class EqualShares:
     def _forget(self, now: float) -> None:
         for key in [k for k, it in self._iterations.items() if now - it.seen > FORGET_AFTER_S]:
             del self._iterations[key]
+        for key in [k for k, (_, at) in self._finished.items() if now - at > FORGET_AFTER_S]:
+            del self._finished[key]
+
+
+def _again(r: ShareReport, how: str) -> str:
+    """Why a reader coming to an iteration another reader of its slot had is refused."""
+    return (f"rank {r.rank}'s loader worker {r.worker} came to read {r.key} again, which "
+            f"{how} by another reader: each epoch is read once. Call set_epoch(epoch) with "
+            "a new epoch before each pass (or resume the pass from a saved state)")
