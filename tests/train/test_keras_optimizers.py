@@ -211,3 +211,35 @@ def test_matches_keras_on_parameter_servers(cluster, key):
     assert isinstance(table, cv.distribute.ShardedVariable)
     check(case, run(case, optimizer, table, bias))
     assert int(optimizer.iterations) == len(case["steps"])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("rate", ["schedule", "callable"])
+def test_matches_keras_from_scheduled_functions(cluster, rate):
+    # the optimizer pickled to a worker: a schedule travels as data, a callable reads the
+    # optimizer's iterations on its parameter server
+    case = CASES["adamw-schedule_decay_clip-sparse"]
+    strategy = cv.distribute.ParameterServerStrategy(cluster.resolver(),
+                                                     FixedShardsPartitioner(2))
+    coordinator = cv.distribute.ClusterCoordinator(strategy)
+    args = arguments(case["args"])
+    if rate == "callable":
+        schedule = args["learning_rate"]
+        args["learning_rate"] = lambda step: schedule(step)
+    with strategy.scope():
+        table = cv.Variable(decode(case["initial"]["table"]), name="table")
+        bias = cv.Variable(decode(case["initial"]["bias"]), name="bias")
+        optimizer = getattr(cv.optimizers, case["optimizer"])(**args)
+
+    def step(table_gradient, bias_gradient):
+        optimizer.apply_gradients([(table_gradient, table), (bias_gradient, bias)])
+
+    after = []
+    try:
+        for gradients_of_step in case["steps"]:
+            coordinator.schedule(step, args=gradients(gradients_of_step))
+            coordinator.join()  # one step at a time, as Keras's
+            after.append((table.numpy(), bias.numpy()))
+    finally:
+        coordinator.shutdown()
+    check(case, after)
