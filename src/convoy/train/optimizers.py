@@ -82,8 +82,9 @@ class Optimizer:
     server, and the same as ``iterations`` when every call updates every variable (the
     usual loop; a sharded variable counts on every shard). A variable left out of some calls
     (a ``None`` gradient) counts only its own updates. Any other callable (a user's own
-    schedule too) is called here, with ``int(iterations)``: one read of the counter per
-    call when it lives on a parameter server.
+    schedule too) is called here, with ``int(iterations)`` (Keras 3 calls a plain callable
+    without arguments): one read of the counter per call when it lives on a parameter
+    server.
 
     ``clipnorm`` (each gradient's norm), ``global_clipnorm`` (the norm of all of a call's
     gradients together) and ``clipvalue`` (each element) clip gradients in this process
