@@ -11,8 +11,11 @@ import contextlib
 import enum
 import inspect
 import logging
+import sys
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +29,13 @@ from convoy.distribute.cluster import ClusterSpec, validate_cluster_for_ps
 from convoy.distribute.partitioners import partition_count, shard_offsets, shard_sizes
 from convoy.distribute.server import worker_context
 from convoy.distribute.variables import ShardedVariable, Variable, initial_array
-from convoy.errors import FailedPreconditionError, InvalidArgumentError
+from convoy.errors import (
+    ConvoyError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +105,9 @@ class ParameterServerStrategy:
         self._next_store = 0
         self._names: dict[str, int] = {}
         self._token = uuid.uuid4().hex[:8]  # keeps two strategies' variables apart on a ps
+        #: The variables placed on the ps (shards one by one), by key: what recover() remakes.
+        self._placed: weakref.WeakValueDictionary[str, Variable] = \
+            weakref.WeakValueDictionary()
         self._lock = threading.Lock()
         self._colocation = threading.local()  # .variable: where colocate_vars_with places
         self.extended = StrategyExtended(self)
@@ -153,7 +165,12 @@ class ParameterServerStrategy:
                 self._next_store += 1
         key = f"{key}@{self._token}"
         store.execute([("create", key, value)])
-        return Variable._in_store(store, key, name, value.shape, value.dtype, trainable)
+        return self._track(Variable._in_store(store, key, name, value.shape, value.dtype,
+                                              trainable))
+
+    def _track(self, variable: Variable) -> Variable:
+        self._placed[variable._key] = variable
+        return variable
 
     def _create_variable(self, initial_value: Any = None, name: str | None = None,
                          dtype: Any = None, shape: Any = None, trainable: bool = True,
@@ -203,9 +220,116 @@ class ParameterServerStrategy:
                 continue
             store, key = variables[0]._store, f"{name}@{self._token}"
             store.execute([("create", key, value)])
-            variables.append(Variable._in_store(store, key, name, value.shape, value.dtype,
-                                                trainable))
+            variables.append(self._track(Variable._in_store(store, key, name, value.shape,
+                                                            value.dtype, trainable)))
         return variables
+
+    # ----- recovering a lost parameter server ----------------------------------------------------
+    def recover(self, checkpoint_manager: Any, timeout_s: float = 300.0) -> str:
+        """After a parameter server was lost (``join``/``fetch`` raised ``UnavailableError``),
+        wait for it to answer again, at its address or the one the cluster resolver now
+        gives, make this strategy's variables again on it and restore every variable (on all
+        parameter servers) and everything else ``checkpoint_manager``'s checkpoint holds
+        from its latest checkpoint; returns that checkpoint's path. The same coordinator,
+        variables, models and optimizers then go on; the updates made since the checkpoint
+        are lost. Raises UnavailableError naming the parameter servers that did not answer
+        within ``timeout_s`` seconds."""
+        latest = _latest_checkpoint(checkpoint_manager)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or \
+                timeout_s < 0:
+            raise InvalidArgumentError(f"timeout_s must be a number of seconds >= 0, got "
+                                       f"{timeout_s!r}")
+        deadline = time.monotonic() + timeout_s
+        spec = self._resolved_ps_spec()
+        self._wait_for_ps(spec, timeout_s, deadline)
+        coordinator = self._cluster_coordinator
+        if coordinator is not None and not coordinator._scheduler.closed:
+            try:  # functions scheduled before: they end (failing) before anything is restored
+                coordinator.join()
+            except ConvoyError as error:
+                log.info("recover: a function scheduled before failed: %s", error)
+        lost = [i for i in range(self.num_ps) if self._remake(i, spec)]
+        log.warning("recover: restoring %s after losing ps %s", latest,
+                    ", ".join(str(i) for i in lost) or "(none)")
+        checkpoint_manager.checkpoint.read(latest)
+        if lost:
+            self._reconnect_workers([self._stores[i] for i in lost])
+        return latest
+
+    def _resolved_ps_spec(self) -> ClusterSpec:
+        """The cluster as the resolver gives it now; its ps addresses replace ours."""
+        spec = ClusterSpec(self.cluster_resolver.cluster_spec())
+        count = spec.num_tasks("ps") if "ps" in spec.jobs else 0
+        if count != self.num_ps:
+            raise InvalidArgumentError(
+                f"recover: the cluster resolver now gives {count} ps tasks, the strategy has "
+                f"{self.num_ps}; a strategy keeps its number of parameter servers")
+        return spec
+
+    def _wait_for_ps(self, spec: ClusterSpec, timeout_s: float, deadline: float) -> None:
+        """Return once every ps answers this process's ``Execute``; UnavailableError naming
+        those that did not by ``deadline``."""
+        addresses = [spec.task_address("ps", i) for i in range(self.num_ps)]
+        try:
+            wait_for_cluster(ClusterSpec({"ps": addresses}), timeout_s)
+        except UnavailableError as error:
+            raise UnavailableError(f"strategy.recover waited {timeout_s:g} s for the parameter "
+                                   f"servers: {error}") from None
+        for index, address in enumerate(addresses):
+            store = RemoteStore.get(address, index)
+            while True:  # a ps restarted at an address fails the first call of a connection
+                try:
+                    store.execute([])
+                    break
+                except UnavailableError as error:
+                    if time.monotonic() >= deadline:
+                        raise UnavailableError(
+                            f"strategy.recover waited {timeout_s:g} s for ps:{index} at "
+                            f"{address}: {error}") from None
+                    time.sleep(0.2)
+
+    def _remake(self, index: int, spec: ClusterSpec) -> bool:
+        """Point ps ``index``'s variables at its address in ``spec`` and make them there again
+        (zeros, until restored) if that ps lost them; whether it did."""
+        old = self._stores[index]
+        store = RemoteStore.get(spec.task_address("ps", index), index)
+        variables = [v for v in list(self._placed.values()) if v._store is old]
+        moved = store is not old
+        if moved:
+            self._stores[index] = store
+            self.cluster_spec = _with_ps(self.cluster_spec, index, store.address)
+            for variable in variables:
+                variable._store = store
+            _forget_pickles()
+        if not variables:
+            return moved
+        if not moved:
+            probe = min(variables, key=lambda v: int(np.prod(v.shape)))
+            try:
+                store.execute([("read", probe._key)])
+                return False
+            except NotFoundError:
+                pass
+        store.execute([("create", v._key, np.zeros(v.shape, v.dtype), True)
+                       for v in variables])
+        return True
+
+    def _reconnect_workers(self, stores: list[RemoteStore]) -> None:
+        """Have every worker reach ``stores`` once, so its first call to a restarted ps (which
+        fails, unsent) is not a training function's."""
+        from convoy.distribute._coordinator_calls import call_message
+
+        coordinator = self._cluster_coordinator
+        if coordinator is None or coordinator._scheduler.closed:
+            return
+        call = call_message(_reach, ([(s.address, s.task_index) for s in stores],), {})
+        for worker in coordinator._scheduler._workers:
+            try:
+                outcome = worker.run(call)
+            except UnavailableError:  # a worker that is down starts with new connections
+                continue
+            if outcome.error is not None:
+                raise outcome.error
 
     # ----- running functions ---------------------------------------------------------------------
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...] = (),
@@ -239,6 +363,56 @@ def _rebuild(cluster_spec: ClusterSpec, partitioner: Any) -> ParameterServerStra
     from convoy.distribute.cluster_resolver import SimpleClusterResolver
 
     return ParameterServerStrategy(SimpleClusterResolver(cluster_spec), partitioner)
+
+
+def _latest_checkpoint(checkpoint_manager: Any) -> str:
+    if not hasattr(checkpoint_manager, "checkpoint") or \
+            not hasattr(checkpoint_manager, "latest_checkpoint"):
+        raise InvalidArgumentError(f"recover takes a cv.train.CheckpointManager, got "
+                                   f"{type(checkpoint_manager).__name__}")
+    latest = checkpoint_manager.latest_checkpoint
+    if latest is None:
+        raise FailedPreconditionError(
+            f"recover restores the latest checkpoint of the manager, and "
+            f"{checkpoint_manager.directory} has none yet: save one with manager.save()")
+    return str(latest)
+
+
+def _with_ps(spec: ClusterSpec, index: int, address: str) -> ClusterSpec:
+    jobs = {job: {i: spec.task_address(job, i) for i in spec.task_indices(job)}
+            for job in spec.jobs}
+    jobs["ps"][index] = address
+    return ClusterSpec(jobs)
+
+
+def _forget_pickles() -> None:
+    """Drop the pickles this process keeps of scheduled functions and placed modules: they
+    name a parameter server's old address."""
+    from convoy.distribute import _coordinator_calls
+
+    with _coordinator_calls._pickled_lock:
+        _coordinator_calls._pickled.clear()
+    placing = sys.modules.get("convoy.torch._place")
+    if placing is not None:
+        placing._sent.clear()
+
+
+#: How often a worker tries a restarted ps (its first call of a connection fails, unsent).
+_REACH_TRIES = 5
+
+
+def _reach(stores: list[tuple[str, int]]) -> None:
+    """On a worker: call each ``(address, task index)`` ps once, past a failed first call."""
+    for address, index in stores:
+        store = RemoteStore.get(address, index)
+        for attempt in range(_REACH_TRIES):
+            try:
+                store.execute([])
+                break
+            except UnavailableError:
+                if attempt == _REACH_TRIES - 1:
+                    raise
+                time.sleep(0.2)
 
 
 def _warn_unless_on_worker() -> None:
