@@ -23,6 +23,11 @@ EXPECTED = {
     "convoy_coordinator_functions_queued", "convoy_coordinator_functions_running",
     "convoy_coordinator_functions_done_total", "convoy_coordinator_functions_failed_total",
     "convoy_process_cpu_seconds_total", "convoy_build_info",
+    "convoy_refused_calls_total",
+    "convoy_data_workers", "convoy_data_jobs", "convoy_data_iterations", "convoy_data_clients",
+    "convoy_data_workers_lost_total", "convoy_data_journal_bytes",
+    "convoy_data_journal_segments", "convoy_data_journal_write_seconds_bucket",
+    "convoy_data_journal_write_failures_total",
 }
 
 
@@ -47,6 +52,8 @@ def samples(text: str) -> dict[str, float]:
 
 @pytest.fixture
 def server():
+    for role in monitoring.ROLES:  # this process takes them all
+        monitoring.export(role)
     server = monitoring.serve(0)
     yield server
     server.close()
@@ -69,13 +76,10 @@ def test_metrics_carry_every_name_prefixed_convoy(server):
 def test_a_metric_moved_shows_in_the_next_scrape(server):
     before = samples(get(server, "/metrics")[2])
     monitoring.ELEMENTS_PRODUCED.inc(3)
-    monitoring.SPLITS.labels("handed_out").inc()
     monitoring.CONSUMER_WAIT_SECONDS.observe(0.2)
     after = samples(get(server, "/metrics")[2])
     name = "convoy_data_elements_produced_total"
     assert after[name] == before[name] + 3
-    splits = 'convoy_data_splits_total{event="handed_out"}'
-    assert after[splits] == before[splits] + 1
     wait = "convoy_data_consumer_wait_seconds_count"
     assert after[wait] == before[wait] + 1
 
@@ -101,8 +105,9 @@ def test_every_rpc_a_server_answers_is_timed_by_method(server):
         client.close()
         grpc_server.stop(None)
     found = samples(get(server, "/metrics")[2])
-    for method in ("Echo", "Fail"):  # a failed call is timed too
-        key = f'convoy_rpc_duration_seconds_count{{method="{method}",service="test.Timed"}}'
+    for method, code in (("Echo", "OK"), ("Fail", "NOT_FOUND")):  # a failure too, by code
+        key = (f'convoy_rpc_duration_seconds_count{{code="{code}",method="{method}",'
+               'service="test.Timed"}')
         assert found[key] == 1
 
 
@@ -165,3 +170,50 @@ def test_a_readiness_check_must_be_named_and_callable():
         monitoring.add_readiness_check("", lambda: None)
     with pytest.raises(InvalidArgumentError, match="`fn`"):
         monitoring.add_readiness_check("x", "ready")  # type: ignore[arg-type]
+
+
+def test_a_dispatcher_reports_its_counts_summed_over_the_dispatchers_of_the_process(server):
+    monitoring.export("dispatcher")
+    first = monitoring.DispatcherStats(workers=2, jobs=1, iterations=1, clients=3,
+                                       workers_lost=1, splits={"handed_out": 5},
+                                       journal_bytes=100, journal_segments=2)
+    second = monitoring.DispatcherStats(workers=1, splits={"returned": 2})
+    before = samples(get(server, "/metrics")[2])
+    monitoring.DISPATCHER.watch("first", lambda: first)
+    monitoring.DISPATCHER.watch("second", lambda: second)
+    try:
+        found = samples(get(server, "/metrics")[2])
+    finally:
+        monitoring.DISPATCHER.forget("first")
+        monitoring.DISPATCHER.forget("second")
+    assert found["convoy_data_workers"] == before["convoy_data_workers"] + 3
+    assert found["convoy_data_clients"] == before["convoy_data_clients"] + 3
+    assert found["convoy_data_workers_lost_total"] == before["convoy_data_workers_lost_total"] + 1
+    assert found["convoy_data_journal_bytes"] == before["convoy_data_journal_bytes"] + 100
+    for event, more in (("handed_out", 5), ("acknowledged", 0), ("returned", 2)):
+        key = f'convoy_data_splits_total{{event="{event}"}}'
+        assert found[key] == before[key] + more
+
+
+def test_refused_calls_are_counted_by_reason_and_logged_summarised(caplog):
+    refusals = monitoring._Refusals(every_s=60.0)
+    before = {reason: monitoring.REFUSED_CALLS.labels(reason)._value.get()
+              for reason in ("wrong", "missing")}
+    with caplog.at_level("WARNING", logger="convoy.monitoring"):
+        for _ in range(5):
+            refusals.refused("wrong", "/svc/A", "wrong call signature")
+        refusals.refused("missing", "/svc/B", "call not signed")
+    assert monitoring.REFUSED_CALLS.labels("wrong")._value.get() == before["wrong"] + 5
+    assert monitoring.REFUSED_CALLS.labels("missing")._value.get() == before["missing"] + 1
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "refused a call to /svc/A: wrong call signature" in lines[0]
+    refusals.every_s = 0.0  # the next one ends the period: one summary line
+    with caplog.at_level("WARNING", logger="convoy.monitoring"):
+        refusals.refused("wrong", "/svc/A", "wrong call signature")
+    summary = caplog.records[-1].getMessage()
+    assert summary.startswith("refused 6 more calls") and "(missing 1, wrong 5)" in summary
+
+
+def test_export_takes_a_known_role():
+    with pytest.raises(InvalidArgumentError, match="`role`"):
+        monitoring.export("trainer")

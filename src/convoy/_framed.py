@@ -274,7 +274,7 @@ class FramedServer:
         self._security = security
         self._auth = security.authenticator()
         self._tls = security.server_ssl_context()
-        self._seconds = monitoring.RPC_SECONDS.labels(service, method)
+        self._seconds = monitoring.timer(service, method)
         address = security.bind_address(f"{service} (framed)", host, port)
         bare = address.rpartition(":")[0].strip("[]")
         family = socket.AF_INET6 if ":" in bare else socket.AF_INET
@@ -383,9 +383,9 @@ class FramedServer:
         metadata = _parse_pairs(_read_exactly(sock, length))
         try:
             reply = () if self._auth is None else self._auth.verify(self._path, metadata)
-        except errors.UnauthenticatedError as error:
+        except errors.UnauthenticatedError as error:  # counted and logged, summarised
             _send(sock, ERROR, _error_body(error))
-            raise _Refused(str(error)) from None
+            raise _Closed(str(error)) from None
         _send(sock, WELCOME, _pairs(reply))
         return sock
 
@@ -410,16 +410,19 @@ class FramedServer:
         with connection.lock:
             connection.busy_since = time.monotonic()
         started = time.perf_counter()
+        code = "OK"
         try:
             kind, body = ANSWER, self._handler(request)
         except errors.ConvoyError as error:
             kind, body = ERROR, _error_body(error)
+            code = errors.grpc_code_name(error)
         except Exception as error:
             log.exception("%s failed", self._path)
             kind, body = ERROR, _error_body(errors.UnknownError(
                 f"{type(error).__name__}: {error}"))
+            code = "UNKNOWN"
         finally:
-            self._seconds.observe(time.perf_counter() - started)
+            self._seconds(code).observe(time.perf_counter() - started)
         del request
         with connection.lock:
             connection.busy_since = None

@@ -119,19 +119,22 @@ def _status_of(error: BaseException) -> grpc.StatusCode:
 
 def _handler(service: str, method: Method,
              function: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
-    seconds = monitoring.RPC_SECONDS.labels(service, method.name)
+    seconds = monitoring.timer(service, method.name)
 
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         start = time.perf_counter()
+        code = "OK"
         try:
             return function(request)
         except errors.ConvoyError as error:
+            code = _status_of(error).name
             context.abort(_status_of(error), str(error))
         except Exception as error:
+            code = "UNKNOWN"
             log.exception("%s failed", method.name)
             context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
         finally:
-            seconds.observe(time.perf_counter() - start)
+            seconds(code).observe(time.perf_counter() - start)
 
     def handle_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         for request in requests:  # a failure ends the stream with its status

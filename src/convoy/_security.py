@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 
-from convoy import errors
+from convoy import errors, monitoring
 
 log = logging.getLogger(__name__)
 
@@ -328,25 +328,31 @@ class Authenticator:
         :class:`UnauthenticatedError` saying why the call is refused otherwise."""
         value = next((v for k, v in metadata or () if k == _CALL_KEY), None)
         if not isinstance(value, str):
-            raise errors.UnauthenticatedError(f"call not signed: {_HOW_TO_SET}")
+            raise _refuse("missing", method, f"call not signed: {_HOW_TO_SET}")
         stamp, _, rest = value.partition(".")
         nonce, _, signature = rest.partition(".")
         if not (value.isascii() and stamp.isdigit() and len(stamp) < 16 and len(nonce) == 32
                 and signature):
-            raise errors.UnauthenticatedError("malformed call signature")
+            raise _refuse("malformed", method, "malformed call signature")
         now = time.time() if now is None else now
         skew = int(stamp) / 1000 - now
         if abs(skew) > self.window_s:
-            raise errors.UnauthenticatedError(
-                f"stale call: the caller's clock is {abs(skew):.0f} s "
+            raise _refuse(
+                "stale", method, f"stale call: the caller's clock is {abs(skew):.0f} s "
                 f"{'ahead of' if skew > 0 else 'behind'} the server's (at most "
                 f"{self.window_s:.0f} s allowed): synchronise the clocks")
         expected, reply = self._tags(method, nonce, stamp)
         if not hmac.compare_digest(signature, expected):
-            raise errors.UnauthenticatedError(f"wrong call signature: {_HOW_TO_SET}")
+            raise _refuse("wrong", method, f"wrong call signature: {_HOW_TO_SET}")
         if not self._nonces.add(nonce, now):
-            raise errors.UnauthenticatedError("replayed call (its nonce was seen before)")
+            raise _refuse("replayed", method, "replayed call (its nonce was seen before)")
         return ((_REPLY_KEY, reply),)
+
+
+def _refuse(reason: str, method: str, message: str) -> errors.UnauthenticatedError:
+    """Count and log (summarised) a call refused for ``reason``; the error refusing it."""
+    monitoring.REFUSALS.refused(reason, method, message)
+    return errors.UnauthenticatedError(message)
 
 
 class _Nonces:

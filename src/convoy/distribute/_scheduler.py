@@ -89,6 +89,7 @@ class Scheduler:
     """Runs closures on the workers at ``addresses``, ``pipelining`` at once per worker."""
 
     def __init__(self, addresses: Sequence[str], pipelining: int, name: str) -> None:
+        monitoring.export("coordinator")
         self._workers = [WorkerLink(i, address) for i, address in enumerate(addresses)]
         # Several functions share a Run: on a busy cluster per-call costs dominate small steps.
         lanes = min(pipelining, LANES_PER_WORKER)

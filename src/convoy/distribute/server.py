@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from convoy import _check as check
-from convoy import _rpc
+from convoy import _rpc, monitoring
 from convoy._framed import FramedServer
 from convoy._security import MAX_REQUEST_BYTES, Security
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
@@ -145,6 +145,8 @@ class Server(_rpc.ServerBase):
         return status
 
     def _on_start(self) -> None:
+        if self._store is not None:
+            monitoring.export("ps")
         log.info("%s task %d serving at %s", self.job_name, self.task_index, self.address)
 
     def _on_stop(self) -> None:

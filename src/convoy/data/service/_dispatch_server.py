@@ -29,6 +29,7 @@ from convoy.data.service._common.wire import (
     WORKER,
     WORKER_METHODS,
 )
+from convoy.data.service._dispatch_metrics import dispatcher_stats
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal import Journal, LocalStorage
 from convoy.data.service._dispatcher.limits import admit
@@ -132,9 +133,11 @@ class _Handlers:
     def _write(self, journal: Journal, write: Callable[[], None]) -> bool:
         """Run ``write``; False if the journal cannot be written (said once, when it starts
         failing; and once when it is written again)."""
+        started = time.perf_counter()
         try:
             write()
         except OSError as error:
+            monitoring.JOURNAL_WRITE_FAILURES.inc()
             if self.journal_error is None:
                 where = error.filename or journal.storage.where(f"log-{journal.generation}")
                 self.journal_error = (f"cannot write its journal {where}: "
@@ -142,6 +145,7 @@ class _Handlers:
                 log.error("the dispatcher %s; it refuses new work (reads in progress wait) "
                           "until space is freed under its work_dir", self.journal_error)
             return False
+        monitoring.JOURNAL_WRITE_SECONDS.observe(time.perf_counter() - started)
         if self.journal_error is not None:
             log.warning("the dispatcher writes its journal again: it takes new work, reads "
                         "in progress go on")
@@ -174,13 +178,9 @@ class _Handlers:
         with self.lock:
             clients = self.state.silent_clients(now, client_timeout, since)
             workers = self.state.silent_workers(now, worker_timeout, since)
-            returned = sum(task_splits(task) for address in workers
-                           for task in self.state.records.worker_tasks.get(address, {}).values()
-                           if not task.finished)
             lost: list[str] = self._apply(ev.CollectGarbage(
                 now, client_timeout, worker_timeout, clients, workers, iteration_timeout,
                 adopt=True), keep=True)
-        monitoring.SPLITS.labels("returned").inc(returned)
         for client_id in clients:
             log.info("client %d silent for %.0f s: released", client_id, client_timeout)
         return lost
@@ -301,13 +301,11 @@ class _Handlers:
                                                     tuple(r.current_tasks), time.time(),
                                                     tuple(r.finished_tasks)))
             self.buffered[r.worker_address] = (r.buffered_elements, r.buffered_bytes)
-            acknowledged = sum(task_splits(task) for task in ending if task.finished)
             finished = {(iteration.job_id, iteration.iteration_id) for task in ending
                         if (iteration := self.state.iterations.get(task.iteration_id))
                         is not None and self.state.iteration_finished(iteration)}
         for job_id, iteration_id in sorted(finished):
             log.info("job %d: iteration %d finished", job_id, iteration_id)
-        monitoring.SPLITS.labels("acknowledged").inc(acknowledged)
         if known is None:
             log.info("worker %s registered", r.worker_address)
         elif known.uid != r.worker_uid:
@@ -328,11 +326,7 @@ class _Handlers:
                 f"{r.task_id}, {r.worker_uid!r} and {r.request_number}")
         event = ev.GetSplits(r.iteration_id, r.repetition, r.max_splits, r.task_id,
                              r.worker_uid, r.request_number, r.incarnation)
-        with self.lock:
-            new = self.state.is_durable(event)  # not an answer given before
-            splits, end = self._apply(event)
-        if new:
-            monitoring.SPLITS.labels("handed_out").inc(len(splits))
+        splits, end = self._apply(event)  # the state counts the splits handed out
         return pb.GetSplitsResponse(splits=[pb.Split(start=a, stop=b) for a, b in splits],
                                     end_of_splits=end)
 
@@ -369,7 +363,7 @@ class _Handlers:
     def DeregisterWorker(self, r: pb.DeregisterWorkerRequest) -> pb.Empty:
         """A worker leaves (it drained): its unfinished tasks are adopted at once."""
         _rpc.check_address(r.worker_address, "worker_address")
-        if self._apply(ev.WorkerLost(r.worker_address, r.worker_uid), keep=True):
+        if self._apply(ev.WorkerLost(r.worker_address, r.worker_uid, left=True), keep=True):
             log.info("worker %s deregistered: its unfinished DYNAMIC tasks are adopted",
                      r.worker_address)
         return pb.Empty()
@@ -557,6 +551,8 @@ class DispatchServer(_rpc.ServerBase):
 
     def _on_start(self) -> None:
         monitoring.add_readiness_check(self._check_name, self._not_ready)
+        monitoring.export("dispatcher")
+        monitoring.DISPATCHER.watch(self, lambda: dispatcher_stats(self._handlers))
         if self._config.metrics_port is not None:
             self._metrics = monitoring.serve(self._config.metrics_port,
                                              self._config.host or LOOPBACK)
@@ -582,6 +578,7 @@ class DispatchServer(_rpc.ServerBase):
         self._stopped.set()
         self._handlers.close()
         monitoring.remove_readiness_check(self._check_name)
+        monitoring.DISPATCHER.forget(self)
         if self._metrics is not None:
             self._metrics.close()
 

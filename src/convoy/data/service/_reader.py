@@ -171,6 +171,7 @@ class Reader:
             _warn_finished(options.job_name or str(job.job_id), repetition)
         first_round = resume.round_index if resume is not None else 0
         reader = cls(options, dispatcher, iteration.client_id, first_round)
+        monitoring.export("consumer")
         try:
             reader._heartbeat()
         except BaseException:

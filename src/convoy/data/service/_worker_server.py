@@ -182,6 +182,7 @@ class WorkerServer(_rpc.ServerBase):
         config = self._config
         _LIVE.add(self)
         monitoring.add_readiness_check(self._check_name, self._not_ready)
+        monitoring.export("worker")
         if config.metrics_port is not None:
             self._metrics = monitoring.serve(config.metrics_port, config.host or LOOPBACK)
         with self._lock:

@@ -209,6 +209,8 @@ class SavedState:
     workers: list[WorkerRecord]
     clients: list[ClientRecord]
     saves: list[SaveRecord] = field(default_factory=list)  # journals of older versions: none
+    #: Records.counts (journals of older versions: none, counting from 0)
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 # ----- events ------------------------------------------------------------------------------------
@@ -329,6 +331,7 @@ class WorkerLost:
 
     address: str
     uid: str
+    left: bool = False  # it drained and deregistered: counted apart from the lost
 
 
 @dataclass(frozen=True)

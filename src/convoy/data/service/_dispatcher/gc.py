@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._dispatcher import events as ev
-from convoy.data.service._dispatcher.records import Records
+from convoy.data.service._dispatcher.records import Records, splits_of
 from convoy.data.service._dispatcher.runs import TaskRuns
 
 #: Finished named jobs remembered at most (their tombstones, well under 1 KB each); beyond,
@@ -56,6 +56,7 @@ class GarbageCollection:
         lost = [address for address in dict.fromkeys(named) if address in self._records.workers]
         for address in lost:
             del self._records.workers[address]
+        self._records.count("workers_lost", len(lost))
         self._release_tasks_of(lost, event.adopt)
         if event.iteration_timeout is not None:
             self._forget_idle_iterations(event.now, event.iteration_timeout, event.keep_dynamic)
@@ -68,6 +69,7 @@ class GarbageCollection:
         if worker is None or worker.uid != event.uid:
             return False
         del self._records.workers[event.address]
+        self._records.count("workers_left" if event.left else "workers_lost")
         self._release_tasks_of([event.address], adopt=True)
         return True
 
@@ -155,6 +157,7 @@ class GarbageCollection:
         for task in tasks:
             if adopt and task.iteration_id in running and task.incarnation and not task.finished:
                 self._runs.adopt(task)
+                records.count("returned", splits_of(task))
             elif task.iteration_id in running:
                 del records.iterations[task.iteration_id].tasks[task.worker_address]
                 records.unindex_runner(task)

@@ -43,6 +43,14 @@ class Records:
         self.waiting: dict[int, ev.TaskRecord] = {}  # current tasks whose runner is NOBODY
         self.consumers: dict[int, int] = {}  # iteration id -> its clients (if any)
         self.finished_now: list[int] = []  # iterations whose last task just ended
+        #: What the dispatcher has counted since its journal began (its metrics): splits
+        #: handed_out, acknowledged (their task done) and returned (by a worker lost or
+        #: replaced, to run again), and workers_lost.
+        self.counts: dict[str, int] = {}
+
+    def count(self, what: str, n: int = 1) -> None:
+        """Add ``n`` to :attr:`counts` ``[what]``."""
+        self.counts[what] = self.counts.get(what, 0) + n
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -143,3 +151,10 @@ class Records:
             self.unfinished[task.iteration_id] -= 1
             if not self.unfinished[task.iteration_id]:
                 self.finished_now.append(task.iteration_id)
+
+
+def splits_of(task: ev.TaskRecord) -> int:
+    """How many splits ``task`` was handed (of an older worker's task: its latest answer's)."""
+    if not task.split_log and task.last_splits is not None:
+        return len(task.last_splits.splits)
+    return sum(len(answer.splits) for answer in task.split_log)

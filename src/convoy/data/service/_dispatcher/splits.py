@@ -34,6 +34,7 @@ class Splits:
         if settled is not None:
             return settled
         splits, end = self._hand_out(event)
+        self._records.count("handed_out", len(splits))
         if event.incarnation:
             self._records.tasks[event.task_id].split_log.append(ev.SplitsAnswer(
                 event.worker_uid, event.request_number, event.repetition, splits, end))

@@ -35,7 +35,7 @@ from convoy.data.service._common.static_policy import check_static_job, is_stati
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.data.service._dispatcher.gc import GarbageCollection
-from convoy.data.service._dispatcher.records import NOBODY, Records
+from convoy.data.service._dispatcher.records import NOBODY, Records, splits_of
 from convoy.data.service._dispatcher.runs import TaskRuns
 from convoy.data.service._dispatcher.snapshots import Snapshots
 from convoy.data.service._dispatcher.splits import MAX_SPLIT_SIZE, SPLITS_PER_PASS, Splits
@@ -142,10 +142,13 @@ class DispatcherState:
     # ----- saving and restoring ---------------------------------------------------------------
     def saved(self) -> ev.SavedState:
         """The records (not the indexes, which :meth:`restore` rebuilds)."""
-        saved = ev.SavedState(self.next_id, self.next_dataset_id,
-                              *(list(getattr(self.records, name).values()) for name in _RECORDS))
-        saved.saves = list(self.snapshots.saves.values())
-        return saved
+        records = self.records
+        return ev.SavedState(
+            self.next_id, self.next_dataset_id, list(records.datasets.values()),
+            list(records.jobs.values()), list(records.iterations.values()),
+            list(records.tasks.values()), list(records.workers.values()),
+            list(records.clients.values()), list(self.snapshots.saves.values()),
+            dict(records.counts))
 
     @classmethod
     def restore(cls, saved: ev.SavedState) -> DispatcherState:
@@ -165,6 +168,7 @@ class DispatcherState:
             records.add_client(client)
         records.tombstones.update(j for j in records.job_iterations if records.at_rest(j))
         state.snapshots.saves.update((save.path, save) for save in saved.saves)
+        records.counts.update(saved.counts)
         return state
 
     def snapshot(self) -> dict[str, Any]:
@@ -398,9 +402,14 @@ class DispatcherState:
             self.runs.adopt_waiting(event.address)
             for task in replaced:
                 self.runs.run_again(task)
+                self.records.count("returned", splits_of(task))
+            if worker is not None:
+                self.records.count("workers_lost")
         else:
             worker.last_seen = event.now
         for task in self._reported_ends(event):
+            if not task.finished:
+                self.records.count("acknowledged", splits_of(task))
             self.records.finish(task)
         # A new process at the address gets its unfinished tasks again (under OFF it streams
         # its copy afresh; under DYNAMIC it runs the task again, once its clients have
