@@ -7,7 +7,15 @@ aggregated on the parameter servers), ``convoy.monitoring`` (Prometheus metrics 
 probes); ``convoy.torch`` (PyTorch glue) is imported on first use.
 """
 
+import os as _os
+import sys as _sys
 from typing import Any
+
+# gRPC reads its log level once, as it is imported, and by default logs lines of its own at
+# INFO (a peer's "Got goaway", say) that convoy's errors already explain: they are off unless
+# GRPC_VERBOSITY asks for them, or the convoy command runs with --debug.
+if "--debug" not in _sys.argv[1:]:
+    _os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from convoy import data, distribute, errors, io, metrics, monitoring, nest, nn, train
 from convoy._slices import IndexedSlices

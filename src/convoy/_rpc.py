@@ -160,7 +160,8 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
                          options=security.server_options(OPTIONS),
                          interceptors=security.server_interceptors())
     handlers = {m.name: _handler(service, m, fn) for m, fn in methods.items()}
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),
+                                     _OtherMethods(service)))
     try:
         bound = security.add_port(server, address)
     except RuntimeError:  # grpc's "Failed to bind", without saying why
@@ -171,6 +172,35 @@ def serve(service: str, methods: Mapping[Method, Callable[[Any], Any]], port: in
     server.start()
     log.info("%s listening on %s", service, join_host_port(address.rpartition(":")[0], bound))
     return server, bound
+
+
+#: How a server starts the details of its answer to a method it does not have.
+_NOT_HERE = "this is a "
+
+
+class _OtherMethods(grpc.GenericRpcHandler):
+    """Answers the calls of methods a ``service`` server does not have (a client of another
+    service at the wrong address), saying what it is."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        def refuse(request: bytes, context: grpc.ServicerContext) -> None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"{_NOT_HERE}{self._service} server, without {details.method}")
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+def _wrong_server(error: grpc.RpcError, where: str, service: str) -> errors.ConvoyError:
+    """The error of a call a server had no method for: it names what answered, and what was
+    expected."""
+    details = error.details() or ""
+    answered = (details.removeprefix(_NOT_HERE).split(" server", 1)[0]
+                if details.startswith(_NOT_HERE) else f"not a convoy server ({details})")
+    return errors.UnimplementedError(
+        f"{where}: a {service} server was expected, but what answered there is "
+        f"{'a ' if details.startswith(_NOT_HERE) else ''}{answered}; check the address")
 
 
 def _check_bindable(service: str, address: str) -> None:
@@ -329,6 +359,7 @@ class Client:
         self.address = address
         self._channel = security.channel(address, OPTIONS)
         self._auth = security.authenticator()
+        self._service = service
         self._paths = {m.name: f"/{service}/{m.name}" for m in methods}
         self._parsers = {m.name: _parser(m.response) for m in methods}
         self._stubs = {
@@ -359,6 +390,8 @@ class Client:
                 # Nobody here cancelled it: the server stopped while answering (a restart).
                 raise errors.UnavailableError(f"{where}: the server stopped while answering "
                                               f"({error.details()})") from None
+            if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+                raise _wrong_server(error, where, self._service) from None
             raise errors.from_rpc_error(error, where) from None
         except ValueError:
             if not self._closed:

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -511,12 +512,41 @@ def explain(error: BaseException) -> tuple[str, int]:
             FAILURE)
 
 
+#: Settings whose flag is not the setting's name with dashes.
+_FLAG_OF_SETTING = {"heartbeat_interval_ms": "--heartbeat-ms", "dispatcher_address": "--dispatcher",
+                    "worker_address": "--address", "fault_tolerant_mode": "--fault-tolerant",
+                    "auth_token_file": "--auth-token-file"}
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every flag of ``parser`` and of its subcommands."""
+    flags: set[str] = set()
+    for action in parser._actions:
+        flags.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= _flags(sub)
+    return flags
+
+
+def with_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """``message`` (of a config refusing a setting) naming the flags that set what it names
+    (``--worker-timeout-ms``, not ``worker_timeout_ms``)."""
+    flags = _flags(parser)
+
+    def flag(match: re.Match[str]) -> str:
+        setting = match[0]
+        named = _FLAG_OF_SETTING.get(setting, "--" + setting.replace("_", "-"))
+        return named if named in flags else setting
+
+    return re.sub(r"(?<![\w./-])[a-z]+(?:_[a-z0-9]+)+\b", flag, message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``convoy`` command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level, args.command)
-    if not args.debug:  # gRPC's own lines repeat the errors this command explains
-        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.command)  # gRPC's own lines: see convoy/__init__
     try:
         return _COMMANDS[args.command][2](args)
     except KeyboardInterrupt:
@@ -525,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             log.error("convoy %s failed", args.command, exc_info=error)
         message, status = explain(error)
+        if status == USAGE:
+            message = with_flags(message, parser)
         print(f"convoy {args.command}: {' '.join(message.split())}", file=sys.stderr,
               flush=True)
         return status

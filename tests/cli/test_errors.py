@@ -6,20 +6,26 @@ failure while running, a traceback only with --debug; every command takes --vers
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import convoy
 from convoy._security import TOKEN_ENV
 from convoy.cli import build_parser
-from convoy.data.service import DispatcherConfig
-from convoy.testing import ServerProcess, free_port
+from convoy.data import Dataset
+from convoy.data.service import DispatcherConfig, distribute
+from convoy.data.service._common.wire import DISPATCHER, WORKER
+from convoy.data.service._dispatcher.journal import FULL_DISK_FLAG
+from convoy.testing import ProcessCluster, ServerProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -132,8 +138,14 @@ def test_an_unreachable_dispatcher_is_a_runtime_failure_in_one_line():
                                          ("--client-timeout-ms", "client_timeout_ms"),
                                          ("--job-gc-timeout-ms", "job_gc_timeout_ms")])
 def test_the_dispatcher_timeouts_reach_its_config(flag, field):
-    done = convoy_command("dispatcher", flag, "-5")  # refused by the config, by name
-    assert_one_line(done, 2, "dispatcher", field)
+    done = convoy_command("dispatcher", flag, "-5")  # refused by the config, by its flag
+    assert_one_line(done, 2, "dispatcher", f"{flag} must be >= ")
+    assert field not in done.stderr
+
+
+def test_a_refused_setting_is_named_by_its_flag_even_when_the_names_differ():
+    done = convoy_command("worker", "--dispatcher", "localhost:1", "--heartbeat-ms", "-1")
+    assert_one_line(done, 2, "worker", "--heartbeat-ms must be >= 1")
 
 
 def test_the_dispatcher_timeouts_help_tells_the_config_defaults():
@@ -177,3 +189,96 @@ def test_a_task_index_beyond_the_cluster_is_a_usage_error_in_one_line():
     done = convoy_command("server", "--cluster", cluster, "--job", "ps", "--index", "3",
                           env={"TF_CONFIG": ""})
     assert_one_line(done, 2, "server", "The `task_id` 3 exceeds the maximum id of ps.")
+
+
+def test_a_dispatcher_started_on_a_full_disk_names_the_journal(tmp_path):
+    flag = tmp_path / "full"
+    flag.touch()
+    done = convoy_command("dispatcher", "--work-dir", str(tmp_path / "work"), "--fault-tolerant",
+                          env={FULL_DISK_FLAG: str(flag)})
+    assert_one_line(done, 1, "dispatcher", str(tmp_path / "work" / "journal"),
+                    "No space left on device")
+
+
+@pytest.fixture
+def worker() -> Iterator[ServerProcess]:
+    cluster = ProcessCluster(num_workers=1)
+    try:
+        yield cluster.workers[0]
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize("command", ["worker", "status"])
+def test_a_command_pointed_at_another_kind_of_server_says_what_answered(command, worker):
+    done = convoy_command(command, "--dispatcher", worker.address,
+                          *(["--dispatcher-timeout-ms", "5000"] if command == "worker" else []))
+    assert_one_line(done, 1, command, f"a {DISPATCHER} server was expected",
+                    f"answered there is a {WORKER}", worker.address)
+    assert "Method not found" not in done.stderr
+
+
+def test_grpc_logs_its_own_lines_only_with_debug():
+    script = "import os, convoy; print(os.environ.get('GRPC_VERBOSITY'))"
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"})
+    debug = subprocess.run([sys.executable, "-c", script, "--debug"], capture_output=True,
+                           text=True, env={k: v for k, v in os.environ.items()
+                                           if k != "GRPC_VERBOSITY"})
+    assert (quiet.stdout.strip(), debug.stdout.strip()) == ("ERROR", "None")
+
+
+def test_a_worker_says_at_once_it_lost_its_dispatcher_and_when_it_is_back(tmp_path):
+    port = free_port()
+    args = ["--port", str(port), "--fault-tolerant", "--work-dir", str(tmp_path)]
+    dispatcher = ServerProcess("dispatcher", args).start()
+    worker = ServerProcess("worker", ["--dispatcher", f"127.0.0.1:{port}",
+                                      "--heartbeat-ms", "100"]).start()
+    try:
+        dispatcher.kill()
+        lost = wait_for_line(worker, "cannot reach its dispatcher", 5.0)
+        dispatcher = ServerProcess("dispatcher", args).start()
+        assert wait_for_line(worker, "reaches its dispatcher again", 10.0)
+        # the restarted dispatcher said what it replayed: the worker's registration
+        replayed = wait_for_line(dispatcher, "replayed", 5.0)
+        assert "1 workers" in replayed, replayed
+        assert " WARNING " in lost and "dispatcher_timeout_ms" in lost, lost
+    finally:
+        worker.kill()
+        dispatcher.kill()
+
+
+def wait_for_line(server: ServerProcess, text: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [line for line in list(server.log) if text in line]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise TimeoutError(f"no line with {text!r} from {server.role} in {timeout_s:.0f} s: "
+                       f"{''.join(server.log[-20:])}")
+
+
+def slow(x: Any) -> Any:
+    time.sleep(0.0005)
+    return x
+
+
+def test_a_worker_draining_on_sigterm_is_no_failure_for_its_consumers(caplog):
+    caplog.set_level(logging.INFO)
+    cluster = ProcessCluster(num_workers=2)
+    try:
+        dataset = Dataset.range(4000).map(slow).apply(distribute("dynamic", cluster.target))
+        received = []
+        for element in dataset:
+            received.append(int(element))
+            if len(received) == 500:
+                assert cluster.workers[0].terminate() == 0
+        assert sorted(received) == list(range(4000))
+    finally:
+        cluster.stop()
+    port = cluster.workers[0].address.rsplit(":", 1)[1]
+    warned = [r.getMessage() for r in caplog.records
+              if r.levelno >= logging.WARNING and f":{port}" in r.getMessage()]
+    assert not warned, warned
+    assert any("leaves" in r.getMessage() for r in caplog.records), caplog.records

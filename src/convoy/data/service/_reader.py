@@ -350,7 +350,8 @@ class Reader:
                 elif isinstance(instruction, HeartbeatNow):
                     self._wake.set()
                 elif isinstance(instruction, Warn):
-                    log.warning("%s", instruction.message)
+                    log.log(logging.INFO if instruction.info else logging.WARNING, "%s",
+                            instruction.message)
                 elif isinstance(instruction, ReportUnreachable):
                     # a report lost is a worker found lost later, by its timeout
                     _threads.start("convoy-client-report", self._report_unreachable,

@@ -37,6 +37,7 @@ from convoy.data.service._common.server_config import WorkerConfig
 from convoy.data.service._common.wire import (
     DISPATCHER,
     DISPATCHER_METHODS,
+    DRAINING,
     ELEMENT_WAIT_S,
     ELEMENTS,
     END_OF_SEQUENCE,
@@ -292,7 +293,8 @@ class WorkerServer(_rpc.ServerBase):
                 self.error = UnavailableError(instruction.reason)
                 self._stopping = True
             elif isinstance(instruction, ws.WaitingForDispatcher):
-                log.warning("%s", instruction.message)
+                log.log(logging.INFO if instruction.recovered else logging.WARNING, "%s",
+                        instruction.message)
             elif not isinstance(instruction, ws.HeartbeatNow):
                 self._outbox.append(instruction)
         if result.instructions:
@@ -525,6 +527,9 @@ class WorkerServer(_rpc.ServerBase):
             return answer, None
 
     def _check_serving(self) -> None:
+        if self._stopping and self._draining:
+            raise UnavailableError(f"worker {self._address} {DRAINING}: it leaves, and its "
+                                   "tasks go on elsewhere")
         if self._stopping or self._state is None:
             raise UnavailableError(f"worker {self._address} is "
                                    f"{'stopping' if self._stopping else 'starting'}")

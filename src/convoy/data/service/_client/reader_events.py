@@ -156,9 +156,10 @@ class ReportUnreachable:
 
 @dataclass(frozen=True)
 class Warn:
-    """Tell the user (a logged warning)."""
+    """Tell the user (a logged warning; ``info``: a line at INFO, news that is no failure)."""
 
     message: str
+    info: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from convoy._events import Handlers
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._common import ranges as _ranges
+from convoy.data.service._common.wire import DRAINING
 from convoy.errors import ConvoyError, InvalidArgumentError, UnavailableError
 
 Instructions = tuple[Any, ...]
@@ -233,9 +234,13 @@ class ReaderState:
             task.unreachable_since = task.warned_at = now
             task.reported_unreachable_at = None
             task.backoff_s = config.first_backoff_s
-            warnings.append(ev.Warn(
-                f"Cannot reach data service worker {address} (task {task.task_id}): "
-                f"{event.error}; retrying for up to {config.unreachable_timeout_s:g} s"))
+            if DRAINING in str(event.error):
+                warnings.append(ev.Warn(f"Data service worker {address} leaves (task "
+                                        f"{task.task_id}): {event.error}", info=True))
+            else:
+                warnings.append(ev.Warn(
+                    f"Cannot reach data service worker {address} (task {task.task_id}): "
+                    f"{event.error}; retrying for up to {config.unreachable_timeout_s:g} s"))
         else:
             task.backoff_s = min(2 * task.backoff_s, config.max_backoff_s)
         if task.incarnation and (task.reported_unreachable_at is None

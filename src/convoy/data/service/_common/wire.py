@@ -51,6 +51,10 @@ SHARED_MEMORY = b"M"
 #: A SHARED_MEMORY answer's header, before the segment's name.
 SHARED_MEMORY_HEADER = struct.Struct("<QQ")
 
+#: In the "unavailable" answer of a worker that leaves gracefully (SIGTERM): its consumers
+#: read its tasks elsewhere, and say so without a warning.
+DRAINING = "is draining"
+
 #: How long a worker waits for a task's first element (or for the heartbeat that may bring
 #: its task) before answering NOT_READY.
 ELEMENT_WAIT_S = 0.5

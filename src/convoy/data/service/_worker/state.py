@@ -155,9 +155,11 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class WaitingForDispatcher:
-    """Tell the operator (a logged warning): the dispatcher has not answered for a while."""
+    """Tell the operator (a logged warning): the dispatcher does not answer; or (``recovered``,
+    logged at info) it answers again."""
 
     message: str
+    recovered: bool = False
 
 
 Instruction = (StartTask | StopTask | HeartbeatNow | SendHeartbeat | Shutdown
@@ -204,6 +206,7 @@ class WorkerState:
         self.last_answer = now
         self.failed_heartbeats = 0  # since the last answer or the last waiting message
         self.waiting_said_at = now  # when the worker last said it waits for its dispatcher
+        self.failing: tuple[float, int] | None = None  # since when heartbeats fail, how many
 
     def apply(self, event: Event) -> Result:
         """Apply one event; returns the answer to a consumer (if it asked) and what to do."""
@@ -227,6 +230,13 @@ class WorkerState:
         self.failed_heartbeats = 0
         self.heartbeat_at = event.now + self.heartbeat_interval
         instructions: list[Instruction] = []
+        if self.failing is not None:
+            since, failed = self.failing
+            self.failing = None
+            instructions.append(WaitingForDispatcher(
+                f"worker {self.address} reaches its dispatcher again after "
+                f"{event.now - since:.1f} s ({failed} heartbeat{'s' * (failed != 1)} failed)",
+                recovered=True))
         for task_id in event.tasks_to_delete:
             record = self.tasks.pop(task_id, None)
             if record is None:
@@ -255,6 +265,13 @@ class WorkerState:
                 f"worker {self.address} has had no answer from the dispatcher for "
                 f"{silent:.1f} s (dispatcher_timeout_ms): {event.error}"),))
         self.heartbeat_at = event.now + min(self.heartbeat_interval, RETRY_S)
+        if self.failing is None:  # the first failure is said at once, then summaries
+            self.failing = (event.now, 1)
+            self.waiting_said_at, self.failed_heartbeats = event.now, 0
+            return Result(instructions=(WaitingForDispatcher(
+                f"worker {self.address} cannot reach its dispatcher (retrying; gives up after "
+                f"{self.dispatcher_timeout:.0f} s, dispatcher_timeout_ms): {event.error}"),))
+        self.failing = (self.failing[0], self.failing[1] + 1)
         self.failed_heartbeats += 1
         if event.now - self.waiting_said_at < WAITING_LOG_EVERY_S:
             return Result()
