@@ -70,6 +70,7 @@ def main() -> None:
                 print(f"lost a parameter server: {str(error)[:100]}...")
                 path = strategy.recover(manager, timeout_s=120)
                 print(f"recovered from {path}; training on from step {done}")
+        assert optimizer.iterations is not None  # made at once in a strategy's scope
         print(f"trained {STEPS} steps, {int(optimizer.iterations.numpy())} updates applied "
               f"(the steps lost with the ps were trained again)")
         coordinator.shutdown()
