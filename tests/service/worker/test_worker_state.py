@@ -95,7 +95,8 @@ def test_a_deleted_task_stops_and_is_refused_by_name(state: ws.WorkerState) -> N
 def test_a_failed_heartbeat_is_retried_soon_and_a_silent_dispatcher_stops_the_worker(
         state: ws.WorkerState) -> None:
     heartbeat = tick(state, 1.0)
-    assert state.apply(ws.HeartbeatFailed(heartbeat.seq, "refused", 1.0)).instructions == ()
+    (said,) = state.apply(ws.HeartbeatFailed(heartbeat.seq, "refused", 1.0)).instructions
+    assert isinstance(said, ws.WaitingForDispatcher)  # the first failure, said at once
     assert state.next_heartbeat() == 1.0 + ws.RETRY_S
     heartbeat = tick(state, 1.0 + ws.RETRY_S)
     result = state.apply(ws.HeartbeatFailed(heartbeat.seq, "refused", DISPATCHER_TIMEOUT))
@@ -106,8 +107,9 @@ def test_a_failed_heartbeat_is_retried_soon_and_a_silent_dispatcher_stops_the_wo
 
 def test_a_worker_waiting_for_its_dispatcher_says_so_every_ten_seconds(
         state: ws.WorkerState) -> None:
-    """Never silent for up to dispatcher_timeout_ms (an hour by default): one summed-up line
-    every WAITING_LOG_EVERY_S while heartbeats fail, none once one is answered."""
+    """Never silent for up to dispatcher_timeout_ms (an hour by default): the first failure
+    at once, then one summed-up line every WAITING_LOG_EVERY_S while heartbeats fail, one
+    when one is answered again."""
     said = []
     now = 1.0
     while now < 25.0:
@@ -117,11 +119,15 @@ def test_a_worker_waiting_for_its_dispatcher_says_so_every_ten_seconds(
             assert isinstance(instruction, ws.WaitingForDispatcher)
             said.append((now, instruction.message))
         now += ws.RETRY_S
-    assert [when for when, _ in said] == [10.0, 20.0]
-    assert ADDRESS in said[0][1] and "refused" in said[0][1] and "37 heartbeats" in said[0][1]
-    answer(state, tick(state, now), now=now)
+    assert [when for when, _ in said] == [1.0, 11.0, 21.0]
+    assert ADDRESS in said[0][1] and "cannot reach its dispatcher" in said[0][1]
+    assert "refused" in said[1][1] and "heartbeats failed in the last 10 s" in said[1][1]
+    back = [i for i in answer(state, tick(state, now), now=now)
+            if isinstance(i, ws.WaitingForDispatcher)]
+    assert len(back) == 1 and back[0].recovered and "again after 24" in back[0].message
     heartbeat = tick(state, now + INTERVAL)
-    assert state.apply(ws.HeartbeatFailed(heartbeat.seq, "refused", now + 5)).instructions == ()
+    (again,) = state.apply(ws.HeartbeatFailed(heartbeat.seq, "refused", now + 5)).instructions
+    assert "cannot reach its dispatcher" in again.message
 
 
 # ----- consumers asking for tasks the worker does not know ---------------------------------------
