@@ -47,6 +47,7 @@ __all__ = [
     "ELEMENTS_PRODUCED",
     "ELEMENTS_SERVED",
     "HEARTBEATS",
+    "MAX_BUFFERED_BYTES",
     "PS_BYTES",
     "PS_OPERATIONS",
     "REFUSED_CALLS",
@@ -180,6 +181,10 @@ BYTES_SERVED = _of("worker")(Counter(
     namespace=_NS, subsystem="data", registry=None))
 BUFFERED_BYTES = _of("worker")(Gauge(
     "buffered_bytes", "Bytes of elements a data worker holds for its consumers, all tasks",
+    namespace=_NS, subsystem="data", registry=None))
+MAX_BUFFERED_BYTES = _of("worker")(Gauge(
+    "max_buffered_bytes", "The bound of convoy_data_buffered_bytes (--max-buffered-bytes): at "
+    "it, a data worker stops producing until its consumers take elements",
     namespace=_NS, subsystem="data", registry=None))
 CONSUMER_WAIT_SECONDS = _of("consumer")(Histogram(
     "consumer_wait_seconds", "How long a consumer of the data service waited for its next "

@@ -58,7 +58,8 @@ def scrape(port: int) -> dict[str, float]:
 #: A family each role exports, and families of other roles that it must not.
 ROLE_FAMILIES = {
     "dispatcher": ("convoy_data_workers", "convoy_data_splits_total"),
-    "worker": ("convoy_data_elements_served_total", "convoy_data_buffered_bytes"),
+    "worker": ("convoy_data_elements_served_total", "convoy_data_buffered_bytes",
+               "convoy_data_max_buffered_bytes"),
     "ps": ("convoy_ps_bytes_total",),
 }
 OTHERS = ("convoy_coordinator_", "convoy_data_consumer_wait_")
@@ -219,6 +220,7 @@ def test_each_server_exports_only_the_families_of_its_role():
         assert not [name for name in dispatcher if name.startswith("convoy_ps_")]
         worker = assert_serves_probes_and_metrics(worker_metrics, "worker")
         assert not [name for name in worker if "journal" in name]
+        assert worker["convoy_data_max_buffered_bytes"] == 1 << 30  # the default bound
 
 
 SECRET = "s" * 40

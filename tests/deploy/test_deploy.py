@@ -1,7 +1,10 @@
 """deploy/: every Kubernetes manifest validates offline against one pinned Kubernetes version,
 every convoy flag they use is one the command takes, each pod's shell entry builds a valid
 TF_CONFIG from its ordinal, and the Dockerfile (no image can be built here) is checked by
-parsing."""
+parsing. The manifests pass the restricted Pod Security Standard, take their images' version
+from kustomization.yaml, and come with Services, disruption budgets, a network policy and
+grace periods a hardened cluster needs; deploy/monitoring's ServiceMonitor and alerts validate
+against the Prometheus Operator's schemas (fixtures) and their PromQL parses."""
 
 from __future__ import annotations
 
@@ -16,11 +19,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
+import promql_parser
 import pytest
 import yaml
 
+import convoy
+from convoy import monitoring
 from convoy.cli import build_parser
+from convoy.data.service import _worker_server
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -29,7 +37,8 @@ DEPLOY = ROOT / "deploy"
 KUBERNETES_VERSION = "1.33.0"
 SERVER_COMMANDS = ("dispatcher", "worker", "server")
 
-MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
+KUSTOMIZATION = DEPLOY / "k8s" / "kustomization.yaml"
+MANIFESTS = sorted(set((DEPLOY / "k8s").glob("*.yaml")) - {KUSTOMIZATION})
 DOCUMENTS = [(path.name, index, document) for path in MANIFESTS
              for index, document in enumerate(yaml.safe_load_all(path.read_text()))
              if document is not None]
@@ -248,3 +257,234 @@ def test_the_dockerfile_builds_a_cpu_image_that_runs_convoy_as_another_user():
                 assert (ROOT / source).exists(), source
                 ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
                 assert f"!{source.rstrip('/')}/" in ignored or f"!{source}" in ignored, source
+
+
+# -- a hardened cluster -----------------------------------------------------------------------
+def pod_specs() -> list[tuple[str, dict[str, Any]]]:
+    return [(w["metadata"]["name"], w["spec"]["template"]["spec"]) for w in workloads()]
+
+
+def all_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+#: The volume types the restricted Pod Security Standard admits.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}
+
+
+def test_every_pod_passes_the_restricted_pod_security_standard():
+    """The restricted profile's checks (and the baseline's it includes), as the Pod Security
+    admission controller makes them for each pod and container."""
+    for name, spec in pod_specs():
+        pod = spec["securityContext"]
+        assert not any(spec.get(f) for f in ("hostNetwork", "hostPID", "hostIPC")), name
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for volume in spec.get("volumes", []):
+            assert set(volume) - {"name"} <= RESTRICTED_VOLUMES, (name, volume)
+        for container in all_containers(spec):
+            context = container["securityContext"]
+            where = (name, container["name"])
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["capabilities"] == {"drop": ["ALL"]}, where
+            assert context["runAsNonRoot"] is True, where
+            assert context.get("runAsUser", pod["runAsUser"]) != 0, where
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            assert not context.get("privileged"), where
+            assert not any("hostPort" in port for port in container.get("ports", [])), where
+
+
+def test_root_filesystems_are_read_only_and_tmp_is_writable():
+    for name, spec in pod_specs():
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for container in all_containers(spec):
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert "emptyDir" in volumes[mounts["/tmp"]], name
+
+
+def test_the_image_runs_as_the_user_and_group_of_every_pod():
+    steps = instructions(DEPLOY / "Dockerfile")
+    user = [rest for keyword, rest in steps if keyword == "USER"][-1]
+    run = " ".join(rest for keyword, rest in steps if keyword == "RUN")
+    for name, spec in pod_specs():
+        pod = spec["securityContext"]
+        assert user == f"{pod['runAsUser']}:{pod['runAsGroup']}", name
+        assert f"--uid {pod['runAsUser']} --gid {pod['runAsGroup']}" in run
+        assert f"groupadd --gid {pod['runAsGroup']}" in run
+
+
+def images() -> dict[str, str]:
+    """newName:newTag of each image name kustomization.yaml sets."""
+    kustomization = yaml.safe_load(KUSTOMIZATION.read_text())
+    return {i["name"]: f"{i['newName']}:{i['newTag']}" for i in kustomization["images"]}
+
+
+def test_the_images_version_is_set_in_one_place_the_kustomization():
+    kustomization = yaml.safe_load(KUSTOMIZATION.read_text())
+    assert sorted(kustomization["resources"]) == sorted(path.name for path in MANIFESTS)
+    tags = {i["newTag"] for i in kustomization["images"]}
+    assert tags == {convoy.__version__}  # the images of this version of convoy
+    for name, image in images().items():
+        registry = image.split("/", 1)[0]
+        assert "." in registry or ":" in registry, f"{name}: name its registry: {image}"
+    for name, spec in pod_specs():
+        for container in all_containers(spec):
+            image = container["image"]
+            assert ":" not in image and "@" not in image, f"{name}: the tag is kustomize's"
+            assert image in images(), (name, image)
+
+
+def service_for(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Services whose selector picks ``workload``'s pods."""
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    return [d for _, _, d in DOCUMENTS if d["kind"] == "Service"
+            and d["spec"]["selector"].items() <= labels.items()]
+
+
+def test_each_statefulset_is_governed_by_a_headless_service():
+    for workload in workloads("StatefulSet"):
+        service = named("Service", workload["spec"]["serviceName"])
+        assert service["spec"]["clusterIP"] == "None", workload["metadata"]["name"]
+        assert service in service_for(workload)
+
+
+def test_the_dispatcher_is_reached_even_when_not_ready():
+    """Its client Service lists it whatever its readiness says: heartbeats and status calls
+    still reach a dispatcher whose journal's disk is full."""
+    service = named("Service", "convoy-dispatcher")
+    assert service["spec"].get("clusterIP") != "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service in service_for(named("StatefulSet", "convoy-dispatcher"))
+    port = service["spec"]["ports"][0]["port"]
+    for _, _, command in server_containers():
+        if command[0] == "worker":
+            assert option(command, "--dispatcher") == f"convoy-dispatcher:{port}"
+
+
+@pytest.mark.parametrize("workload", ["convoy-dispatcher", "convoy-ps"])
+def test_a_node_drain_does_not_evict_the_dispatcher_or_a_parameter_server(workload):
+    labels = named("StatefulSet", workload)["spec"]["template"]["metadata"]["labels"]
+    budgets = [d for _, _, d in DOCUMENTS if d["kind"] == "PodDisruptionBudget"
+               and d["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+    assert len(budgets) == 1, workload
+    assert budgets[0]["spec"]["maxUnavailable"] == 0
+
+
+def test_the_network_policy_admits_convoy_pods_and_prometheus_only():
+    (policy,) = [d for _, _, d in DOCUMENTS if d["kind"] == "NetworkPolicy"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    for workload in workloads():
+        assert selected.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    own, prometheus = policy["spec"]["ingress"]
+    assert own == {"from": [{"podSelector": {"matchLabels": selected}}]}
+    assert prometheus["from"] == [{"namespaceSelector": {},
+                                   "podSelector": {"matchLabels": {
+                                       "app.kubernetes.io/name": "prometheus"}}}]
+    assert prometheus["ports"] == [{"protocol": "TCP", "port": "metrics"}]
+    for _, container in containers():  # the port it names is each pod's metrics port
+        assert "metrics" in {p["name"] for p in container["ports"]}
+
+
+def drain_timeout(command: list[str]) -> float:
+    """The SIGTERM drain a data worker's command line asks for (the flag's default if none)."""
+    parsed = build_parser().parse_args([a.replace("$(POD_IP)", "10.1.2.3") for a in command])
+    return float(parsed.drain_timeout)
+
+
+def test_every_pod_gets_longer_than_its_drain_to_stop():
+    """A data worker drains for --drain-timeout, then waits for its last calls and
+    deregisters; the others stop at once. Each pod's grace period is explicit and longer."""
+    for name, spec in pod_specs():
+        assert spec["terminationGracePeriodSeconds"] >= 15, name
+    for workload, _, command in server_containers():
+        if command[0] == "worker":
+            stopping = (drain_timeout(command) + _worker_server.STOP_WAIT_S
+                        + _worker_server.STOP_GRACE_S + 10)  # + the deregistration call
+            grace = workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            assert grace > stopping, (grace, stopping)
+
+
+# -- Prometheus Operator's resources ----------------------------------------------------------
+#: The Prometheus Operator's CRD schemas, as the npm package
+#: @kubernetes-models/prometheus-operator (pinned: fixtures/prometheus-operator/README.md)
+#: carries them.
+SCHEMAS = Path(__file__).parent / "fixtures" / "prometheus-operator"
+MONITORING = [document for path in sorted((DEPLOY / "monitoring").glob("*.yaml"))
+              for document in yaml.safe_load_all(path.read_text()) if document is not None]
+
+
+def strict(schema: Any) -> Any:
+    """``schema`` refusing unknown fields in every object it describes (a typo fails), as
+    kubernetes-validate's strict schemas do."""
+    if isinstance(schema, dict):
+        schema = {key: strict(value) for key, value in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [strict(item) for item in schema]
+    return schema
+
+
+def crd_schema(kind: str) -> dict[str, Any]:
+    schema = json.loads((SCHEMAS / f"{kind.lower()}-v1.json").read_text())
+    schema["properties"]["metadata"] = {"type": "object"}  # checked as Kubernetes' below
+    return strict(schema)
+
+
+@pytest.mark.parametrize("document", MONITORING, ids=[d["kind"] for d in MONITORING])
+def test_the_monitoring_resources_validate_against_the_operators_schemas(document):
+    jsonschema.validate(document, crd_schema(document["kind"]))
+    kubernetes_validate.validate(  # its metadata, as any object's
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": document["metadata"]},
+        KUBERNETES_VERSION, strict=True)
+
+
+def test_a_schema_fixture_refuses_what_the_operator_would():
+    (rule,) = [d for d in MONITORING if d["kind"] == "PrometheusRule"]
+    broken = json.loads(json.dumps(rule))
+    broken["spec"]["groups"][0]["rules"][0]["exprs"] = "up"  # a typo'd field
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, crd_schema("PrometheusRule"))
+
+
+def test_prometheus_scrapes_every_convoy_server():
+    (monitor,) = [d for d in MONITORING if d["kind"] == "ServiceMonitor"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    port = monitor["spec"]["endpoints"][0]["port"]
+    for workload in workloads():
+        scraped = [s for s in service_for(workload)
+                   if selector.items() <= s["metadata"]["labels"].items()
+                   and port in {p["name"] for p in s["spec"]["ports"]}]
+        assert len(scraped) == 1, workload["metadata"]["name"]  # once, not twice
+
+
+def exported_families() -> set[str]:
+    """The names of every family convoy exports (all roles), as PromQL sees them."""
+    for role in monitoring.ROLES:
+        monitoring.export(role)
+    names = set()
+    for family in monitoring.REGISTRY.collect():
+        names.update(sample.name for sample in family.samples)
+    return names
+
+
+ALERTS = {"ConvoyDataWorkerLost", "ConvoyConsumersWaiting", "ConvoyJournalFailing",
+          "ConvoyCallsRefused", "ConvoyWorkerBufferFull"}
+
+
+def test_the_five_alerts_parse_and_use_only_metrics_convoy_exports():
+    (rule,) = [d for d in MONITORING if d["kind"] == "PrometheusRule"]
+    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert {r["alert"] for r in rules} == ALERTS
+    exported = exported_families()
+    for alert in rules:
+        promql_parser.parse(alert["expr"])  # ValueError if it does not parse
+        used = set(re.findall(r"\b(convoy_[a-z_]+)\b", alert["expr"]))
+        assert used and used <= exported, (alert["alert"], used - exported)
+        assert alert["labels"]["severity"] in ("warning", "critical")
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+    with pytest.raises(ValueError):
+        promql_parser.parse("sum(rate(convoy_refused_calls_total[5m])")

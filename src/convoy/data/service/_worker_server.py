@@ -648,6 +648,8 @@ class WorkerServer(_rpc.ServerBase):
 _LIVE: weakref.WeakSet[WorkerServer] = weakref.WeakSet()
 monitoring.BUFFERED_BYTES.set_function(
     lambda: float(sum(worker.buffered()[1] for worker in list(_LIVE))))
+monitoring.MAX_BUFFERED_BYTES.set_function(
+    lambda: float(sum(worker._config.max_buffered_bytes for worker in list(_LIVE))))
 
 
 def _definition(task: pb.TaskDef) -> ws.TaskDefinition:
