@@ -217,3 +217,20 @@ def test_refused_calls_are_counted_by_reason_and_logged_summarised(caplog):
 def test_export_takes_a_known_role():
     with pytest.raises(InvalidArgumentError, match="`role`"):
         monitoring.export("trainer")
+
+
+def test_a_dispatchers_counts_survive_a_snapshot_of_its_journal():
+    """What the split and lost-worker counters show is the state's: a compacted journal (a
+    snapshot) keeps it, and one written before the counts existed starts them at 0."""
+    from convoy.data.service._dispatcher.journal_format import decode_snapshot, encode_snapshot
+    from convoy.data.service._dispatcher.state import DispatcherState
+
+    state = DispatcherState()
+    state.records.count("handed_out", 7)
+    state.records.count("workers_lost")
+    restored, generation = decode_snapshot(encode_snapshot(state, 3))
+    assert generation == 3
+    assert restored.records.counts == {"handed_out": 7, "workers_lost": 1}
+    older = encode_snapshot(DispatcherState(), 1).replace(b',"counts":{}', b"")
+    assert b"counts" not in older
+    assert decode_snapshot(older)[0].records.counts == {}
