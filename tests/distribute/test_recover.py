@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from safetensors.numpy import load_file
 
 import convoy as cv
@@ -17,8 +18,8 @@ from convoy.testing import TrainingCluster, free_port
 
 
 class _Run:
-    """A strategy, coordinator, two variables (one on each ps), an Adagrad optimizer and a
-    checkpoint manager."""
+    """A strategy, coordinator, two variables (one on each ps), a placed torch module, an
+    Adagrad optimizer and a checkpoint manager."""
 
     def __init__(self, resolver, directory):
         self.strategy = cv.distribute.ParameterServerStrategy(resolver)
@@ -26,17 +27,20 @@ class _Run:
         with self.strategy.scope():
             self.weights = cv.Variable(np.zeros(4, np.float32), name="weights")
             self.bias = cv.Variable(np.float32(0), name="bias")
+            torch.manual_seed(0)
+            self.model = cv.torch.place(torch.nn.Linear(4, 1))
             self.optimizer = cv.optimizers.Adagrad(0.1)
         self.checkpoint = cv.train.Checkpoint(weights=self.weights, bias=self.bias,
-                                              optimizer=self.optimizer)
+                                              model=self.model, optimizer=self.optimizer)
         self.manager = cv.train.CheckpointManager(self.checkpoint, directory)
 
     def train(self, steps):
-        weights, bias, optimizer = self.weights, self.bias, self.optimizer
+        weights, bias, model, optimizer = self.weights, self.bias, self.model, self.optimizer
 
         def step(i):
+            model(torch.full((2, 4), float(i))).sum().backward()
             optimizer.apply_gradients([(np.full(4, i % 3 + 1, np.float32), weights),
-                                       (np.float32(-1), bias)])
+                                       (np.float32(-1), bias), *model.gradients()])
 
         for i in range(steps):
             self.coordinator.schedule(step, args=(i,))

@@ -253,7 +253,8 @@ class ParameterServerStrategy:
                     ", ".join(str(i) for i in lost) or "(none)")
         checkpoint_manager.checkpoint.read(latest)
         if lost:
-            self._reconnect_workers([self._stores[i] for i in lost])
+            self._reconnect_workers([self._stores[i] for i in lost],
+                                    max(_REACH_AT_LEAST_S, deadline - time.monotonic()))
         return latest
 
     def _resolved_ps_spec(self) -> ClusterSpec:
@@ -314,7 +315,7 @@ class ParameterServerStrategy:
                        for v in variables])
         return True
 
-    def _reconnect_workers(self, stores: list[RemoteStore]) -> None:
+    def _reconnect_workers(self, stores: list[RemoteStore], timeout_s: float) -> None:
         """Have every worker reach ``stores`` once, so its first call to a restarted ps (which
         fails, unsent) is not a training function's."""
         from convoy.distribute._coordinator_calls import call_message
@@ -322,7 +323,8 @@ class ParameterServerStrategy:
         coordinator = self._cluster_coordinator
         if coordinator is None or coordinator._scheduler.closed:
             return
-        call = call_message(_reach, ([(s.address, s.task_index) for s in stores],), {})
+        call = call_message(_reach, ([(s.address, s.task_index) for s in stores], timeout_s),
+                            {})
         for worker in coordinator._scheduler._workers:
             try:
                 outcome = worker.run(call)
@@ -397,20 +399,23 @@ def _forget_pickles() -> None:
         placing._sent.clear()
 
 
-#: How often a worker tries a restarted ps (its first call of a connection fails, unsent).
-_REACH_TRIES = 5
+#: The least time a worker is given to reach a recovered ps (its connection may be waiting
+#: out a reconnection backoff, and its first call of a connection fails, unsent).
+_REACH_AT_LEAST_S = 10.0
 
 
-def _reach(stores: list[tuple[str, int]]) -> None:
-    """On a worker: call each ``(address, task index)`` ps once, past a failed first call."""
+def _reach(stores: list[tuple[str, int]], timeout_s: float) -> None:
+    """On a worker: call each ``(address, task index)`` ps once, retrying unavailable ones
+    for ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
     for address, index in stores:
         store = RemoteStore.get(address, index)
-        for attempt in range(_REACH_TRIES):
+        while True:
             try:
                 store.execute([])
                 break
             except UnavailableError:
-                if attempt == _REACH_TRIES - 1:
+                if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.2)
 
