@@ -48,3 +48,33 @@ def user_modules(tmp_path: Path) -> Iterator[UserModules]:
     modules = UserModules(tmp_path / "user_code")
     yield modules
     modules.hide()
+
+
+@pytest.fixture(scope="session")
+def _s3_server() -> Iterator[str]:
+    """An S3-compatible server (moto's) on a free local port, for the whole session."""
+    server_module = pytest.importorskip("moto.server")
+    from convoy.testing import free_port
+
+    port = free_port()
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(_s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://<fresh bucket>`` on the test server, the ``AWS_*`` variables pointing at it
+    (in this process and in the processes it starts)."""
+    import uuid
+
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", _s3_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    name = f"bkt-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=_s3_server).create_bucket(Bucket=name)
+    return f"s3://{name}"
