@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from convoy import _threads, monitoring
+from convoy import _stream, _threads, monitoring
 from convoy.data import Dataset
 from convoy.data.service import DispatcherConfig, distribute
 from convoy.errors import ConvoyError
@@ -106,6 +106,8 @@ def read(cluster: LocalCluster, prefetch: bool = False) -> list[int]:
 
 #: Threads that restart: the cluster goes on, and the thread runs again.
 RESTARTED = ["convoy-dispatcher-gc", "convoy-worker-snapshots", "convoy-metrics"]
+#: Threads whose failure only costs what they would have done (memory given back).
+IGNORED = ["convoy-worker-trim"]
 #: Threads whose owner fails: the read raises the injected failure.
 OWNED = ["convoy-client-heartbeat", "convoy-client-reader", "convoy-task-", "convoy-prefetch"]
 
@@ -139,3 +141,24 @@ def test_a_failed_control_thread_stops_the_worker(inject, caplog):
         wait_for(lambda: worker.error is not None, "the worker to stop")
         assert isinstance(worker.error, _threads.InjectedFault)
     assert failed_lines(caplog, "convoy-worker-control")
+
+
+@pytest.mark.parametrize("name", IGNORED)
+def test_a_thread_whose_work_may_be_skipped_is_only_logged(name, inject, caplog):
+    with LocalCluster() as cluster:
+        inject(name)
+        assert read(cluster) == list(range(50))  # its tasks stop once it is over
+        wait_for(lambda: failed_lines(caplog, name), f"{name} to fail")
+        assert read(cluster) == list(range(50))
+
+
+def test_the_stream_watchdog_restarts(inject, caplog):
+    # the process's watchdog may run already: a watchdog of the test's own
+    inject("convoy-stream-deadlines")
+    watchdog = _stream._Watchdog()
+    watchdog.watch(object(), 1, time.monotonic() + 60)  # type: ignore[arg-type]
+    wait_for(lambda: failed_lines(caplog, "convoy-stream-deadlines"), "the watchdog to fail")
+    assert watchdog._thread is not None
+    wait_for(lambda: any("convoy-stream-deadlines restarts" in r.getMessage()
+                         for r in caplog.records), "the watchdog to restart")
+    assert watchdog._thread.is_alive()
