@@ -193,6 +193,10 @@ class _WriteFile:
         if not self._file.closed:
             _call(self._url, "writing", self._file.close)
 
+    def __del__(self) -> None:
+        if not self._file.closed:  # never closed: nothing appears (fsspec's would publish)
+            self.discard()
+
     def discard(self) -> None:
         """Drops what was written: the object is not created."""
         with contextlib.suppress(Exception):
@@ -226,6 +230,9 @@ class _ReadFile:
 
     def read(self, size: int = -1) -> bytes:
         return _call(self._url, "reading", lambda: self._file.read(size))
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.read(size)
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(memoryview(buffer)))
@@ -433,3 +440,12 @@ def invalidate(path: Any) -> None:
     if is_url(path):
         fs, inner, _ = _split(path)
         fs.invalidate_cache(inner)
+
+
+def glob_below(directory: Any, *pattern: str) -> list[str]:
+    """The paths matching ``pattern`` (joined parts) below ``directory``, whose own name is
+    taken literally, sorted."""
+    import glob as _glob
+
+    text = _text(directory)
+    return glob(join(text if is_url(text) else _glob.escape(text), *pattern))

@@ -7,8 +7,10 @@ import pickle
 from collections.abc import Iterator
 from typing import IO, Any
 
+from convoy import _fs
 from convoy.data._op import Node, Op
 from convoy.data._sources import RangeIterNode
+from convoy.errors import FailedPreconditionError
 
 
 class CacheOp(Op):
@@ -37,7 +39,7 @@ class CacheOp(Op):
         return self.input.static_spec()
 
     def _complete(self) -> bool:
-        return self._memory is not None if not self.filename else os.path.exists(self.path)
+        return self._memory is not None if not self.filename else _fs.exists(self.path)
 
     def iterator(self, state: Any, key: int) -> Node:
         if state is None:
@@ -99,7 +101,7 @@ class _FileReadNode(Node):
     __slots__ = ("file",)
 
     def __init__(self, path: str, position: int) -> None:
-        self.file: IO[bytes] = open(path, "rb")  # noqa: SIM115 (closed by close())
+        self.file: IO[bytes] = _fs.open_file(path, "rb")
         self.file.seek(position)
         self.gen = self._run()
 
@@ -134,17 +136,25 @@ class _FileFillNode(Node):
         self.gen = self._run(op)
 
     def _run(self, op: CacheOp) -> Iterator[Any]:
-        partial = op.path + ".partial"
-        file = self.file = open(partial, "r+b" if self.position else "wb")  # noqa: SIM115
-        file.truncate(self.position)
-        file.seek(self.position)
+        if _fs.is_url(op.path):  # an object appears whole at close: no partial file
+            if self.position:
+                raise FailedPreconditionError(
+                    f"cache: a pass filling {op.path} cannot resume midway (objects cannot "
+                    "be appended to); start the pass again")
+            file = self.file = _fs.open_file(op.path, "wb")
+        else:
+            partial = op.path + ".partial"
+            file = self.file = open(partial, "r+b" if self.position else "wb")  # noqa: SIM115
+            file.truncate(self.position)
+            file.seek(self.position)
         dump = pickle.dump
         for element in self.input.gen:
             dump(element, file, protocol=pickle.HIGHEST_PROTOCOL)
             yield element
         self.end = file.tell()
         file.close()
-        os.replace(partial, op.path)
+        if not _fs.is_url(op.path):
+            os.replace(partial, op.path)
 
     def state_dict(self) -> Any:
         if self.end is not None:  # complete, and read by a consumer that buffers (shuffle)
@@ -156,5 +166,9 @@ class _FileFillNode(Node):
 
     def close(self) -> None:
         if self.file is not None:
-            self.file.close()
+            discard = getattr(self.file, "discard", None)
+            if self.end is None and discard is not None:
+                discard()  # an unfinished pass leaves no cache object behind
+            else:
+                self.file.close()
         self.input.close()

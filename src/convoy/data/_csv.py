@@ -10,14 +10,13 @@ A record that fails to parse raises InvalidArgumentError once it has been consum
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from convoy import nest
+from convoy import _fs, nest
 from convoy.data._file_reader_ops import FileReaderOp
 from convoy.data._op import Node
 from convoy.data.tfrecord import open_stream
@@ -328,7 +327,7 @@ def file_names(file_pattern: Any) -> list[str]:
     """The files matching a pattern or list of patterns, sorted."""
     patterns = [file_pattern] if isinstance(file_pattern, (str, bytes, os.PathLike)) \
         else list(file_pattern)
-    names = sorted({name for p in patterns for name in glob.glob(os.fsdecode(p))})
+    names = sorted({name for p in patterns for name in _fs.glob(os.fsdecode(p))})
     if not names:
         raise NotFoundError(f"No files match `file_pattern` {file_pattern}.")
     return names

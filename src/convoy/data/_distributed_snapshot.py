@@ -27,10 +27,16 @@ from typing import Any
 
 from google.protobuf import text_format
 
+from convoy import _fs
 from convoy.data import _save
 from convoy.data._op import UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._sources import IndexSource
-from convoy.errors import DataLossError, DeadlineExceededError, InvalidArgumentError
+from convoy.errors import (
+    DataLossError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 from convoy.io import snapshot_pb2, struct_pb2
 
 CHUNKS_DIR = "chunks"
@@ -59,8 +65,8 @@ def committed_chunks(path: str) -> list[tuple[int, int, int, str]]:
     """``(stream, chunk, num_elements, file)`` of every committed chunk, in stream and chunk
     order."""
     try:
-        names = os.listdir(os.path.join(path, CHUNKS_DIR))
-    except FileNotFoundError:
+        names = _fs.listdir(os.path.join(path, CHUNKS_DIR))
+    except (FileNotFoundError, NotFoundError):
         return []
     found = []
     for name in names:
@@ -72,21 +78,21 @@ def committed_chunks(path: str) -> list[tuple[int, int, int, str]]:
 
 
 def is_done(path: str) -> bool:
-    return os.path.exists(os.path.join(path, DONE_FILE))
+    return _fs.exists(os.path.join(path, DONE_FILE))
 
 
 def error(path: str) -> str | None:
     """Why the save failed, or None."""
     try:
-        with open(os.path.join(path, ERROR_FILE), encoding="utf-8", errors="replace") as file:
-            return file.read() or "unknown error"
-    except FileNotFoundError:
+        data = _fs.read_bytes(os.path.join(path, ERROR_FILE))
+    except (FileNotFoundError, NotFoundError):
         return None
+    return data.decode("utf-8", errors="replace") or "unknown error"
 
 
 def mark(path: str, name: str, text: str = "") -> None:
     """Writes the marker file ``name`` (DONE, ERROR) under ``path``, atomically."""
-    os.makedirs(path, exist_ok=True)
+    _fs.makedirs(path)
     _save._write_atomically(os.path.join(path, name), text.encode())
 
 

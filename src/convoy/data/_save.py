@@ -14,7 +14,6 @@ which is what ``tf.data.Dataset.save`` (file format version 2) writes and ``load
 from __future__ import annotations
 
 import collections
-import glob
 import os
 import random
 import time
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from convoy import nest
+from convoy import _fs, nest
 from convoy.data._op import AUTOTUNE, UNKNOWN_CARDINALITY, Node, Op, element_caller
 from convoy.data._sources import IndexSource
 from convoy.data.tfrecord import TFRecordWriter, read_records
@@ -190,9 +189,8 @@ def write_spec(directory: str, spec: Any) -> None:
 def read_spec(directory: str) -> Any:
     path = os.path.join(directory, SPEC_FILE)
     try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
+        data = _fs.read_bytes(path)
+    except (FileNotFoundError, NotFoundError):
         raise NotFoundError(f"element_spec file not found: {path}") from None
     value = struct_pb2.StructuredValue()
     try:
@@ -221,9 +219,8 @@ def read_metadata(directory: str) -> snapshot_pb2.SnapshotMetadataRecord | None:
 def read_metadata_bytes(directory: str) -> bytes | None:
     """The bytes of ``directory``'s metadata file (either kind), or None when there is none."""
     try:
-        with open(os.path.join(directory, METADATA_FILE), "rb") as file:
-            return file.read()
-    except FileNotFoundError:
+        return _fs.read_bytes(os.path.join(directory, METADATA_FILE))
+    except (FileNotFoundError, NotFoundError):
         return None
 
 
@@ -238,10 +235,7 @@ def parse_metadata(data: bytes, directory: str) -> snapshot_pb2.SnapshotMetadata
 
 
 def _write_atomically(path: str, data: bytes) -> None:
-    partial = f"{path}.{os.getpid()}.{random.getrandbits(32):08x}.tmp"
-    with open(partial, "wb") as file:
-        file.write(data)
-    os.replace(partial, path)
+    _fs.atomic_write(path, data)
 
 
 def new_run_id() -> str:
@@ -273,11 +267,11 @@ class ShardWriters:
         writer = self._writers.get(shard)
         if writer is None:
             directory = shard_directory(self.run_dir, shard)
-            os.makedirs(directory, exist_ok=True)
+            _fs.makedirs(directory)
             # Readers (TensorFlow's too) stop at the first missing checkpoint file: a shard
             # first written after a checkpoint gets empty files before its first one.
             for earlier in range(self.checkpoint):
-                if not os.path.exists(checkpoint_file(directory, earlier)):
+                if not _fs.exists(checkpoint_file(directory, earlier)):
                     TFRecordWriter(checkpoint_file(directory, earlier), self.compression).close()
             writer = self._writers[shard] = TFRecordWriter(
                 checkpoint_file(directory, self.checkpoint), self.compression)
@@ -307,11 +301,11 @@ def save(dataset: Any, path: Any, compression: Any = None,
         spec = dataset.element_spec
     except FailedPreconditionError:  # empty, and its spec is only known from an element
         spec = ()
-    os.makedirs(directory, exist_ok=True)
+    _fs.makedirs(directory)
     write_spec(directory, spec)
     run_id = new_run_id()
     run_dir = os.path.join(directory, run_id)
-    os.makedirs(run_dir)
+    _fs.makedirs(run_dir)
     write_metadata(directory, run_id, spec, 0, finalized=False)
     writers = ShardWriters(run_dir, 0, compression, spec)
     count = 0
@@ -359,7 +353,7 @@ class _ShardReaderNode(Node):
         self.gen = self._run(op)
 
     def _run(self, op: ShardReaderOp) -> Iterator[Any]:
-        while os.path.exists(path := checkpoint_file(op.shard_dir, self.checkpoint)):
+        while _fs.exists(path := checkpoint_file(op.shard_dir, self.checkpoint)):
             for element, offset in read_elements(path, op.compression, op.structure,
                                                  self.offset):
                 self.offset = offset
@@ -398,7 +392,7 @@ def read_elements(path: str, compression: str | None, structure: Any,
 
 def _check_not_gzip(path: str, compression: str | None) -> None:
     if compression is None:
-        with open(path, "rb") as file:
+        with _fs.open_file(path, "rb") as file:
             if file.read(2) == _GZIP_MAGIC:
                 raise InvalidArgumentError(
                     f"{path} is GZIP-compressed: pass compression='GZIP' to read it")
@@ -432,7 +426,7 @@ def reader_op(run_dir: str, compression: str | None, structure: Any,
     """The op of ``reader_func`` applied to the dataset of the run's shard datasets."""
     from convoy.data._dataset import Dataset
 
-    shard_dirs = sorted(glob.glob(os.path.join(glob.escape(run_dir), "*.shard")))
+    shard_dirs = _fs.glob_below(run_dir, "*.shard")
     result = (reader_func or default_reader_func)(
         Dataset(ShardsOp(shard_dirs, compression, structure)))
     if not isinstance(result, Dataset):

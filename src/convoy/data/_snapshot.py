@@ -12,7 +12,6 @@ next checkpoint files; restoring deletes what the run wrote after that checkpoin
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import types
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy import nest
+from convoy import _fs, nest
 from convoy.data import _save
 from convoy.data._op import Node, Op
 from convoy.errors import DataLossError, InvalidArgumentError
@@ -76,7 +75,8 @@ class _ReadNode(Node):
 
     def __init__(self, op: SnapshotOp, run_id: str, state: Any, key: int) -> None:
         run_dir = os.path.join(op.directory, run_id)
-        if not os.path.isdir(run_dir):
+        # (a prefix without objects is no directory on an object store: an empty run's)
+        if not _fs.is_url(run_dir) and not os.path.isdir(run_dir):
             raise DataLossError(f"the snapshot run {run_dir} does not exist any more")
         self.run_id = run_id
         structure = _save.read_spec(op.directory)
@@ -113,7 +113,7 @@ class _WriteNode(Node):
         op = self.op
         if self.run_id is None:
             self.run_id = _save.new_run_id()
-            os.makedirs(os.path.join(op.directory, self.run_id))
+            _fs.makedirs(os.path.join(op.directory, self.run_id))
         else:  # restored: forget what the run wrote after the checkpoint
             _remove_checkpoints_from(os.path.join(op.directory, self.run_id), self.checkpoint)
         _save.write_metadata(op.directory, self.run_id, self.spec or (), 0, finalized=False,
@@ -160,10 +160,10 @@ class _WriteNode(Node):
 
 
 def _remove_checkpoints_from(run_dir: str, checkpoint: int) -> None:
-    for path in glob.glob(os.path.join(glob.escape(run_dir), "*.shard", "*.snapshot")):
+    for path in _fs.glob_below(run_dir, "*.shard", "*.snapshot"):
         name = os.path.basename(path)[:-len(".snapshot")]
         if name.isdigit() and int(name) >= checkpoint:
-            os.remove(path)
+            _fs.remove(path)
 
 
 # ----- the pipeline's fingerprint ----------------------------------------------------------------

@@ -7,7 +7,6 @@ are numbered, so the data service can hand ranges of numbers to different worker
 
 from __future__ import annotations
 
-import glob
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy import nest
+from convoy import _fs, nest
 from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.data._composite import SparseRows, unbatched_spec
 from convoy.data._op import Node, Op, draw_seed
@@ -206,7 +205,7 @@ class ListFilesOp(IndexSource):
     """File names matching glob patterns, sorted, optionally shuffled per iteration."""
 
     def __init__(self, patterns: list[str], shuffle: bool, seed: int | None) -> None:
-        names = sorted({name for pattern in patterns for name in glob.glob(pattern)})
+        names = sorted({name for pattern in patterns for name in _fs.glob(pattern)})
         if not names:
             raise NotFoundError(f"list_files: no files matched pattern(s) {patterns}")
         self.files = [os.fsencode(name) for name in names]

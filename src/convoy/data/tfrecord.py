@@ -27,6 +27,7 @@ from typing import IO, Any, cast
 import cramjam
 import google_crc32c
 
+from convoy import _fs
 from convoy.errors import (
     DataLossError,
     FailedPreconditionError,
@@ -92,7 +93,7 @@ def _check_path(path: Any) -> str:
 
 def _open(path: str | os.PathLike[Any], mode: str, shown: str) -> IO[bytes]:
     try:
-        return open(path, mode, buffering=_BUFFER_SIZE)  # noqa: SIM115 - closed by the caller
+        return _fs.open_file(path, mode, buffering=_BUFFER_SIZE)
     except FileNotFoundError as e:
         raise NotFoundError(f"no such file or directory: {shown}") from e
     except PermissionError as e:
@@ -167,7 +168,7 @@ class TFRecordWriter:
         self._path = _check_path(path)
         if append and wbits is not None:
             raise InvalidArgumentError("append: only uncompressed files can be appended to")
-        file = _open(path, "ab" if append else "wb", self._path)
+        file = self._file = _open(path, "ab" if append else "wb", self._path)
         self._sink: IO[bytes] | _DeflateSink | _SnappySink | None = (
             file if wbits is None
             else _SnappySink(file) if wbits == _SNAPPY else _DeflateSink(file, wbits)
@@ -233,6 +234,11 @@ class TFRecordWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        discard = getattr(self._file, "discard", None)
+        if exc_type is not None and discard is not None and self._sink is not None:
+            self._sink = None
+            discard()  # an object being written is dropped whole: no partial file appears
+            return
         self.close()
 
 
@@ -382,7 +388,7 @@ def _checked(path: str | os.PathLike[Any], compression_type: str | None,
     if offset < 0:
         raise InvalidArgumentError(f"offset: expected a non-negative int, got {offset}")
     try:
-        size = os.stat(path).st_size
+        size = _fs.stat(path)["size"]
     except FileNotFoundError as e:
         raise NotFoundError(f"no such file or directory: {shown}") from e
     if wbits is None and offset > size:

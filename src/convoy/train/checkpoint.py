@@ -34,13 +34,13 @@ import re
 import sys
 import weakref
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load, load_file, save, save_file
 
+from convoy import _fs
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import DataLossError, InvalidArgumentError, NotFoundError
 
@@ -302,14 +302,26 @@ def _file(path: str | os.PathLike[str]) -> str:
     return path if path.endswith(_SUFFIX) else path + _SUFFIX
 
 
+def _load(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors and metadata of the checkpoint file at ``path`` (a local path or URL)."""
+    if not _fs.is_url(path):
+        with safe_open(path, "np") as file:
+            metadata = file.metadata() or {}
+        return load_file(path), metadata
+    data = _fs.read_bytes(path)
+    if len(data) < 8 or len(data) < 8 + int.from_bytes(data[:8], "little"):
+        raise DataLossError(f"checkpoint {path} is truncated ({len(data)} bytes)")
+    header = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    return load(data), header.get("__metadata__") or {}
+
+
 def _read_state(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The state file of ``directory`` (its names joined to the directory), or None if
     there is none."""
     path = os.path.join(directory, _STATE)
     try:
-        with open(path) as file:
-            state = json.load(file)
-    except FileNotFoundError:
+        state = json.loads(_fs.read_bytes(path))
+    except (FileNotFoundError, NotFoundError):
         return None
     except (OSError, ValueError) as error:
         raise DataLossError(f"checkpoint state file {path} cannot be read: {error}") from None
@@ -327,11 +339,8 @@ def _write_state(directory: str | os.PathLike[str], latest: str, kept: list[str]
         relative = os.path.relpath(path, directory)
         return path if relative.startswith(os.pardir) else relative
 
-    target = os.path.join(directory, _STATE)
-    temporary = target + ".tmp"
-    with open(temporary, "w") as file:
-        json.dump({"latest": name(latest), "all": [name(p) for p in kept]}, file)
-    os.replace(temporary, target)
+    state = {"latest": name(latest), "all": [name(p) for p in kept]}
+    _fs.atomic_write(os.path.join(directory, _STATE), json.dumps(state).encode())
 
 
 def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> str | None:
@@ -340,7 +349,7 @@ def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> str | None:
     state = _read_state(checkpoint_dir)
     if state is None:
         return None
-    if not os.path.exists(state["latest"]):
+    if not _fs.exists(state["latest"]):
         log.warning("the latest checkpoint in %s, %s, does not exist", checkpoint_dir,
                     state["latest"])
         return None
@@ -352,8 +361,8 @@ def _numbers(prefix: str) -> list[int]:
     directory, base = os.path.split(prefix)
     pattern = re.compile(rf"^{re.escape(base)}-(\d+){re.escape(_SUFFIX)}$")
     try:
-        names = os.listdir(directory or ".")
-    except FileNotFoundError:
+        names = _fs.listdir(directory or ".")
+    except (FileNotFoundError, NotFoundError):
         return []
     return [int(m[1]) for name in names if (m := pattern.match(name))]
 
@@ -416,7 +425,11 @@ class Checkpoint:
         if self._save_counter:  # as TensorFlow's, the counter exists once save() numbered
             metadata["save_counter"] = str(self._save_counter)
         target = _file(file_prefix)
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        if os.path.dirname(target):
+            _fs.makedirs(os.path.dirname(target))
+        if _fs.is_url(target):  # one object: there whole or not at all
+            _fs.atomic_write(target, save(tensors, metadata=metadata))
+            return target
         temporary = target + ".tmp"
         save_file(tensors, temporary, metadata=metadata)
         os.replace(temporary, target)
@@ -454,13 +467,11 @@ class Checkpoint:
         if save_path is None:
             return InitializationOnlyStatus()
         path = _file(save_path)
-        if not os.path.exists(path):
+        if not _fs.exists(path):
             raise NotFoundError(f"no checkpoint at {path} (restore takes the path save() or "
                                 f"write() returned, or that path without {_SUFFIX})")
         try:
-            tensors = load_file(path)
-            with safe_open(path, "np") as file:
-                metadata = file.metadata() or {}
+            tensors, metadata = _load(path)
             states = json.loads(metadata.get("objects", "{}"))
         except (SafetensorError, OSError, ValueError) as error:
             raise DataLossError(f"checkpoint {path} cannot be read: {error}") from None
@@ -535,8 +546,8 @@ class CheckpointManager:
         _write_state(self.directory, path, self._kept)  # before deleting: safe if stopped
         if self.max_to_keep is not None and len(self._kept) > self.max_to_keep:
             for old in self._kept[:-self.max_to_keep]:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(old)
+                with contextlib.suppress(FileNotFoundError, NotFoundError):
+                    _fs.remove(old)
             self._kept = self._kept[-self.max_to_keep:]
             _write_state(self.directory, path, self._kept)
         return path

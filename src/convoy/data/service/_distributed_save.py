@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from convoy import _rpc
+from convoy import _fs, _rpc
 from convoy.data import _distributed_snapshot as layout
 from convoy.data import _save
 from convoy.data._dataset import Dataset
@@ -42,12 +42,12 @@ def distributed_save(dataset: Dataset, path: str | os.PathLike[str], data_servic
         raise InvalidArgumentError("Failed to snapshot: Saving an infinite dataset is not "
                                    "allowed")
     split_units(dataset._op)  # refuses what it cannot split, naming the op
-    directory = os.path.abspath(os.fspath(path))
-    if os.path.exists(os.path.join(directory, _save.METADATA_FILE)):
+    directory = os.fspath(path) if _fs.is_url(path) else os.path.abspath(os.fspath(path))
+    if _fs.exists(os.path.join(directory, _save.METADATA_FILE)):
         raise AlreadyExistsError(
             f"Failed to snapshot: the distributed save at {directory} has already started or "
             "completed")
-    os.makedirs(directory, exist_ok=True)
+    _fs.makedirs(directory)
     layout.write_metadata(directory, dataset.element_spec, used)
     registration = _Registration.of(dataset, None, with_spec=False)
     dispatcher = dispatcher_client(data_service_address)

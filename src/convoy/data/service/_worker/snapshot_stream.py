@@ -15,12 +15,13 @@ from typing import Any
 
 import cloudpickle
 
-from convoy import nest
+from convoy import _fs, nest
 from convoy.data import _distributed_snapshot as layout
 from convoy.data import _save
 from convoy.data._op import Op, seeded
 from convoy.data._split import SplitSupplier, read_splits
 from convoy.data.tfrecord import TFRecordWriter
+from convoy.errors import NotFoundError
 from convoy.io import struct_pb2
 from convoy.io._variant import encode_component
 
@@ -56,8 +57,8 @@ def write_stream(path: str, stream: int, dataset: bytes, compression: str, seed:
         op: Op = cloudpickle.loads(dataset)
     op = read_splits(op, splits)
     scratch = os.path.join(layout.stream_directory(path, stream), "uncommitted_chunks")
-    os.makedirs(scratch, exist_ok=True)
-    os.makedirs(os.path.join(path, layout.CHUNKS_DIR), exist_ok=True)
+    _fs.makedirs(scratch)
+    _fs.makedirs(os.path.join(path, layout.CHUNKS_DIR))
     specs = _component_specs(path)
     chunk = _Chunk(scratch, next_chunk, compression or None, uid, specs)
     node = op.iterator(None, 0)
@@ -109,12 +110,12 @@ class _Chunk:
 
     def commit(self, path: str, stream: int) -> None:
         self.writer.close()
-        os.replace(self.file, layout.chunk_path(path, stream, self.index, self.count))
+        _fs.rename(self.file, layout.chunk_path(path, stream, self.index, self.count))
 
     def discard(self) -> None:
         self.writer.close()
         try:
-            os.remove(self.file)
-        except FileNotFoundError:
+            _fs.remove(self.file)
+        except (FileNotFoundError, NotFoundError):
             pass
 
