@@ -17,7 +17,7 @@ PUBLIC = {
                 "RaggedFeature", "SequenceExample", "SparseFeature", "VarLenFeature",
                 "decode_csv", "decode_raw", "parse_example", "parse_sequence_example",
                 "parse_single_example", "parse_single_sequence_example", "parse_tensor",
-                "serialize_tensor"},
+                "serialize_tensor", "gfile", "read_file", "write_file"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "DatasetSpec", "Options", "RaggedTensorSpec",
                   "SparseTensorSpec", "TFRecordDataset",

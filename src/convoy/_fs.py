@@ -449,3 +449,18 @@ def glob_below(directory: Any, *pattern: str) -> list[str]:
 
     text = _text(directory)
     return glob(join(text if is_url(text) else _glob.escape(text), *pattern))
+
+
+def scandir(path: Any) -> list[tuple[str, bool]]:
+    """``(name, is a directory)`` of a directory's entries, sorted by name."""
+    if not is_url(path):
+        with os.scandir(_local(path)) as entries:
+            return sorted((e.name, e.is_dir()) for e in entries)
+    fs, inner, url = _split(path)
+    entries = _call(url, "listing", lambda: fs.ls(inner, detail=True, refresh=True))
+    found = {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: e.get("type") == "directory"
+             for e in entries}
+    found.pop("", None)
+    if not found and not _call(url, "checking", lambda: fs.exists(inner)):
+        raise NotFoundError(f"no such directory: {url}")
+    return sorted(found.items())

@@ -8,9 +8,11 @@ arrays, :class:`~convoy.SparseTensor` and :class:`~convoy.RaggedTensor` values, 
 come out as ``object`` arrays of ``bytes``. The message classes to write records
 (``Example``, ``Features``, ...) are protobuf messages with TensorFlow's wire format; they are
 also ``convoy.train``'s. ``serialize_tensor``/``parse_tensor`` write and read the bytes
-``tf.io.serialize_tensor`` does.
+``tf.io.serialize_tensor`` does. ``gfile``, ``read_file`` and ``write_file`` reach files on
+local disks and object stores (``s3://``, ``gs://``, any fsspec URL) alike.
 """
 
+from convoy.io import gfile
 from convoy.io._decode import decode_csv, decode_raw
 from convoy.io._features import (
     FixedLenFeature,
@@ -37,6 +39,7 @@ from convoy.io.example_pb2 import (
     Int64List,
     SequenceExample,
 )
+from convoy.io.gfile import read_file, write_file
 
 __all__ = [
     "BytesList",
@@ -55,10 +58,13 @@ __all__ = [
     "VarLenFeature",
     "decode_csv",
     "decode_raw",
+    "gfile",
     "parse_example",
     "parse_sequence_example",
     "parse_single_example",
     "parse_single_sequence_example",
     "parse_tensor",
+    "read_file",
     "serialize_tensor",
+    "write_file",
 ]
