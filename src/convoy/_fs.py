@@ -457,9 +457,9 @@ def scandir(path: Any) -> list[tuple[str, bool]]:
         with os.scandir(_local(path)) as entries:
             return sorted((e.name, e.is_dir()) for e in entries)
     fs, inner, url = _split(path)
-    entries = _call(url, "listing", lambda: fs.ls(inner, detail=True, refresh=True))
+    infos = _call(url, "listing", lambda: fs.ls(inner, detail=True, refresh=True))
     found = {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: e.get("type") == "directory"
-             for e in entries}
+             for e in infos}
     found.pop("", None)
     if not found and not _call(url, "checking", lambda: fs.exists(inner)):
         raise NotFoundError(f"no such directory: {url}")

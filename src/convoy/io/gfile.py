@@ -59,7 +59,7 @@ class GFile:
         if self._file is None:
             with _errors(self.name):
                 self._file = _fs.open_file(
-                    self.name, self.mode, **({} if "b" in self.mode else {"encoding": "utf-8"}))
+                    self.name, self.mode, encoding=None if "b" in self.mode else "utf-8")
         return self._file
 
     def read(self, n: int = -1) -> Any:
