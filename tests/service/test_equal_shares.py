@@ -38,10 +38,15 @@ def test_at_the_end_surplus_goes_to_the_ranks_that_lack(pad, share):
     shares = EqualShares()
     shares.report(report(1, fetched=1, pad=pad))
     shares.report(report(0, fetched=6, pad=pad, wants=True))
-    shares.report(report(1, fetched=1, pad=pad, exhausted=True, first=False))
+    shares.report(report(1, fetched=1, pad=pad, exhausted=True, first=False, wants=True))
+    rich = shares.report(report(0, fetched=6, pad=pad, exhausted=True, first=False))
+    assert not rich.settled  # not before a reader needs it: rank 1 may hand out its one
+    shares.report(report(1, fetched=1, pad=pad, exhausted=True, first=False, wants=True,
+                         yielded=1))
     rich = shares.report(report(0, fetched=6, pad=pad, exhausted=True, first=False))
     assert (rich.allowed, rich.settled, rich.give, rich.receive) == (share, True, 2, 0)
-    poor = shares.report(report(1, fetched=1, pad=pad, exhausted=True, first=False))
+    poor = shares.report(report(1, fetched=1, pad=pad, exhausted=True, first=False,
+                                yielded=1))
     assert (poor.allowed, poor.receive, poor.give, poor.elements) == (1, share - 1, 0, ())
     assert rich.pad + poor.pad == (1 if pad else 0)
     shares.report(report(0, fetched=6, pad=pad, given=(b"a", b"b"), first=False))
@@ -126,12 +131,18 @@ def test_resumed_readers_start_the_shares_afresh_from_their_saved_counts():
     shares.report(report(1, reader=6, generation=1, fetched=2))
     assert shares.report(report(0, reader=5, generation=1, fetched=8, yielded=4,
                                 wants=True)).allowed == 5
+    # resumed again from the same states (the first resume died): afresh again
+    assert shares.report(report(1, reader=7, generation=1, fetched=2, yielded=1, allowed=1,
+                                wants=True)).allowed == 1  # floor(2 / 2), rank 0 not back
+    with pytest.raises(FailedPreconditionError, match="resumed from saved states"):
+        shares.report(report(0, reader=5, generation=1, fetched=8, first=False))
 
 
 def test_padding_fewer_elements_than_ranks_repeats_the_first():
     shares = EqualShares()
     for rank, fetched in ((0, 1), (1, 0), (2, 0)):
-        shares.report(report(rank, world_size=3, pad=True, fetched=fetched, exhausted=True))
+        shares.report(report(rank, world_size=3, pad=True, fetched=fetched, exhausted=True,
+                             wants=True))
     answers = [shares.report(report(rank, world_size=3, pad=True, first=False))
                for rank in range(3)]
     assert [(a.allowed, a.pad, a.receive) for a in answers] == [(1, 2, 0), (0, 0, 1),

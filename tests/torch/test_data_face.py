@@ -467,7 +467,8 @@ def test_equal_shares_of_a_distributed_dataset_epoch_after_epoch(cluster):
         assert sorted(ints(data)) == list(range(23))
     # between epochs, a position with no share in it (loader worker 0 counted two passes,
     # in memory shared with this process)
-    assert face.state_dict() == {"epoch": -1, "passes": 2, "iterator": None, "share": None}
+    assert face.state_dict() == {"epoch": -1, "passes": 2, "iterator": None, "share": None,
+                                 "ended": False}
     with pytest.raises(InvalidArgumentError, match="other equal_shares"):
         face.load_state_dict({"epoch": 0, "passes": 1, "iterator": {}, "share": None})
 

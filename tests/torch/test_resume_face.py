@@ -83,3 +83,45 @@ def test_stateful_dataloader_resumes_the_face(kind: str, num_workers: int,
     again.load_state_dict(state)
     rest = [n for batch in again for n in _ids(batch)]
     assert sorted(trained + rest) == list(range(600))
+
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+@pytest.mark.parametrize(("num_workers", "every"), [(0, 1), (2, 1), (2, 7)])
+def test_stateful_dataloader_resumes_equal_shares_mid_epoch_and_between(
+        num_workers: int, every: int, cluster: LocalCluster) -> None:
+    """Equal shares (here of one rank) save the elements their readers took ahead and the
+    counts the dispatcher rebuilds the shares from; resumed twice from one state (the first
+    resume dies), the same; saved between epochs, the next epoch whole. (Saved before the
+    readers saw the job's end: see the README on saving at the end of an epoch.)"""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader",
+                                   reason="torchdata is not installed")
+    pipeline = cv.data.Dataset.range(3000).apply(service.distribute(
+        "dynamic", cluster.target)).batch(10)
+
+    def loader(state: dict[str, Any] | None, epoch: int = 0) -> Any:
+        face = cv.torch.IterableDataset(pipeline, rank=0, world_size=1, equal_shares="pad")
+        face.set_epoch(epoch)
+        data = stateful.StatefulDataLoader(
+            face, batch_size=None, num_workers=num_workers, snapshot_every_n_steps=every,
+            multiprocessing_context=LOADER_CONTEXT if num_workers else None)
+        if state is not None:
+            data.load_state_dict(state)
+        return data
+
+    first = loader(None)
+    batches = iter(first)
+    trained = [n for _ in range(23) for n in _ids(next(batches))]
+    state = first.state_dict()
+    del batches, first  # the training stops (its loader workers with it)
+    dies = iter(loader(state))
+    assert len([next(dies) for _ in range(3)]) == 3
+    del dies
+    again = loader(state)
+    rest = [n for batch in again for n in _ids(batch)]
+    assert sorted(trained + rest) == list(range(3000))
+    between = again.state_dict()
+    del again
+    # (the loader starts workers with the saved states, then others for the next epoch)
+    assert sorted(n for b in loader(between, 1) for n in _ids(b)) == list(range(3000))

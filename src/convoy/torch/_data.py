@@ -117,6 +117,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         if resume is not None:  # the pass that was saved, from where it stopped
             epoch = resume["epoch"]
             self._passes[slot] = resume["passes"]
+            if resume.get("ended"):
+                return
         else:
             epoch = int(self._epoch)
             if epoch < 0:
@@ -142,26 +144,30 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         epoch, reading = self._pass
         share = reading if isinstance(reading, Share) else None
         iterator = reading if isinstance(reading, DatasetIterator) else None
+        # a loader worker's pass that ended resumes at its end: the others' may go on
+        ended = reading is None and epoch >= 0 and torch.utils.data.get_worker_info() is not None
         return {"epoch": epoch, "passes": int(self._passes[_slot()]),
                 "iterator": None if iterator is None else iterator.state_dict(),
-                "share": None if share is None else share_state(share)}
+                "share": None if share is None else share_state(share), "ended": ended}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next pass resume the one ``state`` (from :meth:`state_dict`) saved."""
         if not isinstance(state, dict) or not (
                 {"epoch", "passes", "iterator"} <= set(state)
-                <= {"epoch", "passes", "iterator", "share"}):
+                <= {"epoch", "passes", "iterator", "share", "ended"}):
             raise InvalidArgumentError(
                 "state must be a dict returned by IterableDataset.state_dict(), got "
                 f"{type(state).__name__}")
         state = {"share": None, **state}
-        if (state["share"] is not None) != bool(self.distributed and self.equal_shares):
+        shared = bool(self.distributed and self.equal_shares)
+        if state[("iterator", "share")[shared]] is None and state[("share", "iterator")[
+                shared]] is not None:
             raise InvalidArgumentError(
-                "state was saved by a face with other equal_shares: "
-                f"{'with' if state['share'] is not None else 'without'} equal shares of a "
-                "distributed dataset, this one "
-                f"{'with' if self.distributed and self.equal_shares else 'without'}")
-        if state["iterator"] is None and state["share"] is None:  # saved between passes
+                "state was saved within a pass by a face with other equal_shares: "
+                f"{'without' if shared else 'with'} equal shares of a distributed dataset, "
+                f"this one {'with' if shared else 'without'}")
+        if state["iterator"] is None and state["share"] is None and not state.get("ended"):
+            # saved between passes: the next starts afresh
             self._passes[_slot()] = state["passes"]
             self._resume = None
         else:

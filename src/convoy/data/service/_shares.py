@@ -75,6 +75,7 @@ class Share:
         if not isinstance(state, dict) or not set(STATE_KEYS) <= set(state):
             raise InvalidArgumentError("the equal share's state must be a dict from "
                                        f"share_state(), got {state!r:.100}")
+        self.request.key = state["key"]  # the saved reading's, whatever the job's name now
         self.request.generation = state["generation"] + 1
         self.iterator_state = state["iterator"]
         if state["remaining"] is not None:
@@ -92,7 +93,7 @@ class Share:
             self.cond.notify_all()
 
 
-STATE_KEYS = ("generation", "iterator", "remaining", "fetched", "yielded", "exhausted",
+STATE_KEYS = ("key", "generation", "iterator", "remaining", "fetched", "yielded", "exhausted",
               "held", "firsts")
 
 
@@ -101,7 +102,7 @@ def share_state(share: Share) -> dict[str, Any]:
     dispatcher timeout) for the elements handed over to it."""
     timeout_s = share.request.timeout_ms / 1000
     state: dict[str, Any] = dict.fromkeys(STATE_KEYS)
-    state["generation"] = share.request.generation
+    state["key"], state["generation"] = share.request.key, share.request.generation
     if share.remaining is not None:  # resumed settled: what is left of it
         with share.cond:
             return {**state, "iterator": share.iterator_state,

@@ -13,10 +13,11 @@ Each consumer has an id (``reader``); its record is made from its own counts whe
 reports, so that the shares are rebuilt from the consumers' reports: by a dispatcher that
 restarted (they are kept in memory only; a restart during the hand-over at the end fails the
 readers rather than share wrongly), and by the consumers of a resumed reading, which report
-a higher ``generation`` (each resume one more): it starts the iteration's shares afresh from
-the counts the consumers saved. Another reader coming to a slot (rank, loader worker) of the
-same generation, or to an iteration read to its end, reads an epoch a second time: refused,
-naming the cause. No I/O: the server carries elements as opaque bytes.
+a higher ``generation`` (each resume one more): the first report of a resumed consumer that
+finds a lower generation, or another reader in its slot (an earlier resume from the same
+states), starts the iteration's shares afresh from the counts the consumers saved. Another
+reader coming to a slot (rank, loader worker), or to an iteration read to its end, reads an
+epoch a second time: refused, naming the cause. No I/O: the server carries elements as opaque bytes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 #: Shares no consumer has spoken of for this long are forgotten.
 FORGET_AFTER_S = 600.0
+#: How long the others wait for a new reader to take the place of one that stopped reading
+#: before the end (such as a loader's workers for an iterator it discards), before failing.
+TAKEOVER_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +90,7 @@ class _Consumer:
     left: bool = False  # done before the end
     error: str = ""  # why it left
     full: bool = False
+    wanting: bool = False  # its caller waits for more than it may hand out
     seen: float = 0.0
     give: int = 0
     pad: int = 0
@@ -100,6 +105,7 @@ class _Iteration:
     pad: bool
     started: float
     generation: int = 0
+    resumed: bool = False  # made by a resumed reader (else new, or rebuilt after a restart)
     workers: dict[int, int] = dataclasses.field(default_factory=dict)  # rank -> consumers
     consumers: dict[tuple[int, int], _Consumer] = dataclasses.field(default_factory=dict)
     settled: bool = False
@@ -135,7 +141,9 @@ class EqualShares:
             c.full = r.full
             if r.wants and r.yielded >= c.allowed:
                 self._grant(it, c)
-            if self._complete(it):
+            c.wanting = r.wants and r.yielded >= c.allowed
+            # settled only once needed: a reader saved before resumes beside the others
+            if self._complete(it) and any(o.wanting for o in it.consumers.values()):
                 self._settle(it)
         if r.done:
             c.done = True
@@ -148,21 +156,25 @@ class EqualShares:
     # ----- before the end: grants bounded by the elements taken so far ---------------------------
     def _iteration(self, r: ShareReport) -> _Iteration:
         it = self._iterations.get(r.key)
-        if it is not None and r.generation < it.generation:
+        resumed = r.first and r.generation > 0
+        if it is not None and resumed:
+            c = it.consumers.get((r.rank, r.worker))
+            if r.generation > it.generation or (c is not None and c.reader != r.reader):
+                it = None  # a new resume: the others come too
+        elif it is not None and r.generation < it.generation:
             raise FailedPreconditionError(
                 f"{r.key} was resumed from saved states since this reader started (rank "
                 f"{r.rank}'s loader worker {r.worker}): it cannot go on beside them")
-        if it is None or r.generation > it.generation:
+        if it is None:
             if r.settled:
                 raise FailedPreconditionError(
                     f"the dispatcher no longer knows the settled equal shares of {r.key} (it "
                     "restarted while the ranks handed elements over): their readers cannot "
                     "go on")
-            finished = self._finished.get(r.key)
-            if finished is not None and r.generation <= finished[0]:
+            if r.key in self._finished and not resumed:
                 raise FailedPreconditionError(_again(r, "was read to its end"))
             it = self._iterations[r.key] = _Iteration(r.world_size, r.pad, r.now,
-                                                      r.generation)
+                                                      r.generation, resumed)
         if (r.world_size, r.pad) != (it.world_size, it.pad):
             raise InvalidArgumentError(
                 f"the readers of {r.key} disagree: world_size {r.world_size} and "
@@ -181,9 +193,16 @@ class EqualShares:
                 f"rank {r.rank}'s readers of {r.key} disagree on its number of loader "
                 f"workers ({workers} and {r.workers})")
         c = it.consumers.get((r.rank, r.worker))
+        if c is not None and c.reader != r.reader and r.first and _replaceable(c):
+            c = None  # its reader left (say, a loader's discarded worker), or took nothing
+            del it.consumers[r.rank, r.worker]
         if c is not None and c.reader != r.reader:
             raise FailedPreconditionError(_again(r, "was read to its end" if c.done or c.exhausted
                                                  else "is still being read"))
+        if c is None and it.resumed and not r.first:  # (its record went with the resume)
+            raise FailedPreconditionError(
+                f"{r.key} was resumed from saved states since this reader started (rank "
+                f"{r.rank}'s loader worker {r.worker}): it cannot go on beside them")
         if c is None:
             if it.settled:
                 raise FailedPreconditionError(
@@ -209,6 +228,8 @@ class EqualShares:
         """Fail if a consumer left before the end, or a rank or consumer is missing or
         silent beyond ``timeout_s``."""
         for gone in it.consumers.values():
+            if gone.left and not gone.error and r.now - gone.seen < TAKEOVER_S:
+                continue  # another reader may take its place
             if gone.left and (gone.rank, gone.worker) != (r.rank, r.worker):
                 why = f"failed ({gone.error})" if gone.error else "stopped reading"
                 raise FailedPreconditionError(
@@ -227,7 +248,10 @@ class EqualShares:
                 if c is None and not it.settled:
                     raise FailedPreconditionError(
                         f"rank {rank}'s loader worker {worker} never came to read {r.key} "
-                        f"within {r.timeout_s:.1f} s (dispatcher_timeout_ms)")
+                        f"within {r.timeout_s:.1f} s (dispatcher_timeout_ms)" + (
+                            ": resumed, it was saved after the shares of the epoch's end "
+                            "were settled, and this reader before; save every rank's "
+                            "readers at the same step" if it.resumed else ""))
                 if c is not None and not c.done and r.now - c.seen > r.timeout_s:
                     raise FailedPreconditionError(
                         f"rank {rank}'s loader worker {worker} reading {r.key} has been silent "
@@ -303,6 +327,12 @@ class EqualShares:
             del self._iterations[key]
         for key in [k for k, (_, at) in self._finished.items() if now - at > FORGET_AFTER_S]:
             del self._finished[key]
+
+
+def _replaceable(c: _Consumer) -> bool:
+    """Whether another reader may take ``c``'s place: its reader stopped before the end (not
+    failing), or had taken nothing so far as it said."""
+    return (c.left and not c.error) or (c.fetched == 0 and not c.exhausted)
 
 
 def _again(r: ShareReport, how: str) -> str:
