@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import convoy
-from convoy import _rpc, errors, monitoring
+from convoy import _fs, _rpc, errors, monitoring
 from convoy._security import LOOPBACK, MAX_REQUEST_BYTES
 from convoy.data.service._common.server_config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
@@ -197,6 +197,14 @@ def _dispatcher(args: argparse.Namespace) -> int:
 
 def _check_writable(directory: str) -> None:
     """Refuse a ``--work-dir`` that cannot hold the journal, saying why."""
+    if _fs.is_url(directory):  # an object store: a probe object written and deleted
+        probe = _fs.join(directory, f".convoy-probe-{os.getpid()}")
+        try:
+            _fs.atomic_write(probe, b"")
+            _fs.remove(probe)
+        except (errors.ConvoyError, OSError) as error:
+            raise CommandError(f"cannot use --work-dir {directory!r}: {error}") from None
+        return
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise CommandError(f"--work-dir {directory!r} is not a directory: give a directory "
                            "(it is made if missing)")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from convoy import _rpc, _threads, monitoring
+from convoy import _fs, _rpc, _threads, monitoring
 from convoy._security import LOOPBACK
 from convoy.data import _distributed_snapshot as layout
 from convoy.data.service import service_pb2 as pb
@@ -32,6 +32,8 @@ from convoy.data.service._common.wire import (
 from convoy.data.service._dispatch_metrics import dispatcher_stats
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher.journal import Journal, LocalStorage
+from convoy.data.service._dispatcher.journal_objects import COMPACT_EVERY as OBJECT_COMPACT_EVERY
+from convoy.data.service._dispatcher.journal_objects import ObjectStorage
 from convoy.data.service._dispatcher.limits import admit
 from convoy.data.service._dispatcher.runs import awaited_consumers
 from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
@@ -504,6 +506,8 @@ def _journal(config: DispatcherConfig) -> Journal | None:
     assert config.work_dir is not None  # the config checks it
     directory = os.path.join(config.work_dir, "journal")
     try:
+        if _fs.is_url(directory):  # immutable objects, created only if absent (fencing)
+            return Journal(ObjectStorage(directory), OBJECT_COMPACT_EVERY)
         return Journal(LocalStorage(directory))
     except OSError as error:
         raise _disk_error(error, directory) from None
