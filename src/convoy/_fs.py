@@ -107,6 +107,10 @@ def _filesystem_for(scheme: str, pid: int, environment: tuple[str | None, ...]) 
             f"no file system for {scheme}:// URLs is installed: {hint}") from None
     except ValueError:
         raise UnimplementedError(f"unknown URL scheme {scheme}://") from None
+    for name in ("botocore", "aiobotocore", "s3fs", "gcsfs", "adlfs", "azure"):
+        logger = logging.getLogger(name)  # their INFO lines (credentials found...) are noise
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
     options: dict[str, Any] = {}
     if scheme in ("s3", "s3a"):
         # Bounded: few retries below, ours above; no instance reuse across forks.

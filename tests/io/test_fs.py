@@ -110,3 +110,14 @@ def test_memory_urls() -> None:
     with pytest.raises(AlreadyExistsError):
         _fs.open_file("memory://convoy-test/a", "xb")
     _fs.rmtree("memory://convoy-test")
+
+
+def test_a_url_whose_backend_is_not_installed_names_the_extra() -> None:
+    pytest.importorskip("fsspec")
+    try:
+        import gcsfs  # noqa: F401
+        pytest.skip("gcsfs is installed")
+    except ImportError:
+        pass
+    with pytest.raises(UnimplementedError, match=r"gs:// .*pip install 'convoy\[gcs\]'"):
+        _fs.exists("gs://bucket/x")

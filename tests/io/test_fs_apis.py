@@ -153,3 +153,30 @@ def test_missing_object_is_not_found_naming_the_url(bucket: str) -> None:
         list(cv.data.TFRecordDataset(f"{bucket}/nope.tfrecord"))
     with pytest.raises(NotFoundError, match="-gone/x.tfrecord"):
         list(cv.data.TFRecordDataset(f"{bucket}-gone/x.tfrecord"))
+
+
+def test_distributed_save_and_load(bucket: str) -> None:
+    from convoy.testing import LocalCluster
+
+    with LocalCluster(num_workers=2) as cluster:
+        cv.data.experimental.distributed_save(cv.data.Dataset.range(100),
+                                              f"{bucket}/dsaved", cluster.address)
+        waited = cv.data.Dataset.load(f"{bucket}/dsaved", wait=True)
+        assert sorted(int(x) for x in waited) == list(range(100))
+    assert _fs.exists(f"{bucket}/dsaved/DONE")
+    assert cv.data.Dataset.load(f"{bucket}/dsaved").cardinality() == 100
+
+
+def test_dispatcher_with_a_missing_bucket_is_one_line_exit_1(s3_bucket: str,
+                                                             tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "convoy", "dispatcher", "--port", "0", "--fault-tolerant",
+         "--work-dir", f"{s3_bucket}-missing/work"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{s3_bucket}-missing/work" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and os.listdir(tmp_path) == []
