@@ -30,7 +30,7 @@ TF_TIMEOUT_PER_REPEAT_S = 120.0
 
 
 #: Workloads also reported as a ratio to another convoy workload.
-RELATIVE = {"ps_embedding_module": "ps_embedding"}
+RELATIVE = {"ps_embedding_module": "ps_embedding", "tfrecord_s3": "tfrecord_s3_raw"}
 
 
 class Summary:

@@ -13,6 +13,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from readers import run_readers
+from s3_reads import tfrecord_s3, tfrecord_s3_raw
 from torch import nn
 
 import convoy as cv
@@ -634,6 +635,8 @@ ALL = [
     Workload("ps_embedding_tfstyle", "steps/s", ps_embedding_tfstyle),
     Workload("parse_example", "records/s", parse_example),
     Workload("parse_example_cpu", "records/CPU s", parse_example_cpu),
+    Workload("tfrecord_s3_raw", "MB/s", tfrecord_s3_raw),
+    Workload("tfrecord_s3", "MB/s", tfrecord_s3),
     Workload("dispatcher_scale_gc", "CPU ms", dispatcher_scale_gc),
     Workload("dispatcher_scale_hb", "CPU us/beat", dispatcher_scale_heartbeat),
     Workload("dispatcher_grpc_hb", "heartbeats/s", dispatcher_grpc_heartbeats),
