@@ -121,3 +121,11 @@ def test_a_url_whose_backend_is_not_installed_names_the_extra() -> None:
         pass
     with pytest.raises(UnimplementedError, match=r"gs:// .*pip install 'convoy\[gcs\]'"):
         _fs.exists("gs://bucket/x")
+
+
+def test_a_refused_request_is_permission_denied_naming_the_url() -> None:
+    # (the S3 test server grants everything: the mapping of the backends' PermissionError)
+    from convoy.errors import PermissionDeniedError
+
+    error = _fs._translate(PermissionError("Access Denied"), "s3://bkt/key")
+    assert isinstance(error, PermissionDeniedError) and "s3://bkt/key" in str(error)

@@ -180,3 +180,11 @@ def test_dispatcher_with_a_missing_bucket_is_one_line_exit_1(s3_bucket: str,
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{s3_bucket}-missing/work" in lines[0], result.stderr
     assert "Traceback" not in result.stderr and os.listdir(tmp_path) == []
+
+
+def test_a_truncated_tfrecord_object_is_data_loss_naming_the_url(bucket: str) -> None:
+    url = f"{bucket}/cut.tfrecord"
+    _write_records(url, [b"x" * 100] * 3)
+    _fs.atomic_write(url, _fs.read_bytes(url)[:-10])
+    with pytest.raises(DataLossError, match=url):
+        list(cv.data.TFRecordDataset(url))

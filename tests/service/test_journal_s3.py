@@ -196,3 +196,26 @@ def test_dispatcher_on_s3_killed_mid_epoch_delivers_every_element_once(
     assert sorted(counts) == list(range(N))
     assert any(n.endswith(".log") for n in _fs.listdir(f"{s3_bucket}/work/journal"))
     assert list(tmp_path.iterdir()) == []  # nothing local named s3:
+
+
+def test_an_unreachable_store_is_a_full_disk_until_it_answers(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the retry budget the dispatcher refuses new work, as on a full disk, and takes
+    it again by itself once the store answers (a snapshot is written first)."""
+    from convoy.errors import ResourceExhaustedError
+    from convoy.testing import free_port
+
+    url = f"{s3_bucket}/flaky"
+    rec = S3Recorder(url)
+    rec(local.ev.RegisterDataset("fp-a", b"a", "", b"", 1, 1))
+    endpoint = _fs.os.environ["AWS_ENDPOINT_URL"]
+    monkeypatch.setattr(_fs, "ATTEMPTS", 1)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(ResourceExhaustedError, match="cannot write its journal"):
+        rec.handlers._apply(local.ev.RegisterDataset("fp-b", b"b", "", b"", 1, 1))
+    assert rec.handlers.journal_error is not None
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    rec.handlers._apply(local.ev.RegisterDataset("fp-c", b"c", "", b"", 1, 1))
+    assert rec.handlers.journal_error is None
+    fingerprints = {d.fingerprint for d in recover_state(url).datasets.values()}
+    assert {"fp-a", "fp-c"} <= fingerprints
