@@ -188,3 +188,13 @@ def test_a_truncated_tfrecord_object_is_data_loss_naming_the_url(bucket: str) ->
     _fs.atomic_write(url, _fs.read_bytes(url)[:-10])
     with pytest.raises(DataLossError, match=url):
         list(cv.data.TFRecordDataset(url))
+
+
+def test_tfrecord_writer_sync_and_flush_on_a_url(bucket: str) -> None:
+    url = f"{bucket}/synced.tfrecord"
+    with cv.data.TFRecordWriter(url) as writer:
+        writer.write(b"a")
+        writer.flush()
+        writer.sync()
+        writer.write(b"b")
+    assert list(cv.data.TFRecordDataset(url).as_numpy_iterator()) == [b"a", b"b"]

@@ -213,10 +213,11 @@ class TFRecordWriter:
         self._open_sink("flush").flush()
 
     def sync(self) -> None:
-        """Flushes and makes the records written so far durable (``fsync``)."""
+        """Flushes and makes the records written so far durable (``fsync``); an object on a
+        store is written whole at :meth:`close`."""
         sink = self._open_sink("sync")
         sink.flush()
-        if not isinstance(sink, (_DeflateSink, _SnappySink)):
+        if not isinstance(sink, (_DeflateSink, _SnappySink)) and not _fs.is_url(self._path):
             os.fsync(sink.fileno())
 
     def close(self) -> None:
