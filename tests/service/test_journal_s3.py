@@ -84,9 +84,9 @@ def test_replay_and_compaction(s3_bucket: str, compact_every: int) -> None:
 
 
 def test_restarting_after_every_event_changes_nothing(s3_bucket: str) -> None:
-    straight = S3Recorder(f"{s3_bucket}/straight", 7)
+    straight = S3Recorder(f"{s3_bucket}/straight", 3)
     local.scenario(straight)
-    restarted = S3Recorder(f"{s3_bucket}/restarted", 7, restart_every_event=True)
+    restarted = S3Recorder(f"{s3_bucket}/restarted", 3, restart_every_event=True)
     local.scenario(restarted)
     assert restarted.snapshots == straight.snapshots
 
