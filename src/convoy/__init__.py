@@ -11,18 +11,31 @@ import os as _os
 import sys as _sys
 from typing import Any
 
+
+def _convoy_command_debug() -> bool:
+    """Whether this process is the ``convoy`` command (or ``python -m convoy``) run with
+    ``--debug``; a user's script with a ``--debug`` of its own is not."""
+    command = _os.path.splitext(_os.path.basename(_sys.argv[0]))[0] == "convoy"
+    original = list(getattr(_sys, "orig_argv", []))
+    if "-m" in original:
+        module = original[original.index("-m") + 1:original.index("-m") + 2]
+        command = command or module in (["convoy"], ["convoy.cli"])
+    return command and "--debug" in _sys.argv[1:]
+
+
 # gRPC reads its log level once, as it is imported, and by default logs lines of its own at
 # INFO (a peer's "Got goaway", say) that convoy's errors already explain: they are off unless
-# GRPC_VERBOSITY asks for them, or the convoy command runs with --debug.
-if "--debug" not in _sys.argv[1:]:
+# GRPC_VERBOSITY asks for them (a value the user set is kept), or the convoy command runs
+# with --debug.
+if not _convoy_command_debug():
     _os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from convoy import data, distribute, errors, io, metrics, monitoring, nest, nn, train
-from convoy._slices import IndexedSlices
-from convoy._tensors import RaggedTensor, SparseTensor
-from convoy.distribute.variables import Variable
-from convoy.nest import RaggedTensorSpec, SparseTensorSpec
-from convoy.train import optimizers
+from convoy import data, distribute, errors, io, metrics, monitoring, nest, nn, train  # noqa: E402
+from convoy._slices import IndexedSlices  # noqa: E402
+from convoy._tensors import RaggedTensor, SparseTensor  # noqa: E402
+from convoy.distribute.variables import Variable  # noqa: E402
+from convoy.nest import RaggedTensorSpec, SparseTensorSpec  # noqa: E402
+from convoy.train import optimizers  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -218,14 +218,25 @@ def test_a_command_pointed_at_another_kind_of_server_says_what_answered(command,
     assert "Method not found" not in done.stderr
 
 
-def test_grpc_logs_its_own_lines_only_with_debug():
-    script = "import os, convoy; print(os.environ.get('GRPC_VERBOSITY'))"
-    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           env={k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"})
-    debug = subprocess.run([sys.executable, "-c", script, "--debug"], capture_output=True,
-                           text=True, env={k: v for k, v in os.environ.items()
-                                           if k != "GRPC_VERBOSITY"})
-    assert (quiet.stdout.strip(), debug.stdout.strip()) == ("ERROR", "None")
+def grpc_verbosity(argv: str, **env: str) -> str:
+    """GRPC_VERBOSITY once convoy is imported by a process whose arguments are ``argv``."""
+    script = (f"import sys; sys.argv, sys.orig_argv = {argv}\n"
+              "import os, convoy; print(os.environ.get('GRPC_VERBOSITY'))")
+    clean = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**clean, **env}, timeout=60, check=True)
+    return done.stdout.strip()
+
+
+def test_grpc_logs_its_own_lines_only_with_the_commands_debug():
+    command = "['/usr/bin/convoy', 'worker', '--debug'], ['python', '/usr/bin/convoy']"
+    module = "['-m', 'worker', '--debug'], ['python', '-m', 'convoy', 'worker', '--debug']"
+    script = "['train.py', '--debug'], ['python', 'train.py', '--debug']"
+    assert grpc_verbosity(command) == "None"
+    assert grpc_verbosity(module) == "None"
+    assert grpc_verbosity(script) == "ERROR"  # a script's own --debug is its own
+    assert grpc_verbosity(script.replace(", '--debug'", "")) == "ERROR"
+    assert grpc_verbosity(script, GRPC_VERBOSITY="INFO") == "INFO"  # the user's choice holds
 
 
 def test_a_worker_says_at_once_it_lost_its_dispatcher_and_when_it_is_back(tmp_path):
