@@ -20,7 +20,9 @@ def dispatcher_status(address: str, security: Security | None = None,
                       timeout_s: float = 10.0) -> dict[str, Any]:
     """The status of the dispatcher at ``address`` (``HOST:PORT`` or ``grpc://HOST:PORT``):
     ``workers`` (``address``, ``last_heartbeat_s``, ``tasks``, ``buffered_elements``,
-    ``buffered_bytes``), ``datasets`` and ``jobs`` (``name``, ``policy``, ``iterations``...)."""
+    ``buffered_bytes``), ``datasets``, ``jobs`` (``name``, ``policy``, ``iterations``,
+    ``optimal_workers``...) and ``optimal_workers``, the workers all jobs need (None while
+    unknown), with ``consumer_wait_fraction``, the largest share of time a consumer waited."""
     from convoy.data.service import service_pb2 as pb
     from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
 
@@ -31,7 +33,11 @@ def dispatcher_status(address: str, security: Security | None = None,
     finally:
         client.close()
     status: dict[str, Any] = {"dispatcher": address, **_plain(response)}
+    status["optimal_workers"] = status["optimal_workers"] or None  # 0: not known yet
+    if status["consumer_wait_fraction"] < 0:
+        status["consumer_wait_fraction"] = None
     for job in status["jobs"]:
+        job["optimal_workers"] = job["optimal_workers"] or None
         for iteration in job["iterations"]:
             if iteration["elements_served"] < 0:
                 iteration["elements_served"] = None  # not known (not DYNAMIC)
@@ -99,7 +105,8 @@ def render_dispatcher(status: Mapping[str, Any]) -> str:
     """``status`` (of :func:`dispatcher_status`) as tables for a terminal."""
     lines = [f"dispatcher {status['dispatcher']} (up {status['uptime_s']:.0f} s): "
              f"{len(status['workers'])} workers, {len(status['datasets'])} datasets, "
-             f"{len(status['jobs'])} jobs", ""]
+             f"{len(status['jobs'])} jobs; workers needed: "
+             f"{status.get('optimal_workers') or 'unknown'}", ""]
     lines += _table(["WORKER", "LAST HEARTBEAT", "TASKS", "BUFFERED", "BUFFERED BYTES"],
                     [[w["address"], f"{w['last_heartbeat_s']:.1f} s ago", _ids(w["tasks"]),
                       w["buffered_elements"], _bytes(w["buffered_bytes"])]

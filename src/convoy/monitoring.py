@@ -215,6 +215,7 @@ class DispatcherStats:
     splits: dict[str, int] = dataclasses.field(default_factory=dict)
     journal_bytes: int = 0
     journal_segments: int = 0
+    optimal_workers: int = 0  # the workers its jobs need (0: unknown)
 
 
 class _DispatcherCollector(Collector):
@@ -266,6 +267,13 @@ def _dispatcher_families(every: list[DispatcherStats]) -> Iterator[Metric]:
     for event in SPLIT_EVENTS:
         splits.add_metric([event], sum(stats.splits.get(event, 0) for stats in every))
     yield splits
+    optimal = GaugeMetricFamily(
+        name + "optimal_workers", "Workers the dispatcher's jobs need: their consumers' rate "
+        "over the mean worker throughput (TensorFlow's estimate); no sample while unknown")
+    known = [stats.optimal_workers for stats in every if stats.optimal_workers]
+    if known:
+        optimal.add_metric([], max(known))
+    yield optimal
 
 
 #: The events of ``convoy_data_splits_total``.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -26,7 +27,9 @@ def dispatcher_stats(dispatcher: Dispatcher) -> monitoring.DispatcherStats:
     journal. Split and lost-worker counts are the state's, so a restart replays them."""
     segments, size = journal_usage(dispatcher.journal)
     with dispatcher.lock:
-        return _counted(dispatcher.state, segments, size)
+        stats = _counted(dispatcher.state, segments, size)
+        stats.optimal_workers = dispatcher.state.optimal_workers(time.time()) or 0
+        return stats
 
 
 def _counted(state: DispatcherState, segments: int, size: int) -> monitoring.DispatcherStats:

@@ -277,7 +277,9 @@ class _Handlers:
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
         settled = tuple((run.task_id, run.incarnation) for run in r.settled)
         view = self._apply(ev.ClientHeartbeat(r.client_id, time.time(), settled,
-                                              _received(r.received)))
+                                              _received(r.received),
+                                              r.target_processing_time_s, r.waited_s,
+                                              r.elapsed_s))
         return pb.ClientHeartbeatResponse(
             tasks=[pb.TaskInfo(task_id=t.task_id, worker_address=t.worker_address,
                                incarnation=t.incarnation, held=t.held, held_for=t.held_for)
@@ -301,7 +303,9 @@ class _Handlers:
                       if (task := self.state.tasks.get(t)) is not None and not task.finished]
             orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
                                                     tuple(r.current_tasks), time.time(),
-                                                    tuple(r.finished_tasks)))
+                                                    tuple(r.finished_tasks),
+                                                    tuple((p.task_id, p.seconds_per_element)
+                                                          for p in r.processing)))
             self.buffered[r.worker_address] = (r.buffered_elements, r.buffered_bytes)
             finished = {(iteration.job_id, iteration.iteration_id) for task in ending
                         if (iteration := self.state.iterations.get(task.iteration_id))

@@ -51,6 +51,7 @@ from convoy.data.service._client.reader_events import (
 )
 from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
 from convoy.data.service._client.resume import Returned
+from convoy.data.service._common.pace import ConsumerPace
 from convoy.data.service._common.ranges import runs
 from convoy.data.service._common.static_policy import is_static, reads_local_workers
 from convoy.data.service._common.wire import (
@@ -142,6 +143,7 @@ class Reader:
                                 and not options.trainer_id)
         self._left: list[_Batch] = []  # batches not returned, once closed
         self._last_heard = time.monotonic()  # the latest answer of the dispatcher or a worker
+        self._pace = ConsumerPace()  # the consumer's pace, for the dispatcher's estimate
         #: Batches of elements as (task id, their numbers, elements), in the order they arrived.
         self.results: Channel[_Batch] = Channel(
             "elements read from the data service",
@@ -193,11 +195,13 @@ class Reader:
         try:
             while True:
                 started = time.perf_counter()
+                self._pace.wait_started()
                 try:
                     task_id, numbers, batch = self._next_batch()
                 except Closed:
                     break
                 wait.observe(time.perf_counter() - started)
+                self._pace.wait_ended(len(batch))
                 self._batch = (task_id, numbers, batch)
                 self._taken = 0
                 for element in batch:
@@ -362,9 +366,11 @@ class Reader:
     def _heartbeat(self) -> None:
         with self._cond:
             settled, received = self._state.reports()
+        target, waited, elapsed = self._pace.report()
         request = pb.ClientHeartbeatRequest(
             client_id=self._client_id, received=_task_ranges(received),
-            settled=[pb.TaskRun(task_id=t, incarnation=i) for t, i in settled])
+            settled=[pb.TaskRun(task_id=t, incarnation=i) for t, i in settled],
+            target_processing_time_s=target, waited_s=waited, elapsed_s=elapsed)
         response = _rpc.retry(lambda: self._dispatcher.call("ClientHeartbeat", request),
                               self._options.timeout_s,
                               f"heartbeat to dispatcher {self._dispatcher.address}",

@@ -37,10 +37,14 @@ def status(state: DispatcherState, now: float, buffered: Mapping[str, tuple[int,
     jobs = [pb.JobStatus(job_id=job.job_id, name=job.name, dataset_id=job.dataset_id,
                          policy=policy_name(job.options.processing_mode),
                          num_consumers=job.options.num_consumers,
-                         iterations=by_job.get(job.job_id, []))
+                         iterations=by_job.get(job.job_id, []),
+                         optimal_workers=state.optimal_workers(now, job.job_id) or 0)
             for job in state.jobs.values()]
+    waited = state.estimate.wait_fraction(now)
     return pb.GetStatusResponse(workers=workers, datasets=datasets, jobs=jobs,
-                                uptime_s=uptime_s)
+                                uptime_s=uptime_s,
+                                optimal_workers=state.optimal_workers(now) or 0,
+                                consumer_wait_fraction=-1.0 if waited is None else waited)
 
 
 def _iteration(state: DispatcherState, job: ev.JobRecord, iteration: ev.IterationRecord,

@@ -364,7 +364,16 @@ class WorkerServer(_rpc.ServerBase):
         return pb.WorkerHeartbeatRequest(worker_address=self._address, worker_uid=self._uid,
                                          current_tasks=heartbeat.current_tasks,
                                          finished_tasks=heartbeat.finished_tasks,
-                                         buffered_elements=elements, buffered_bytes=size)
+                                         buffered_elements=elements, buffered_bytes=size,
+                                         processing=self._processing())
+
+    def _processing(self) -> list[pb.TaskProcessing]:
+        """Its running tasks' pipeline time per element since the last heartbeat."""
+        with self._lock:
+            served = list(self._running.items())
+        times = [(task_id, s.task.pace.report()) for task_id, s in served]
+        return [pb.TaskProcessing(task_id=t, seconds_per_element=per)
+                for t, per in times if per > 0]
 
     def buffered(self) -> tuple[int, int]:
         """The elements its running tasks buffer for their consumers, and their bytes."""

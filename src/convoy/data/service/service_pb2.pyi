@@ -131,14 +131,20 @@ class TaskRange(_message.Message):
     def __init__(self, task_id: _Optional[int] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ...) -> None: ...
 
 class ClientHeartbeatRequest(_message.Message):
-    __slots__ = ("client_id", "settled", "received")
+    __slots__ = ("client_id", "settled", "received", "target_processing_time_s", "waited_s", "elapsed_s")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SETTLED_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    TARGET_PROCESSING_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    WAITED_S_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     client_id: int
     settled: _containers.RepeatedCompositeFieldContainer[TaskRun]
     received: _containers.RepeatedCompositeFieldContainer[TaskRange]
-    def __init__(self, client_id: _Optional[int] = ..., settled: _Optional[_Iterable[_Union[TaskRun, _Mapping]]] = ..., received: _Optional[_Iterable[_Union[TaskRange, _Mapping]]] = ...) -> None: ...
+    target_processing_time_s: float
+    waited_s: float
+    elapsed_s: float
+    def __init__(self, client_id: _Optional[int] = ..., settled: _Optional[_Iterable[_Union[TaskRun, _Mapping]]] = ..., received: _Optional[_Iterable[_Union[TaskRange, _Mapping]]] = ..., target_processing_time_s: _Optional[float] = ..., waited_s: _Optional[float] = ..., elapsed_s: _Optional[float] = ...) -> None: ...
 
 class ClientHeartbeatResponse(_message.Message):
     __slots__ = ("tasks", "iteration_finished", "iteration_failed")
@@ -261,20 +267,30 @@ class TaskDef(_message.Message):
     def __init__(self, task_id: _Optional[int] = ..., iteration_id: _Optional[int] = ..., dataset_id: _Optional[str] = ..., dataset: _Optional[bytes] = ..., processing_mode: _Optional[str] = ..., compression: _Optional[str] = ..., worker_index: _Optional[int] = ..., num_workers: _Optional[int] = ..., num_consumers: _Optional[int] = ..., cross_trainer_cache: _Optional[bool] = ..., incarnation: _Optional[int] = ..., skip: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., seed: _Optional[int] = ..., skip_count: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
-    __slots__ = ("worker_address", "worker_uid", "current_tasks", "finished_tasks", "buffered_elements", "buffered_bytes")
+    __slots__ = ("worker_address", "worker_uid", "current_tasks", "finished_tasks", "buffered_elements", "buffered_bytes", "processing")
     WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     WORKER_UID_FIELD_NUMBER: _ClassVar[int]
     CURRENT_TASKS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_TASKS_FIELD_NUMBER: _ClassVar[int]
     BUFFERED_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
     BUFFERED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROCESSING_FIELD_NUMBER: _ClassVar[int]
     worker_address: str
     worker_uid: str
     current_tasks: _containers.RepeatedScalarFieldContainer[int]
     finished_tasks: _containers.RepeatedScalarFieldContainer[int]
     buffered_elements: int
     buffered_bytes: int
-    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ..., finished_tasks: _Optional[_Iterable[int]] = ..., buffered_elements: _Optional[int] = ..., buffered_bytes: _Optional[int] = ...) -> None: ...
+    processing: _containers.RepeatedCompositeFieldContainer[TaskProcessing]
+    def __init__(self, worker_address: _Optional[str] = ..., worker_uid: _Optional[str] = ..., current_tasks: _Optional[_Iterable[int]] = ..., finished_tasks: _Optional[_Iterable[int]] = ..., buffered_elements: _Optional[int] = ..., buffered_bytes: _Optional[int] = ..., processing: _Optional[_Iterable[_Union[TaskProcessing, _Mapping]]] = ...) -> None: ...
+
+class TaskProcessing(_message.Message):
+    __slots__ = ("task_id", "seconds_per_element")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_PER_ELEMENT_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    seconds_per_element: float
+    def __init__(self, task_id: _Optional[int] = ..., seconds_per_element: _Optional[float] = ...) -> None: ...
 
 class WorkerHeartbeatResponse(_message.Message):
     __slots__ = ("new_tasks", "tasks_to_delete", "paused_tasks")
@@ -495,32 +511,38 @@ class IterationStatus(_message.Message):
     def __init__(self, iteration_id: _Optional[int] = ..., repetition: _Optional[int] = ..., consumers: _Optional[int] = ..., tasks: _Optional[_Iterable[int]] = ..., splits_handed_out: _Optional[int] = ..., splits_acknowledged: _Optional[int] = ..., elements_served: _Optional[int] = ..., finished: _Optional[bool] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "dataset_id", "policy", "num_consumers", "iterations")
+    __slots__ = ("job_id", "name", "dataset_id", "policy", "num_consumers", "iterations", "optimal_workers")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATASET_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     NUM_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    OPTIMAL_WORKERS_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     name: str
     dataset_id: str
     policy: str
     num_consumers: int
     iterations: _containers.RepeatedCompositeFieldContainer[IterationStatus]
-    def __init__(self, job_id: _Optional[int] = ..., name: _Optional[str] = ..., dataset_id: _Optional[str] = ..., policy: _Optional[str] = ..., num_consumers: _Optional[int] = ..., iterations: _Optional[_Iterable[_Union[IterationStatus, _Mapping]]] = ...) -> None: ...
+    optimal_workers: int
+    def __init__(self, job_id: _Optional[int] = ..., name: _Optional[str] = ..., dataset_id: _Optional[str] = ..., policy: _Optional[str] = ..., num_consumers: _Optional[int] = ..., iterations: _Optional[_Iterable[_Union[IterationStatus, _Mapping]]] = ..., optimal_workers: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("workers", "datasets", "jobs", "uptime_s")
+    __slots__ = ("workers", "datasets", "jobs", "uptime_s", "optimal_workers", "consumer_wait_fraction")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    OPTIMAL_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_WAIT_FRACTION_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetStatus]
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
     uptime_s: float
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_s: _Optional[float] = ...) -> None: ...
+    optimal_workers: int
+    consumer_wait_fraction: float
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_s: _Optional[float] = ..., optimal_workers: _Optional[int] = ..., consumer_wait_fraction: _Optional[float] = ...) -> None: ...
 
 class ReportUnreachableWorkerRequest(_message.Message):
     __slots__ = ("worker_address", "task_id", "client_id")

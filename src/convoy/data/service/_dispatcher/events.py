@@ -254,6 +254,11 @@ class ClientHeartbeat:
     settled: tuple[tuple[int, int], ...] = ()
     #: ``(task id, start, stop)``: sequence numbers of elements the client received.
     received: tuple[tuple[int, int, int], ...] = ()
+    #: The consumer's time per element when not waiting (0: unknown), and how long it waited
+    #: of the ``elapsed_s`` seconds since its last report (for the worker estimate).
+    target_time_s: float = 0.0
+    waited_s: float = 0.0
+    elapsed_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -270,6 +275,8 @@ class WorkerHeartbeat:
     now: float
     #: Tasks of this worker whose end a consumer has found.
     finished_tasks: tuple[int, ...] = ()
+    #: ``(task id, seconds per element)``: its pipelines' time per element when not blocked.
+    processing: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

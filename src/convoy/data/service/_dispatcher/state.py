@@ -33,6 +33,7 @@ from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._common.coordinated import adds_tasks, check_coordinated_job
 from convoy.data.service._common.static_policy import check_static_job, is_static
 from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.estimate import WorkerEstimate
 from convoy.data.service._dispatcher.events import RESTART_HINT
 from convoy.data.service._dispatcher.gc import GarbageCollection
 from convoy.data.service._dispatcher.records import NOBODY, Records, splits_of
@@ -69,6 +70,7 @@ class DispatcherState:
         self.splits = Splits(self.records)
         self.gc = GarbageCollection(self.records, self.runs)
         self.snapshots = Snapshots()  # distributed_save's streams and splits
+        self.estimate = WorkerEstimate()  # the workers the jobs need (not journaled)
 
     # the records, for queries (changed only by events)
     @property
@@ -370,6 +372,9 @@ class DispatcherState:
                 f"{RESTART_HINT}"
             )
         client.last_seen = event.now
+        self.estimate.report_consumer(self.iterations[client.iteration_id].job_id,
+                                      client.client_id, event.target_time_s, event.waited_s,
+                                      event.elapsed_s, event.now)
         self.runs.record_received(client.iteration_id, event.received)
         for task in self.runs.settled_tasks(event):
             self.runs.settle(task, client.client_id)
@@ -407,6 +412,7 @@ class DispatcherState:
                 self.records.count("workers_lost")
         else:
             worker.last_seen = event.now
+        self._report_processing(event)
         for task in self._reported_ends(event):
             if not task.finished:
                 self.records.count("acknowledged", splits_of(task))
@@ -428,6 +434,20 @@ class DispatcherState:
         paused = tuple(sorted(t for t in current if t in assigned and not assigned[t].finished
                               and assigned[t].iteration_id not in consumers))
         return ev.WorkerInstructions(new_tasks, to_delete, paused)
+
+    def _report_processing(self, event: ev.WorkerHeartbeat) -> None:
+        """Give the estimate the heartbeat's per-task processing times."""
+        for task_id, seconds in event.processing:
+            task = self.tasks.get(task_id)
+            iteration = self.iterations.get(task.iteration_id) if task is not None else None
+            if iteration is not None:
+                self.estimate.report_task(iteration.job_id, task_id, seconds, event.now)
+
+    def optimal_workers(self, now: float, job_id: int | None = None) -> int | None:
+        """The workers ``job_id`` needs, or (None) the whole fleet; None while unknown."""
+        if job_id is not None:
+            return self.estimate.job_estimate(job_id, now)
+        return self.estimate.fleet_estimate(len(self.workers), now)
 
     def _reported_ends(self, event: ev.WorkerHeartbeat) -> list[ev.TaskRecord]:
         """The current tasks of the heartbeat's worker that it reports finished (a report of

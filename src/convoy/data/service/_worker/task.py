@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from convoy._channel import Channel, Closed
 from convoy.codec import Encoder
 from convoy.data._op import Op, seeded
 from convoy.data._split import SplitSupplier, read_splits
+from convoy.data.service._common.pace import ProcessingPace
 from convoy.data.service._common.ranges import Skipper, runs
 from convoy.data.service._common.wire import NUMBERED, pack_numbers
 from convoy.errors import ConvoyError, InvalidArgumentError
@@ -117,6 +119,7 @@ class Task:
         #: Its iteration has no consumer: it produces nothing new, keeping what it buffered.
         self.paused = False
         self._stopped = threading.Event()
+        self.pace = ProcessingPace()  # its pipeline's time per element, for the estimate
 
     def start(self) -> None:
         if self._budget is not None:
@@ -153,10 +156,13 @@ class Task:
             try:  # the node owns what runs beside it (prefetch threads, service readers)
                 elements = (self._numbered(node.gen) if self.incarnation
                             else itertools.islice(node.gen, self.skip_count, None))
+                ready = time.perf_counter()
                 for element in elements:
+                    self.pace.add(time.perf_counter() - ready)  # made, not blocked
                     if not self._may_produce() or not self._elements.put(element):
                         self._produced.set()
                         return  # stopped
+                    ready = time.perf_counter()
                     produced += 1
                     if produced == _COUNT_EVERY:  # metrics in bulk: a lock each
                         counted_bytes = self._count(produced, counted_bytes)

@@ -1,0 +1,95 @@
+"""The worker estimate (TensorFlow's auto-scaler) against hand-computed cases; clocks passed in."""
+
+from __future__ import annotations
+
+import pytest
+
+from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service._common.pace import ConsumerPace
+from convoy.data.service._dispatcher import events as ev
+from convoy.data.service._dispatcher.estimate import (
+    WorkerEstimate,
+    bounded,
+    without_outliers,
+    workers_needed,
+)
+from convoy.data.service._dispatcher.state import DispatcherState
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_consumption_over_mean_throughput_rounded_up() -> None:
+    # 600/s demanded; tasks at 200/s each: exactly 3
+    assert workers_needed([600.0], [200.0, 200.0]) == 3
+    # two consumers 250 + 350 = 600 over a mean of (150 + 250) / 2 = 200: 3
+    assert workers_needed([250.0, 350.0], [150.0, 250.0]) == 3
+    # 601/s over 200/s: 3.005, rounded up to 4
+    assert workers_needed([601.0], [200.0]) == 4
+    # tiny demand still needs one
+    assert workers_needed([1.0], [1000.0]) == 1
+    assert workers_needed([], [200.0]) is None
+    assert workers_needed([100.0], []) is None
+
+
+def test_outliers_replaced_by_the_median() -> None:
+    # mean 32.5, sample sd 45: 100 is beyond mean + 1 sd (77.5), so it becomes the median
+    # (the upper one of 10, 10, 10, 100: 10); the others stay
+    assert without_outliers([10.0, 10.0, 10.0, 100.0]) == [10.0, 10.0, 10.0, 10.0]
+    # throughputs 200, 200, 200, 2000: the odd worker counts as 200, so 600/s needs 3
+    assert workers_needed([600.0], [200.0, 200.0, 200.0, 2000.0]) == 3
+    assert without_outliers([5.0]) == [5.0]
+
+
+def test_growth_bounded_as_tensorflow() -> None:
+    assert bounded(50, 2) == 8        # at most 4x the workers there are
+    assert bounded(5000, 1000) == 1500  # at most 500 more
+    assert bounded(3, 0) == 3         # no worker yet counts as one: up to 4
+    assert bounded(0, 5) == 1
+
+
+def test_reports_expire_and_jobs_take_the_largest() -> None:
+    estimate = WorkerEstimate(ttl_s=10.0)
+    estimate.report_consumer(1, 100, 1 / 600, waited_s=0.5, elapsed_s=1.0, now=0.0)
+    estimate.report_task(1, 7, 1 / 200, now=0.0)
+    estimate.report_consumer(2, 101, 1 / 100, waited_s=0.0, elapsed_s=1.0, now=0.0)
+    estimate.report_task(2, 8, 1 / 200, now=0.0)
+    assert estimate.job_estimate(1, now=1.0) == 3
+    assert estimate.job_estimate(2, now=1.0) == 1
+    assert estimate.fleet_estimate(workers=1, now=1.0) == 3
+    assert estimate.wait_fraction(now=1.0) == 0.5
+    assert estimate.fleet_estimate(workers=1, now=20.0) is None  # all reports stale
+
+
+def test_state_takes_reports_from_heartbeats() -> None:
+    state = DispatcherState()
+    dataset = state.apply(ev.RegisterDataset("f", b"ds", "", b"", -1, 4))
+    job = state.apply(ev.GetOrCreateJob(dataset, "", ev.JobOptions(ShardingPolicy.DYNAMIC)))
+    for address in ("w1:1", "w2:1"):
+        state.apply(ev.WorkerHeartbeat(address, "u-" + address, (), now=0.0))
+    _, client = state.apply(ev.GetOrCreateIteration(job, 0, now=0.0))
+    assert state.optimal_workers(now=0.0) is None
+    tasks = sorted(state.tasks)
+    state.apply(ev.WorkerHeartbeat("w1:1", "u-w1:1", (tasks[0],), now=1.0,
+                                   processing=((tasks[0], 0.005),)))
+    state.apply(ev.WorkerHeartbeat("w2:1", "u-w2:1", (tasks[1],), now=1.0,
+                                   processing=((tasks[1], 0.005),)))
+    state.apply(ev.ClientHeartbeat(client, now=1.0, target_time_s=1 / 500, waited_s=0.3,
+                                   elapsed_s=1.0))
+    # 500/s over 200/s per task: 2.5, so 3 (within 4 x 2 workers)
+    assert state.optimal_workers(now=1.0, job_id=job) == 3
+    assert state.optimal_workers(now=1.0) == 3
+    assert state.optimal_workers(now=30.0) is None  # the reports went stale
+
+
+def test_consumer_pace_with_a_clock() -> None:
+    now = [0.0]
+    pace = ConsumerPace(clock=lambda: now[0])
+    pace.wait_started()
+    now[0] = 0.4          # waited 0.4 s for a batch of 10
+    pace.wait_ended(10)
+    now[0] = 1.0          # then spent 0.6 s on them: 60 ms each
+    target, waited, elapsed = pace.report()
+    assert (target, waited, elapsed) == pytest.approx((0.06, 0.4, 1.0))
+    pace.wait_started()
+    now[0] = 1.5          # a wait in progress counts up to the report
+    assert pace.report() == pytest.approx((0.0, 0.5, 0.5))
