@@ -315,6 +315,32 @@ class RaggedTensor:
         """int64 ``[len(values)]``: the row each value belongs to."""
         return np.repeat(np.arange(self.nrows(), dtype=np.int64), self.row_lengths())
 
+    def row_starts(self) -> np.ndarray:
+        """int64 ``[nrows]``: where each row starts in ``values`` (``row_splits[:-1]``)."""
+        return self._row_splits[:-1]
+
+    def row_limits(self) -> np.ndarray:
+        """int64 ``[nrows]``: where each row ends in ``values`` (``row_splits[1:]``)."""
+        return self._row_splits[1:]
+
+    def with_values(self, new_values: Any) -> RaggedTensor:
+        """The same rows over ``new_values`` (as many as ``values``, in their place)."""
+        if not isinstance(new_values, RaggedTensor):
+            new_values = _as_values(new_values, "new_values")
+            if new_values.ndim < 1:
+                raise InvalidArgumentError("new_values must have at least one dimension")
+        if len(new_values) != len(self._values):
+            raise InvalidArgumentError(f"new_values must have {len(self._values)} rows, got "
+                                       f"{len(new_values)}")
+        return RaggedTensor._unchecked(new_values, self._row_splits)
+
+    def with_flat_values(self, new_values: Any) -> RaggedTensor:
+        """The same ragged dimensions over ``new_values`` in place of ``flat_values``."""
+        values = self._values
+        if isinstance(values, RaggedTensor):
+            return RaggedTensor._unchecked(values.with_flat_values(new_values), self._row_splits)
+        return self.with_values(new_values)
+
     def to_list(self) -> list[Any]:
         """Nested Python lists (of Python scalars or ``bytes``)."""
         inner: list[Any] = self.flat_values.tolist()
