@@ -131,11 +131,11 @@ def main() -> int:
     except ImportError:
         print("resume demo skipped: torchdata is not installed (pip install torchdata)")
         return 0
-    from convoy.testing import LocalCluster
+    from convoy.testing import InProcessCluster
 
     print("Training killed midway resumes from its checkpoint (data service, 2 loader workers)")
     started = time.monotonic()
-    with LocalCluster(num_workers=2) as cluster, tempfile.TemporaryDirectory() as work:
+    with InProcessCluster(num_workers=2) as cluster, tempfile.TemporaryDirectory() as work:
         command = [sys.executable, __file__, "--train", cluster.target, work]
         killed = run(command)
         print(f"  run 1 ended by signal {-killed} (SIGKILL is {int(signal.SIGKILL)})")

@@ -9,7 +9,7 @@ import pytest
 
 import convoy as cv
 from convoy._log_summary import RepeatedFailures
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 log = logging.getLogger("convoy.test_log_summary")
 
@@ -43,7 +43,7 @@ def test_the_first_failure_is_logged_then_one_line_per_period(caplog, monkeypatc
 @pytest.mark.timeout(60)
 def test_the_dispatcher_logs_workers_jobs_and_clients(caplog):
     caplog.set_level(logging.INFO, logger="convoy.data.service._dispatch_server")
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         service = cv.data.service
         dataset = cv.data.Dataset.range(20).apply(service.distribute(
             service.ShardingPolicy.DYNAMIC, cluster.target, job_name="logged"))

@@ -18,7 +18,7 @@ from convoy import _stream, _threads, monitoring
 from convoy.data import Dataset
 from convoy.data.service import DispatcherConfig, distribute
 from convoy.errors import ConvoyError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,7 +97,7 @@ def test_the_process_exits_non_zero_with_the_traceback() -> None:
     assert "ZeroDivisionError" in done.stderr and "Traceback" in done.stderr, done.stderr
 
 
-def read(cluster: LocalCluster, prefetch: bool = False) -> list[int]:
+def read(cluster: InProcessCluster, prefetch: bool = False) -> list[int]:
     dataset = Dataset.range(50)
     if prefetch:
         dataset = dataset.prefetch(2)
@@ -117,7 +117,7 @@ def test_a_restarted_thread_goes_on(name, inject, caplog):
     inject(name)
     config = DispatcherConfig(job_gc_check_interval_ms=50,
                               metrics_port=0 if name == "convoy-metrics" else None)
-    with LocalCluster(dispatcher_config=config) as cluster:
+    with InProcessCluster(dispatcher_config=config) as cluster:
         wait_for(lambda: failed_lines(caplog, name), f"{name} to fail")
         wait_for(lambda: any(t.name == name and t.is_alive() for t in threading.enumerate()),
                  f"{name} to run again")
@@ -127,7 +127,7 @@ def test_a_restarted_thread_goes_on(name, inject, caplog):
 
 @pytest.mark.parametrize("name", OWNED)
 def test_a_failed_thread_fails_what_it_served(name, inject, caplog):
-    with LocalCluster() as cluster:
+    with InProcessCluster() as cluster:
         inject(name)
         with pytest.raises((ConvoyError, _threads.InjectedFault), match="injected"):
             read(cluster, prefetch=name == "convoy-prefetch")
@@ -135,7 +135,7 @@ def test_a_failed_thread_fails_what_it_served(name, inject, caplog):
 
 
 def test_a_failed_control_thread_stops_the_worker(inject, caplog):
-    with LocalCluster(num_workers=0) as cluster:
+    with InProcessCluster(num_workers=0) as cluster:
         inject("convoy-worker-control")
         worker = cluster.add_worker()
         wait_for(lambda: worker.error is not None, "the worker to stop")
@@ -145,7 +145,7 @@ def test_a_failed_control_thread_stops_the_worker(inject, caplog):
 
 @pytest.mark.parametrize("name", IGNORED)
 def test_a_thread_whose_work_may_be_skipped_is_only_logged(name, inject, caplog):
-    with LocalCluster() as cluster:
+    with InProcessCluster() as cluster:
         inject(name)
         assert read(cluster) == list(range(50))  # its tasks stop once it is over
         wait_for(lambda: failed_lines(caplog, name), f"{name} to fail")

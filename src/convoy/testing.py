@@ -1,6 +1,6 @@
 """Clusters for tests and demos: real servers, in this process or as child processes.
 
-``LocalCluster`` runs a data-service dispatcher and workers as in-process servers (fast to
+``InProcessCluster`` runs a data-service dispatcher and workers as in-process servers (fast to
 start); ``ProcessCluster`` runs each as its own ``python -m convoy`` process, which can be
 killed with SIGKILL and restarted, as in production. ``TrainingCluster`` runs the ``ps`` and
 ``worker`` tasks of a parameter-server training cluster as ``convoy server`` processes.
@@ -30,7 +30,7 @@ from convoy.errors import UnavailableError
 _LISTENING = re.compile(r"^convoy .* listening on (\S+)")
 
 
-class LocalCluster:
+class InProcessCluster:
     """A dispatcher and ``num_workers`` workers in this process."""
 
     def __init__(self, num_workers: int = 1, heartbeat_interval_ms: int = 100,
@@ -61,7 +61,7 @@ class LocalCluster:
             worker.stop()
         self.dispatcher.stop()
 
-    def __enter__(self) -> LocalCluster:
+    def __enter__(self) -> InProcessCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -25,7 +25,7 @@ import pytest
 from convoy.data import Dataset, TFRecordDataset, TFRecordWriter
 from convoy.data.service import DispatcherConfig, distribute
 from convoy.errors import NotFoundError, UnavailableError
-from convoy.testing import LocalCluster, ProcessCluster, ServerProcess, in_shared_memory
+from convoy.testing import InProcessCluster, ProcessCluster, ServerProcess, in_shared_memory
 
 # The pipeline's functions run on the workers, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -268,7 +268,7 @@ def test_a_worker_that_never_returns_does_not_hang_the_epoch() -> None:
     exactly once."""
     rng = random.Random(chaos_seed())
     config = DispatcherConfig(worker_timeout_ms=1500, job_gc_check_interval_ms=250)
-    with LocalCluster(num_workers=0, dispatcher_config=config) as cluster:
+    with InProcessCluster(num_workers=0, dispatcher_config=config) as cluster:
         workers = [ServerProcess("worker", ["--dispatcher", cluster.address, "--port", "0",
                                             "--heartbeat-ms", "100"]).start()
                    for _ in range(WORKERS)]

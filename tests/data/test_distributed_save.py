@@ -22,7 +22,7 @@ import pytest
 
 import convoy as cv
 from convoy.errors import AlreadyExistsError, InvalidArgumentError
-from convoy.testing import LocalCluster, ProcessCluster
+from convoy.testing import InProcessCluster, ProcessCluster
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -109,7 +109,7 @@ def saved_ids(path: Path) -> list[int]:
 @pytest.mark.parametrize(("num_workers", "num_elements"), [(1, 0), (1, 10), (3, 10000)])
 def test_save_load(tmp_path: Path, num_workers: int, num_elements: int) -> None:
     """Ported from distributed_save_test.py: testSaveLoad."""
-    with LocalCluster(num_workers=num_workers) as cluster:
+    with InProcessCluster(num_workers=num_workers) as cluster:
         cv.data.experimental.distributed_save(cv.data.Dataset.range(num_elements),
                                               tmp_path / "saved", cluster.address)
         assert saved_ids(tmp_path / "saved") == list(range(num_elements))
@@ -134,7 +134,7 @@ def test_the_dispatcher_marks_the_save_done_when_its_last_worker_cannot(
                 layout.mark(path, name, text)
 
     monkeypatch.setattr(_worker_server, "layout", LostBeforeDone())
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         cv.data.experimental.distributed_save(cv.data.Dataset.range(10), tmp_path / "saved",
                                               cluster.address)
         assert saved_ids(tmp_path / "saved") == list(range(10))
@@ -183,7 +183,7 @@ def test_a_load_waiting_when_the_metadata_appears_reads_it_as_what_it_is(
 @pytest.mark.parametrize("compression", [None, "AUTO", "GZIP"])
 def test_compression(tmp_path: Path, compression: str | None) -> None:
     """Ported from distributed_save_test.py: testCompression."""
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         cv.data.experimental.distributed_save(cv.data.Dataset.range(10), tmp_path / "saved",
                                               cluster.address, compression=compression)
         assert saved_ids(tmp_path / "saved") == list(range(10))
@@ -192,7 +192,7 @@ def test_compression(tmp_path: Path, compression: str | None) -> None:
 @pytest.mark.parametrize("num_workers", [1, 3])
 def test_repeated_dataset(tmp_path: Path, num_workers: int) -> None:
     """Ported from distributed_save_test.py: testRepeatedDataset."""
-    with LocalCluster(num_workers=num_workers) as cluster:
+    with InProcessCluster(num_workers=num_workers) as cluster:
         cv.data.experimental.distributed_save(cv.data.Dataset.range(1000).repeat(3),
                                               tmp_path / "saved", cluster.address)
         assert saved_ids(tmp_path / "saved") == sorted(list(range(1000)) * 3)
@@ -206,7 +206,7 @@ def test_refusals(tmp_path: Path) -> None:
         cv.data.experimental.distributed_save(dataset, "", 1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must not be empty"):
         cv.data.experimental.distributed_save(dataset, "", "")
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         with pytest.raises(InvalidArgumentError, match="infinite dataset is not allowed"):
             cv.data.experimental.distributed_save(dataset.repeat(), tmp_path / "a",
                                                   cluster.address)
@@ -223,7 +223,7 @@ def test_a_failing_pipeline_fails_the_save(tmp_path: Path) -> None:
         return x
 
     components = np.array([1.0, 2.0, 3.0, np.nan, 5.0], np.float32)
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         cv.data.experimental.distributed_save(
             cv.data.Dataset.from_tensor_slices(components).map(check_numerics),
             tmp_path / "saved", cluster.address)
@@ -261,7 +261,7 @@ def test_a_worker_killed_mid_save_loses_and_repeats_nothing(tmp_path: Path) -> N
 
 @needs_tf
 def test_tensorflow_loads_a_convoy_distributed_save(tmp_path: Path) -> None:
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         cv.data.experimental.distributed_save(
             cv.data.Dataset.range(12).map(lambda i: {"id": i, "name": str(i).encode()}),
             tmp_path / "saved", cluster.address)
@@ -283,7 +283,7 @@ def test_sparse_and_ragged_components_are_saved_as_save_saves_them(tmp_path: Pat
     sparse = cv.SparseTensor(indices=[[0, 1], [2, 0]], values=np.array([1.0, 2.0]),
                              dense_shape=[4, 3])
     dataset = cv.data.Dataset.from_tensor_slices({"r": ragged, "s": sparse, "x": np.arange(4)})
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         cv.data.experimental.distributed_save(dataset, tmp_path / "saved", cluster.address)
         loaded = sorted(cv.data.Dataset.load(tmp_path / "saved", wait=True),
                         key=lambda e: int(e["x"]))

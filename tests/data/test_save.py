@@ -27,7 +27,7 @@ from convoy.errors import (
     UnimplementedError,
 )
 from convoy.io import snapshot_pb2
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -259,7 +259,7 @@ def test_a_loaded_dataset_under_the_data_service(tmp_path: Path) -> None:
     cv.data.Dataset.range(20).map(lambda i: (i, np.full(2, i, np.float32))).save(
         tmp_path, shard_func=lambda i, _: i % 4)
     loaded = cv.data.Dataset.load(tmp_path)
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         read = loaded.apply(service.distribute(service.ShardingPolicy.OFF, cluster.target))
         ids = [int(i) for i, _ in read]
     assert sorted(ids) == sorted(list(range(20)) * 2)  # OFF: every worker reads it all

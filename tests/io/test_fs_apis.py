@@ -156,9 +156,9 @@ def test_missing_object_is_not_found_naming_the_url(bucket: str) -> None:
 
 
 def test_distributed_save_and_load(bucket: str) -> None:
-    from convoy.testing import LocalCluster
+    from convoy.testing import InProcessCluster
 
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         cv.data.experimental.distributed_save(cv.data.Dataset.range(100),
                                               f"{bucket}/dsaved", cluster.address)
         waited = cv.data.Dataset.load(f"{bucket}/dsaved", wait=True)

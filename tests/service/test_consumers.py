@@ -18,7 +18,7 @@ import convoy as cv
 from convoy.data.service import _distribute as _client
 from convoy.data.service import _reader
 from convoy.errors import UnavailableError
-from convoy.testing import LocalCluster, ProcessCluster, free_port, stop_process
+from convoy.testing import InProcessCluster, ProcessCluster, free_port, stop_process
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -52,8 +52,8 @@ def alternate(first: Iterator[Any], second: Iterator[Any]) -> tuple[list[int], l
 
 
 @pytest.fixture
-def cluster1() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=1) as cluster:
+def cluster1() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=1) as cluster:
         yield cluster
 
 
@@ -62,7 +62,7 @@ def cluster1() -> Iterator[LocalCluster]:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_two_consumers_of_a_named_job_both_get_elements(num_workers: int) -> None:
-    with LocalCluster(num_workers=num_workers) as cluster:
+    with InProcessCluster(num_workers=num_workers) as cluster:
         first = iter(distributed(100, cluster.target, job_name="shared"))
         second = iter(distributed(100, cluster.target, job_name="shared"))
         a, b, left_after_end = alternate(first, second)
@@ -72,7 +72,7 @@ def test_two_consumers_of_a_named_job_both_get_elements(num_workers: int) -> Non
 
 
 @pytest.mark.timeout(60)
-def test_a_consumer_joining_a_finishing_job_still_gets_elements(cluster1: LocalCluster) -> None:
+def test_a_consumer_joining_a_finishing_job_still_gets_elements(cluster1: InProcessCluster) -> None:
     first = iter(distributed(300, cluster1.target, job_name="finishing"))
     early = [int(next(first)) for _ in range(200)]
     second = iter(distributed(300, cluster1.target, job_name="finishing"))
@@ -83,7 +83,7 @@ def test_a_consumer_joining_a_finishing_job_still_gets_elements(cluster1: LocalC
 
 
 @pytest.mark.timeout(60)
-def test_the_window_is_set_by_max_buffered_elements(cluster1: LocalCluster) -> None:
+def test_the_window_is_set_by_max_buffered_elements(cluster1: InProcessCluster) -> None:
     dataset_id = service.register_dataset(cluster1.target, cv.data.Dataset.range(200))
 
     def consumer() -> Iterator[Any]:
@@ -98,7 +98,7 @@ def test_the_window_is_set_by_max_buffered_elements(cluster1: LocalCluster) -> N
 
 # ----- workers a consumer cannot reach -----------------------------------------------------------
 
-def unreachable_worker(cluster: LocalCluster) -> str:
+def unreachable_worker(cluster: InProcessCluster) -> str:
     """Add a worker that advertises a port nobody listens on; returns that address."""
     address = f"localhost:{free_port()}"
     cluster.workers.append(service.WorkerServer(service.WorkerConfig(
@@ -109,7 +109,7 @@ def unreachable_worker(cluster: LocalCluster) -> str:
 
 @pytest.mark.timeout(60)
 def test_an_unreachable_worker_fails_the_read_naming_it(caplog: Any) -> None:
-    with LocalCluster(num_workers=0) as cluster, caplog.at_level(logging.WARNING):
+    with InProcessCluster(num_workers=0) as cluster, caplog.at_level(logging.WARNING):
         address = unreachable_worker(cluster)
         start = time.monotonic()
         with pytest.raises(UnavailableError, match=f"worker {address} .*unreachable for"):
@@ -121,7 +121,7 @@ def test_an_unreachable_worker_fails_the_read_naming_it(caplog: Any) -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", [OFF, DYNAMIC])
 def test_the_other_workers_finish_without_an_unreachable_one(mode: Any, caplog: Any) -> None:
-    with LocalCluster(num_workers=1) as cluster, caplog.at_level(logging.WARNING):
+    with InProcessCluster(num_workers=1) as cluster, caplog.at_level(logging.WARNING):
         address = unreachable_worker(cluster)
         got = [int(x) for x in distributed(1000, cluster.target, mode,
                                            dispatcher_timeout_ms=2000)]
@@ -135,7 +135,7 @@ def test_the_other_workers_finish_without_an_unreachable_one(mode: Any, caplog: 
 
 @pytest.mark.timeout(60)
 def test_a_worker_that_dies_mid_read_is_named(caplog: Any) -> None:
-    with LocalCluster(num_workers=1) as cluster, caplog.at_level(logging.WARNING):
+    with InProcessCluster(num_workers=1) as cluster, caplog.at_level(logging.WARNING):
         worker = cluster.workers[0]
         address = f"localhost:{worker._port}"
         elements = iter(distributed(10**7, cluster.target, OFF, dispatcher_timeout_ms=2000))
@@ -172,7 +172,7 @@ def test_a_worker_that_stops_answering_is_a_deadline_not_a_hang(monkeypatch: Any
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("read_all", [True, False])
-def test_a_reader_closes_its_clients(cluster1: LocalCluster, read_all: bool) -> None:
+def test_a_reader_closes_its_clients(cluster1: InProcessCluster, read_all: bool) -> None:
     iterator = iter(distributed(5000, cluster1.target))
     reader = iterator._root._reader
     next(iterator)
@@ -207,7 +207,7 @@ def test_the_dispatcher_client_is_closed_when_registering_fails(
 
 @pytest.mark.timeout(60)
 def test_the_dispatcher_client_is_closed_when_opening_fails(
-        cluster1: LocalCluster, dispatcher_clients: list[Any]) -> None:
+        cluster1: InProcessCluster, dispatcher_clients: list[Any]) -> None:
     assert len(list(distributed(10, cluster1.target, DYNAMIC, job_name="mismatch"))) == 10
     with pytest.raises(cv.errors.InvalidArgumentError, match="with different parameters"):
         iter(distributed(10, cluster1.target, OFF, job_name="mismatch"))

@@ -21,7 +21,7 @@ import pytest
 import convoy as cv
 from convoy.data.service import WorkerConfig, WorkerServer
 from convoy.errors import InvalidArgumentError
-from convoy.testing import LocalCluster, ProcessCluster
+from convoy.testing import InProcessCluster, ProcessCluster
 
 # Pipelines defined here run on worker processes, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -193,7 +193,7 @@ def test_the_cache_stays_within_its_bytes_and_counts_what_a_slow_trainer_missed(
     speeds: the cache never holds more than its bound, and the elements the slow trainer
     missed are the ones counted as skipped."""
     bound = 40 * 800  # forty elements of 800 bytes
-    with LocalCluster(0) as cluster:
+    with InProcessCluster(0) as cluster:
         worker = WorkerServer(WorkerConfig(dispatcher_address=cluster.address,
                                            heartbeat_interval_ms=100,
                                            cross_trainer_cache_size_bytes=bound))

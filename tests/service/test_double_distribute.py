@@ -8,14 +8,14 @@ import pytest
 
 import convoy as cv
 from convoy.errors import InvalidArgumentError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         yield cluster
 
 

@@ -25,7 +25,7 @@ import pytest
 
 import convoy as cv
 from convoy.errors import InvalidArgumentError, UnimplementedError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -279,8 +279,8 @@ ROWS = [
 # ----- running it ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=[1, 3], ids=lambda n: f"{n}-workers")
-def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=request.param, heartbeat_interval_ms=50) as local:
+def cluster(request: pytest.FixtureRequest) -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=request.param, heartbeat_interval_ms=50) as local:
         yield local
 
 
@@ -296,13 +296,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def distribute(dataset: D, cluster: LocalCluster) -> D:
+def distribute(dataset: D, cluster: InProcessCluster) -> D:
     return dataset.apply(cv.data.service.distribute(DYNAMIC, cluster.target))
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
-def test_op_under_dynamic(row: Row, cluster: LocalCluster, files: Path) -> None:
+def test_op_under_dynamic(row: Row, cluster: InProcessCluster, files: Path) -> None:
     if row.check is None:
         with pytest.raises(InvalidArgumentError, match=f"DYNAMIC sharding cannot split "
                                                        f"`{row.refused}`"):
@@ -331,7 +331,7 @@ def test_every_op_has_a_row() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_a_service_read_is_refused_at_distribute(cluster: LocalCluster) -> None:
+def test_a_service_read_is_refused_at_distribute(cluster: InProcessCluster) -> None:
     inner = D.range(5).apply(cv.data.service.distribute("parallel_epochs", cluster.target))
     with pytest.raises(InvalidArgumentError, match="cannot split `distribute`: it reads "
                                                    "another data service job"):
@@ -339,7 +339,7 @@ def test_a_service_read_is_refused_at_distribute(cluster: LocalCluster) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_from_dataset_id_refuses_at_job_creation(cluster: LocalCluster) -> None:
+def test_from_dataset_id_refuses_at_job_creation(cluster: InProcessCluster) -> None:
     unsplittable = D.zip(D.range(4), D.counter())
     dataset_id = cv.data.service.register_dataset(cluster.target, unsplittable)
     reader = cv.data.service.from_dataset_id(DYNAMIC, cluster.target, dataset_id)
@@ -351,7 +351,7 @@ def test_from_dataset_id_refuses_at_job_creation(cluster: LocalCluster) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_lock_step_pairs_hold_across_workers(cluster: LocalCluster) -> None:
+def test_lock_step_pairs_hold_across_workers(cluster: InProcessCluster) -> None:
     """The zip and concatenate rows above mean little if one worker took every split: here
     each element is slow enough that every worker gets some, and the pairs still line up."""
     def tagged(a: Any, b: Any) -> tuple[Any, Any, str]:

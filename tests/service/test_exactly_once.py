@@ -29,7 +29,7 @@ from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher import state as st
 from convoy.data.service._worker.task import Task
 from convoy.errors import DataLossError, FailedPreconditionError, InvalidArgumentError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 # ----- ranges ------------------------------------------------------------------------------------
 
@@ -311,7 +311,7 @@ def test_unseeded_shuffles_draw_their_seed_from_the_task() -> None:
 def test_a_server_refuses_malformed_reports_and_goes_on() -> None:
     """Reports are checked before they reach the state: a bad range is refused with a clear
     error, and the dispatcher serves the next call as before."""
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         dispatcher = _rpc.Client(cluster.address, DISPATCHER, DISPATCHER_METHODS)
         try:
             dataset_id = dispatcher.call("RegisterDataset", pb.RegisterDatasetRequest(

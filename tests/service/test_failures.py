@@ -21,7 +21,7 @@ import pytest
 
 from convoy.data import Dataset
 from convoy.data.service import DispatcherConfig, distribute
-from convoy.testing import LocalCluster, ProcessCluster, ServerProcess
+from convoy.testing import InProcessCluster, ProcessCluster, ServerProcess
 
 # The pipeline's functions run on the workers, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -151,7 +151,7 @@ def test_a_stopped_worker_does_not_fail_its_consumers(mode: str) -> None:
     is declared lost."""
     rng = random.Random(test_seed())
     config = DispatcherConfig(worker_timeout_ms=1000, job_gc_check_interval_ms=200)
-    with LocalCluster(num_workers=1, dispatcher_config=config) as cluster:
+    with InProcessCluster(num_workers=1, dispatcher_config=config) as cluster:
         process = ServerProcess("worker", ["--dispatcher", cluster.address, "--port", "0",
                                            "--heartbeat-ms", "100"]).start()
         try:

@@ -37,7 +37,7 @@ from convoy.data.service._common.wire import (
 )
 from convoy.data.service._distribute import _Registration
 from convoy.errors import InvalidArgumentError
-from convoy.testing import LocalCluster, ProcessCluster
+from convoy.testing import InProcessCluster, ProcessCluster
 
 CALL_TIMEOUT_S = 5.0
 I64 = (-(2**63), 2**63 - 1)
@@ -269,7 +269,7 @@ def _snapshot(raw: RawClient) -> dict[str, Any]:
 # ----- clusters and reads ------------------------------------------------------------------------
 
 
-def state_of(cluster: LocalCluster) -> dict[str, Any]:
+def state_of(cluster: InProcessCluster) -> dict[str, Any]:
     """The dispatcher's state without the heartbeat clocks (they tick on their own)."""
     handlers = cluster.dispatcher._handlers
     with handlers.lock:
@@ -281,13 +281,13 @@ def state_of(cluster: LocalCluster) -> dict[str, Any]:
 
 
 @pytest.fixture
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=1, heartbeat_interval_ms=50) as local:
+def cluster() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=1, heartbeat_interval_ms=50) as local:
         yield local
 
 
 @pytest.fixture
-def raw(cluster: LocalCluster) -> Iterator[RawClient]:
+def raw(cluster: InProcessCluster) -> Iterator[RawClient]:
     client = RawClient(cluster.address, cluster.workers[0]._address,
                        lambda: state_of(cluster))
     yield client
@@ -334,7 +334,7 @@ FOUND = {
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("found", FOUND.values(), ids=FOUND.keys())
-def test_every_method_survives_a_random_barrage(cluster: LocalCluster, raw: RawClient,
+def test_every_method_survives_a_random_barrage(cluster: InProcessCluster, raw: RawClient,
                                                 found: int | None) -> None:
     seed = fuzz_seed() if found is None else found
     populate(raw)
@@ -423,7 +423,7 @@ def rejected(raw: RawClient, ids: dict[str, Any], seed: int) -> Iterator[tuple[s
 
 
 @pytest.mark.timeout(60)
-def test_rejected_calls_leave_the_dispatcher_state_unchanged(cluster: LocalCluster,
+def test_rejected_calls_leave_the_dispatcher_state_unchanged(cluster: InProcessCluster,
                                                              raw: RawClient) -> None:
     seed = fuzz_seed()
     ids = populate(raw)
@@ -437,7 +437,7 @@ def test_rejected_calls_leave_the_dispatcher_state_unchanged(cluster: LocalClust
 
 
 @pytest.mark.timeout(60)
-def test_absurd_valid_requests(cluster: LocalCluster, raw: RawClient) -> None:
+def test_absurd_valid_requests(cluster: InProcessCluster, raw: RawClient) -> None:
     """Well-formed requests with extreme values get an answer (or a refusal) and change
     nothing they should not."""
     ids = populate(raw)
@@ -472,7 +472,7 @@ def test_absurd_valid_requests(cluster: LocalCluster, raw: RawClient) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_a_dataset_that_cannot_be_loaded_fails_only_its_own_job(cluster: LocalCluster,
+def test_a_dataset_that_cannot_be_loaded_fails_only_its_own_job(cluster: InProcessCluster,
                                                                 raw: RawClient) -> None:
     """A registered payload that is no pickle reaches the worker as a task: the worker must
     keep running other tasks, and a reader of that job must get an error, not hang."""

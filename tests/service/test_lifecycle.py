@@ -18,7 +18,7 @@ import convoy as cv
 from convoy.cluster_status import dispatcher_status
 from convoy.data.service import DispatcherConfig
 from convoy.data.service._worker.task import MAX_BUFFERED_BYTES
-from convoy.testing import LocalCluster, ProcessCluster
+from convoy.testing import InProcessCluster, ProcessCluster
 
 # Pipelines defined here run on worker processes, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -62,7 +62,7 @@ def read_and_abandon(dataset: cv.data.Dataset, batches: int = 5) -> None:
     iterator.close()
 
 
-def state_of(cluster: LocalCluster) -> Any:
+def state_of(cluster: InProcessCluster) -> Any:
     return cluster.dispatcher._handlers.state
 
 
@@ -107,7 +107,7 @@ def test_abandoned_reads_give_the_workers_memory_back(mode: Any) -> None:
 
 @pytest.mark.timeout(60)
 def test_an_abandoned_anonymous_iteration_leaves_no_task_anywhere() -> None:
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         for _ in range(3):
             read_and_abandon(big_rows(cluster.target))
         state = state_of(cluster)
@@ -125,7 +125,7 @@ def test_an_abandoned_anonymous_iteration_leaves_no_task_anywhere() -> None:
 
 @pytest.mark.timeout(60)
 def test_a_named_iteration_without_consumers_pauses_and_resumes() -> None:
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         (worker,) = cluster.workers
 
         def named() -> cv.data.Dataset:
@@ -150,7 +150,7 @@ def test_an_unfinished_named_iteration_is_collected_and_reopening_starts_afresh(
     """TensorFlow's rule (the iteration is collected after job_gc_timeout_ms without
     clients)."""
     config = DispatcherConfig(job_gc_timeout_ms=300, job_gc_check_interval_ms=100)
-    with LocalCluster(num_workers=1, dispatcher_config=config) as cluster:
+    with InProcessCluster(num_workers=1, dispatcher_config=config) as cluster:
         def named() -> cv.data.Dataset:
             return cv.data.Dataset.range(1000).apply(
                 service.distribute(DYNAMIC, cluster.target, job_name="collected"))
@@ -171,7 +171,7 @@ def test_an_unfinished_named_iteration_is_collected_and_reopening_starts_afresh(
 def test_reopening_a_finished_named_iteration_reads_nothing_and_warns_once() -> None:
     """TensorFlow keeps finished iterations: a consumer that opens one again reads nothing
     (its repetition is over); convoy says so once per job and repetition."""
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         def named(name: str) -> cv.data.Dataset:
             return cv.data.Dataset.range(50).apply(
                 service.distribute(DYNAMIC, cluster.target, job_name=name))

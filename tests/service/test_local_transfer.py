@@ -25,7 +25,7 @@ from convoy.data.service._common.host import host_identity
 from convoy.data.service._shm import segments as _shm
 from convoy.errors import InvalidArgumentError, UnavailableError
 from convoy.testing import (
-    LocalCluster,
+    InProcessCluster,
     ProcessCluster,
     ServerProcess,
     free_port,
@@ -250,23 +250,23 @@ def test_a_killed_worker_leaves_no_segment() -> None:
 
 # ----- which workers, and refusals ---------------------------------------------------------------
 @pytest.fixture(scope="module")
-def split_cluster() -> Iterator[LocalCluster]:
+def split_cluster() -> Iterator[InProcessCluster]:
     """One worker on this host and one that advertises an address elsewhere."""
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         cluster.workers.append(service.WorkerServer(service.WorkerConfig(
             dispatcher_address=cluster.address, heartbeat_interval_ms=100,
             worker_address=f"{ELSEWHERE}:%port%")))
         yield cluster
 
 
-def test_local_reads_only_the_workers_of_this_host(split_cluster: LocalCluster) -> None:
+def test_local_reads_only_the_workers_of_this_host(split_cluster: InProcessCluster) -> None:
     read = cv.data.Dataset.range(10).apply(service.distribute(OFF, split_cluster.target,
                                                                target_workers="LOCAL"))
     assert sorted(int(x) for x in read) == list(range(10))  # one copy: the local worker's
 
 
 def test_local_without_a_local_worker_is_refused() -> None:
-    with LocalCluster(num_workers=0) as cluster:
+    with InProcessCluster(num_workers=0) as cluster:
         cluster.workers.append(service.WorkerServer(service.WorkerConfig(
             dispatcher_address=cluster.address, worker_address=f"{ELSEWHERE}:%port%")))
         read = cv.data.Dataset.range(10).apply(service.distribute(OFF, cluster.target,
@@ -280,7 +280,7 @@ def test_local_without_a_local_worker_is_refused() -> None:
 def test_static_local_without_a_local_worker_is_refused() -> None:
     address = f"{ELSEWHERE}:{free_port()}"
     config = service.DispatcherConfig(worker_addresses=[address])
-    with LocalCluster(num_workers=0, dispatcher_config=config) as cluster:
+    with InProcessCluster(num_workers=0, dispatcher_config=config) as cluster:
         cluster.workers.append(service.WorkerServer(service.WorkerConfig(
             dispatcher_address=cluster.address, port=int(address.rsplit(":", 1)[1]),
             worker_address=address)))
@@ -293,7 +293,7 @@ def test_static_local_without_a_local_worker_is_refused() -> None:
 
 
 def test_a_worker_that_serves_grpc_only() -> None:
-    with LocalCluster(num_workers=0) as cluster:
+    with InProcessCluster(num_workers=0) as cluster:
         cluster.workers.append(service.WorkerServer(service.WorkerConfig(
             dispatcher_address=cluster.address, data_transfer_protocol="grpc")))
         read = list(images(3).apply(service.distribute(OFF, cluster.target)))

@@ -15,12 +15,12 @@ from convoy.data import Dataset
 from convoy.data.service import distribute
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def report(cluster: LocalCluster, address: str) -> bool:
+def report(cluster: InProcessCluster, address: str) -> bool:
     client = _rpc.Client(cluster.address, DISPATCHER, DISPATCHER_METHODS)
     try:
         answer = client.call("ReportUnreachableWorker", pb.ReportUnreachableWorkerRequest(
@@ -30,14 +30,14 @@ def report(cluster: LocalCluster, address: str) -> bool:
     return bool(answer.declared_lost)
 
 
-def registered(cluster: LocalCluster) -> set[str]:
+def registered(cluster: InProcessCluster) -> set[str]:
     handlers = cluster.dispatcher._handlers
     with handlers.lock:
         return set(handlers.state.workers)
 
 
 def test_a_reported_worker_is_declared_lost_only_if_the_dispatcher_cannot_reach_it() -> None:
-    with LocalCluster(num_workers=2, heartbeat_interval_ms=60_000) as cluster:
+    with InProcessCluster(num_workers=2, heartbeat_interval_ms=60_000) as cluster:
         alive, gone = cluster.workers
         assert not report(cluster, alive._address)  # it answers the dispatcher's ping
         assert not report(cluster, "localhost:1")  # no such worker: nothing to declare
@@ -57,7 +57,7 @@ def test_a_draining_worker_hands_its_dynamic_task_on_exactly_once() -> None:
     """drain(): the consumers take what the worker buffered, it deregisters (no wait for
     worker_timeout_ms), and the other worker runs the rest of its task: every element once."""
     count = 4000
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         received: list[int] = []
         errors: list[BaseException] = []
 

@@ -11,7 +11,7 @@ import pytest
 
 import convoy as cv
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 
 def _values(elements: Any) -> list[int]:
@@ -26,7 +26,7 @@ def _pipeline(n: int) -> cv.data.Dataset:
 @pytest.mark.parametrize("num_workers", [1, 2])
 @pytest.mark.parametrize("taken", [0, 1, 337])
 def test_restored_iterator_yields_the_rest(mode: str, num_workers: int, taken: int) -> None:
-    with LocalCluster(num_workers=num_workers) as cluster:
+    with InProcessCluster(num_workers=num_workers) as cluster:
         ds = _pipeline(1000).apply(cv.data.service.distribute(mode, cluster.target))
         it = iter(ds)
         first = _values(next(it) for _ in range(taken))
@@ -44,7 +44,7 @@ def test_restored_iterator_yields_the_rest(mode: str, num_workers: int, taken: i
 
 
 def test_a_restored_reading_saves_and_restores_again() -> None:
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         def make() -> cv.data.Dataset:
             return _pipeline(600).apply(
                 cv.data.service.distribute("dynamic", cluster.target))
@@ -62,7 +62,7 @@ def test_a_restored_reading_saves_and_restores_again() -> None:
 
 
 def test_named_job_restores_into_a_new_job() -> None:
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         def make() -> cv.data.Dataset:
             return _pipeline(300).apply(cv.data.service.distribute(
                 "dynamic", cluster.target, job_name="train"))
@@ -77,7 +77,7 @@ def test_named_job_restores_into_a_new_job() -> None:
 
 
 def test_state_of_another_dataset_is_refused() -> None:
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         dist = cv.data.service.distribute("dynamic", cluster.target)
         it = iter(_pipeline(100).apply(dist))
         next(it)
@@ -92,7 +92,7 @@ def test_state_of_another_dataset_is_refused() -> None:
 def test_unseeded_list_files_shuffle_refuses_to_save(tmp_path: Any) -> None:
     for i in range(3):
         (tmp_path / f"f{i}.txt").write_text(f"{i}\n")
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         ds = cv.data.Dataset.list_files(str(tmp_path / "*.txt"), shuffle=True).apply(
             cv.data.service.distribute("dynamic", cluster.target))
         it = iter(ds)
@@ -108,7 +108,7 @@ def test_unseeded_list_files_shuffle_refuses_to_save(tmp_path: Any) -> None:
 @pytest.mark.parametrize("mode,num_workers", [("off", 1), ("dynamic", 1), ("dynamic", 2)])
 def test_a_consumer_leaving_a_shared_job_gives_back_what_it_had_not_returned(
         mode: str, num_workers: int) -> None:
-    with LocalCluster(num_workers=num_workers) as cluster:
+    with InProcessCluster(num_workers=num_workers) as cluster:
         def shared() -> cv.data.Dataset:  # as each consumer's process builds it
             return cv.data.Dataset.range(2000).apply(cv.data.service.distribute(
                 mode, cluster.target, job_name="shared"))
@@ -123,7 +123,7 @@ def test_a_consumer_leaving_a_shared_job_gives_back_what_it_had_not_returned(
 def test_a_collected_consumer_gives_back_too() -> None:
     import gc
 
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         def shared() -> cv.data.Dataset:
             return cv.data.Dataset.range(2000).apply(cv.data.service.distribute(
                 "dynamic", cluster.target, job_name="shared"))
@@ -140,7 +140,7 @@ def test_a_collected_consumer_gives_back_too() -> None:
 def test_consumers_of_a_shared_job_resume_together(num_workers: int) -> None:
     import threading
 
-    with LocalCluster(num_workers=num_workers) as cluster:
+    with InProcessCluster(num_workers=num_workers) as cluster:
         def shared(name: str) -> cv.data.Dataset:
             return _pipeline(1500).apply(cv.data.service.distribute(
                 "dynamic", cluster.target, job_name=name))
@@ -181,14 +181,14 @@ def test_readme_resuming_a_job() -> None:
     match = re.search(r"```python\n(.*?)```", body, re.S)
     assert match, "no python block under '## Resuming a job'"
     out = io.StringIO()
-    with LocalCluster(num_workers=2) as cluster, contextlib.redirect_stdout(out):
+    with InProcessCluster(num_workers=2) as cluster, contextlib.redirect_stdout(out):
         code = match.group(1).replace("grpc://localhost:5050", cluster.target)
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     assert out.getvalue().split() == ["300", "800", "True"]
 
 
 def test_a_shared_off_job_refuses_to_restore() -> None:
-    with LocalCluster(num_workers=1) as cluster:
+    with InProcessCluster(num_workers=1) as cluster:
         def shared() -> cv.data.Dataset:
             return _pipeline(300).apply(cv.data.service.distribute(
                 "off", cluster.target, job_name="off-shared"))

@@ -22,7 +22,7 @@ from convoy.data.service import (
     register_dataset,
 )
 from convoy.errors import InvalidArgumentError, NotFoundError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 SERVICE = "grpc://localhost:5050"  # never contacted: argument checks come first
 
@@ -45,8 +45,8 @@ READERS = [pytest.param(read, id="distribute"), pytest.param(read_by_id, id="fro
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=1) as local:
+def cluster() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=1) as local:
         yield local
 
 
@@ -290,13 +290,13 @@ def test_register_something_that_is_not_a_dataset(dataset: Any) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_unknown_dataset_id(cluster: LocalCluster) -> None:
+def test_unknown_dataset_id(cluster: InProcessCluster) -> None:
     with pytest.raises(NotFoundError, match="Dataset id 'UnregisteredID' not found"):
         from_dataset_id("parallel_epochs", cluster.target, "UnregisteredID")
 
 
 @pytest.mark.timeout(30)
-def test_same_dataset_id_for_another_dataset(cluster: LocalCluster) -> None:
+def test_same_dataset_id_for_another_dataset(cluster: InProcessCluster) -> None:
     assert register_dataset(cluster.target, Dataset.range(3), dataset_id="taken") == "taken"
     assert register_dataset(cluster.target, Dataset.range(3), dataset_id="taken") == "taken"
     with pytest.raises(InvalidArgumentError,
@@ -306,7 +306,7 @@ def test_same_dataset_id_for_another_dataset(cluster: LocalCluster) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_named_job_reused_with_other_options(cluster: LocalCluster) -> None:
+def test_named_job_reused_with_other_options(cluster: InProcessCluster) -> None:
     dataset = Dataset.range(10)
     first = dataset.apply(distribute("distributed_epoch", cluster.target, job_name="mismatch"))
     assert sorted(first) == list(range(10))

@@ -23,7 +23,7 @@ import pytest
 
 import convoy as cv
 from convoy.errors import InvalidArgumentError
-from convoy.testing import LocalCluster, TrainingCluster, free_port, free_ports
+from convoy.testing import InProcessCluster, TrainingCluster, free_port, free_ports
 
 # Dataset functions defined here also run in other processes, which cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -32,14 +32,14 @@ service = cv.data.service
 
 
 @pytest.fixture
-def cluster1() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=1) as local:
+def cluster1() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=1) as local:
         yield local
 
 
 @pytest.fixture
-def cluster2() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=2) as local:
+def cluster2() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=2) as local:
         yield local
 
 
@@ -192,11 +192,11 @@ def test_jobs_section_range5(cluster2, policy, copies):
 
 
 @pytest.fixture
-def listed2() -> Iterator[LocalCluster]:
+def listed2() -> Iterator[InProcessCluster]:
     """Two workers on a fixed list in the DispatcherConfig, as static sharding requires."""
     ports = free_ports(2)
     config = service.DispatcherConfig(worker_addresses=[f"localhost:{p}" for p in ports])
-    with LocalCluster(num_workers=0, dispatcher_config=config) as local:
+    with InProcessCluster(num_workers=0, dispatcher_config=config) as local:
         for port in ports:
             local.add_worker(port)
         yield local

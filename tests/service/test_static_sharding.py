@@ -27,12 +27,12 @@ from convoy.data.service import (
 )
 from convoy.data.service._client.local_tasks import LocalTasks, is_local_address
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
-from convoy.testing import LocalCluster, ProcessCluster, free_port, free_ports
+from convoy.testing import InProcessCluster, ProcessCluster, free_port, free_ports
 
 NUM_WORKERS = 3
 
 
-class Listed(LocalCluster):
+class Listed(InProcessCluster):
     """A dispatcher with a fixed list of workers at ``addresses``, all of them running."""
 
     def __init__(self, num_workers: int) -> None:
@@ -141,7 +141,7 @@ def test_off_runs_the_whole_dataset_on_every_listed_worker(cluster: Listed) -> N
 
 @pytest.mark.parametrize("policy", ["FILE", "DATA", "FILE_OR_DATA", "HINT"])
 def test_static_policies_need_worker_addresses(files: list[str], policy: str) -> None:
-    with LocalCluster(num_workers=1) as unlisted:
+    with InProcessCluster(num_workers=1) as unlisted:
         dataset = cv.data.TFRecordDataset(files).apply(
             distribute(processing_mode=policy, service=unlisted.target))
         with pytest.raises(InvalidArgumentError,

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 import convoy as cv
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
-from convoy.testing import LocalCluster, free_port
+from convoy.testing import InProcessCluster, free_port
 
 #: Loader workers start from a fork server (see conftest.py)
 LOADER_CONTEXT = "forkserver"
@@ -33,8 +33,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=2) as cluster:
+def cluster() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=2) as cluster:
         yield cluster
 
 
@@ -59,7 +59,7 @@ def epochs(face: cv.torch.IterableDataset, data: DataLoader, count: int = 3,
     return passes
 
 
-def distributed(cluster: LocalCluster, n: int, **kwargs: Any) -> cv.data.Dataset:
+def distributed(cluster: InProcessCluster, n: int, **kwargs: Any) -> cv.data.Dataset:
     return cv.data.Dataset.range(n).apply(service.distribute(DYNAMIC, cluster.target, **kwargs))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from convoy.testing import LocalCluster, free_port
+from convoy.testing import InProcessCluster, free_port
 
 RANK = """
 import datetime, json, os, pickle, signal, sys
@@ -61,11 +61,11 @@ with open(out, "w") as f:
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(num_workers=2) as cluster:
+    with InProcessCluster(num_workers=2) as cluster:
         yield cluster
 
 
-def _run(script: Path, cluster: LocalCluster, tmp_path: Path, args: list[str]) -> list[int]:
+def _run(script: Path, cluster: InProcessCluster, tmp_path: Path, args: list[str]) -> list[int]:
     port = str(free_port())
     ranks = [subprocess.Popen([sys.executable, str(script), str(rank), cluster.target, port,
                                str(tmp_path / f"rank{rank}.json"), *args],

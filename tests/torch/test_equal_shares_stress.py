@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 import convoy as cv
 from convoy.errors import FailedPreconditionError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 #: Loader workers start from a fork server (see conftest.py)
 LOADER_CONTEXT = "forkserver"
@@ -27,12 +27,12 @@ service = cv.data.service
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=2) as cluster:
+def cluster() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=2) as cluster:
         yield cluster
 
 
-def _faces(cluster: LocalCluster, name: str, world_size: int) -> list[cv.torch.IterableDataset]:
+def _faces(cluster: InProcessCluster, name: str, world_size: int) -> list[cv.torch.IterableDataset]:
     ds = cv.data.Dataset.range(ELEMENTS).apply(service.distribute(
         service.ShardingPolicy.DYNAMIC, cluster.target, job_name=name,
         dispatcher_timeout_ms=30_000))
@@ -65,7 +65,7 @@ def _read_together(loaders: list[DataLoader]) -> list[list[int]]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("set_epoch", [True, False])
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_equal_shares_with_workers_that_come_and_go(cluster: LocalCluster, world_size: int,
+def test_equal_shares_with_workers_that_come_and_go(cluster: InProcessCluster, world_size: int,
                                                      set_epoch: bool) -> None:
     faces = _faces(cluster, f"stress-{world_size}-{set_epoch}", world_size)
     loaders = [DataLoader(face, batch_size=None, num_workers=2, persistent_workers=False,
@@ -83,7 +83,7 @@ def test_equal_shares_with_workers_that_come_and_go(cluster: LocalCluster, world
 
 
 @pytest.mark.timeout(60)
-def test_an_epoch_read_again_fails_naming_set_epoch(cluster: LocalCluster) -> None:
+def test_an_epoch_read_again_fails_naming_set_epoch(cluster: InProcessCluster) -> None:
     (face,) = _faces(cluster, "stress-again", 1)
     data = DataLoader(face, batch_size=None, num_workers=0)
     face.set_epoch(0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import convoy as cv
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 #: Loader workers start from a fork server (see conftest.py)
 LOADER_CONTEXT = "forkserver"
@@ -21,12 +21,12 @@ service = cv.data.service
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(num_workers=2) as cluster:
+def cluster() -> Iterator[InProcessCluster]:
+    with InProcessCluster(num_workers=2) as cluster:
         yield cluster
 
 
-def _pipeline(kind: str, cluster: LocalCluster) -> cv.data.Dataset:
+def _pipeline(kind: str, cluster: InProcessCluster) -> cv.data.Dataset:
     ds = cv.data.Dataset.range(600).shuffle(100, seed=5)
     if kind == "local":
         return ds.batch(10)
@@ -39,7 +39,7 @@ def _ids(batch: Any) -> list[int]:
 
 @pytest.mark.parametrize("kind", ["local", "off", "dynamic"])
 def test_checkpoint_saves_model_optimizer_and_data_position(
-        kind: str, cluster: LocalCluster, tmp_path: Path) -> None:
+        kind: str, cluster: InProcessCluster, tmp_path: Path) -> None:
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     it = iter(_pipeline(kind, cluster))
@@ -63,7 +63,7 @@ def test_checkpoint_saves_model_optimizer_and_data_position(
 @pytest.mark.parametrize("kind", ["local", "dynamic"])
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_stateful_dataloader_resumes_the_face(kind: str, num_workers: int,
-                                              cluster: LocalCluster) -> None:
+                                              cluster: InProcessCluster) -> None:
     stateful = pytest.importorskip("torchdata.stateful_dataloader",
                                    reason="torchdata is not installed")
 
@@ -90,7 +90,7 @@ def test_stateful_dataloader_resumes_the_face(kind: str, num_workers: int,
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
 @pytest.mark.parametrize(("num_workers", "every"), [(0, 1), (2, 1), (2, 7)])
 def test_stateful_dataloader_resumes_equal_shares_mid_epoch_and_between(
-        num_workers: int, every: int, cluster: LocalCluster) -> None:
+        num_workers: int, every: int, cluster: InProcessCluster) -> None:
     """Equal shares (here of one rank) save the elements their readers took ahead and the
     counts the dispatcher rebuilds the shares from; resumed twice from one state (the first
     resume dies), the same; saved between epochs, the next epoch whole. (Saved before the

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -87,7 +87,7 @@ def _run(mode: str, target: str, work: Path, kill_after_checkpoint: bool) -> Non
 @pytest.mark.parametrize("mode", ["local", "off", "dynamic"])
 def test_training_killed_mid_epoch_resumes_with_exactly_the_rest(
         mode: str, tmp_path: Path) -> None:
-    with LocalCluster(num_workers=1 if mode != "dynamic" else 2) as cluster:
+    with InProcessCluster(num_workers=1 if mode != "dynamic" else 2) as cluster:
         _run(mode, cluster.target, tmp_path, kill_after_checkpoint=True)
         first = _records(tmp_path / "log")
         assert not any("done" in r for r in first), "the kill came after the epoch"

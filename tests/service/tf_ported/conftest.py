@@ -14,7 +14,7 @@ multi_device_test).
 
 TensorFlow's tests build a ``TestCluster`` per test (in-process dispatcher and workers, 100 ms
 worker heartbeats, optionally a work directory and fault tolerance) and restart or stop its
-servers. :class:`TFCluster` is convoy's equivalent on top of ``LocalCluster``. Tests that
+servers. :class:`TFCluster` is convoy's equivalent on top of ``InProcessCluster``. Tests that
 leave the cluster as it was share the session-scoped ``cluster1`` / ``cluster2`` /
 ``cluster3``, each under names of its own (the ``name`` fixture); tests that stop, restart or
 configure servers take a fresh one from ``make_cluster``.
@@ -39,11 +39,11 @@ from typing import Any
 import pytest
 
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 
-class TFCluster(LocalCluster):
-    """A LocalCluster with the server controls of TensorFlow's TestCluster."""
+class TFCluster(InProcessCluster):
+    """A InProcessCluster with the server controls of TensorFlow's TestCluster."""
 
     def restart_dispatcher(self) -> None:
         """Stop the dispatcher and start a new one on the same port with the same config (the

@@ -30,7 +30,7 @@ import pytest
 import convoy as cv
 from convoy.data.service import WorkerConfig, WorkerServer
 from convoy.errors import InvalidArgumentError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 Dataset = cv.data.Dataset
 service = cv.data.service
@@ -53,13 +53,13 @@ def distributed(dataset: Dataset, cluster: Any, job_name: str | None, trainer: s
 
 
 @pytest.fixture
-def cache_cluster() -> Iterator[Callable[..., LocalCluster]]:
+def cache_cluster() -> Iterator[Callable[..., InProcessCluster]]:
     """``cache_cluster(num_workers, cache_bytes=None)``: a fresh cluster whose workers bound
     their caches at ``cache_bytes`` (None: the default, 10 GiB)."""
-    clusters: list[LocalCluster] = []
+    clusters: list[InProcessCluster] = []
 
-    def make(num_workers: int = 1, cache_bytes: int | None = None) -> LocalCluster:
-        cluster = LocalCluster(0)
+    def make(num_workers: int = 1, cache_bytes: int | None = None) -> InProcessCluster:
+        cluster = InProcessCluster(0)
         clusters.append(cluster)
         for _ in range(num_workers):
             cluster.workers.append(WorkerServer(WorkerConfig(

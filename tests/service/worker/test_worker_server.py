@@ -23,19 +23,19 @@ from convoy.data.service._common.wire import (
 )
 from convoy.data.service._distribute import _Registration
 from convoy.errors import UnavailableError
-from convoy.testing import LocalCluster
+from convoy.testing import InProcessCluster
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def cluster() -> Iterator[LocalCluster]:
+def cluster() -> Iterator[InProcessCluster]:
     # heartbeats only when something happens: a periodic one cannot bring the news in time
-    with LocalCluster(num_workers=1, heartbeat_interval_ms=60_000) as local:
+    with InProcessCluster(num_workers=1, heartbeat_interval_ms=60_000) as local:
         yield local
 
 
-def start_task(cluster: LocalCluster, dataset: Dataset, mode: str) -> int:
+def start_task(cluster: InProcessCluster, dataset: Dataset, mode: str) -> int:
     """Register ``dataset``, make an iteration of it; returns its task on the worker."""
     dispatcher = _rpc.Client(cluster.address, DISPATCHER, DISPATCHER_METHODS)
     registration = _Registration.of(dataset, None, with_spec=False)
@@ -53,7 +53,7 @@ def start_task(cluster: LocalCluster, dataset: Dataset, mode: str) -> int:
     return task.task_id
 
 
-def get_elements(cluster: LocalCluster, task_id: int) -> Any:
+def get_elements(cluster: InProcessCluster, task_id: int) -> Any:
     worker = _rpc.Client(cluster.workers[0]._address, WORKER, WORKER_METHODS)
     try:
         return worker.call("GetElements", pb.GetElementsRequest(
@@ -64,7 +64,7 @@ def get_elements(cluster: LocalCluster, task_id: int) -> Any:
 
 @pytest.mark.parametrize("mode", ["OFF", "DYNAMIC"])
 def test_a_consumer_hears_of_an_end_only_once_the_dispatcher_knows_it(
-        cluster: LocalCluster, mode: str) -> None:
+        cluster: InProcessCluster, mode: str) -> None:
     task_id = start_task(cluster, Dataset.range(10), mode)
     state = cluster.dispatcher._handlers.state
     started = time.monotonic()
@@ -82,7 +82,7 @@ def slow(x: Any) -> Any:
     return x
 
 
-def test_a_stopping_worker_answers_the_calls_it_serves(cluster: LocalCluster) -> None:
+def test_a_stopping_worker_answers_the_calls_it_serves(cluster: InProcessCluster) -> None:
     task_id = start_task(cluster, Dataset.range(1000).map(slow).batch(1000), "OFF")
     outcome: list[Any] = []
     call = threading.Thread(target=lambda: outcome.append(_outcome(cluster, task_id)))
@@ -94,7 +94,7 @@ def test_a_stopping_worker_answers_the_calls_it_serves(cluster: LocalCluster) ->
     assert isinstance(error, UnavailableError), repr(error)  # not cancelled
 
 
-def _outcome(cluster: LocalCluster, task_id: int) -> Any:
+def _outcome(cluster: InProcessCluster, task_id: int) -> Any:
     try:
         return get_elements(cluster, task_id)
     except UnavailableError as error:
