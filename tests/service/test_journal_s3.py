@@ -219,3 +219,31 @@ def test_an_unreachable_store_is_a_full_disk_until_it_answers(
     assert rec.handlers.journal_error is None
     fingerprints = {d.fingerprint for d in recover_state(url).datasets.values()}
     assert {"fp-a", "fp-c"} <= fingerprints
+
+
+@pytest.mark.timeout(120)
+def test_a_fenced_dispatcher_process_stops_with_a_clear_error(s3_bucket: str) -> None:
+    """Two dispatcher processes on one work_dir: once the second has written, the first's
+    next write is refused and it exits non-zero, saying why."""
+    from convoy.data.service import register_dataset
+    from convoy.errors import ConvoyError
+
+    args = ["--work-dir", f"{s3_bucket}/two", "--fault-tolerant"]
+    first = ServerProcess("dispatcher", args).start()
+    second = ServerProcess("dispatcher", args).start()
+    try:
+        register_dataset(f"grpc://{second.address}", Dataset.range(3))
+        with pytest.raises(ConvoyError, match="another dispatcher"):
+            register_dataset(f"grpc://{first.address}", Dataset.range(4))
+        assert first.process is not None
+        status = first.process.wait(30)
+        assert status != 0
+        deadline = time.monotonic() + 10  # its last lines may still be on their way
+        while "another dispatcher" not in "".join(first.log):
+            assert time.monotonic() < deadline, f"no fencing error in {first.log[-5:]}"
+            time.sleep(0.05)
+        assert second.process is not None and second.process.poll() is None  # it goes on
+        register_dataset(f"grpc://{second.address}", Dataset.range(5))
+    finally:
+        first.kill()
+        second.kill()

@@ -40,6 +40,7 @@ from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
 from convoy.data.service._dispatcher.state import DispatcherState, fresh_id_base
 from convoy.data.service._status import status, task_splits
 from convoy.errors import (
+    AbortedError,
     ConvoyError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -96,6 +97,8 @@ class _Handlers:
         #: Why the journal cannot be written (a full disk, say): durable events are refused
         #: until a snapshot of the state can be written again. None: it can.
         self.journal_error: str | None = None
+        #: Why this dispatcher stopped for good: another one wrote its journal (fencing)
+        self.fenced: AbortedError | None = None
         #: worker address -> (elements, bytes) its tasks buffer, as its last heartbeat said
         self.buffered: dict[str, tuple[int, int]] = {}
         self.checking: set[str] = set()  # workers being pinged after a consumer's report
@@ -109,6 +112,8 @@ class _Handlers:
         (:meth:`_refusal`) before or after it changed the state (a snapshot then writes it),
         unless ``keep``: then it is applied anyway and goes into the next snapshot."""
         with self.lock:
+            if self.fenced is not None:
+                raise self.fenced
             if self.closed:
                 raise UnavailableError("the dispatcher is stopping")
             admit(self.config, self.state, event)
@@ -138,6 +143,9 @@ class _Handlers:
         started = time.perf_counter()
         try:
             write()
+        except AbortedError as error:  # fenced: another dispatcher owns the journal now
+            self.fenced, self.closed = error, True
+            raise
         except OSError as error:
             monitoring.JOURNAL_WRITE_FAILURES.inc()
             if self.journal_error is None:
@@ -574,13 +582,19 @@ class DispatchServer(_rpc.ServerBase):
                 lost = self._handlers.collect_garbage(
                     time.time(), config.client_timeout_s, config.worker_timeout_s,
                     self._started, config.iteration_timeout_s)
-            except UnavailableError:
+            except (UnavailableError, AbortedError):
                 if self._handlers.closed:
-                    return  # stopping
+                    return  # stopping, or fenced (the server stops: see ``error``)
                 raise
             for address in lost:
                 log.warning("worker %s lost: no heartbeat for %.0f s; its DYNAMIC tasks go "
                             "to other workers", address, config.worker_timeout_s)
+
+    @property
+    def error(self) -> AbortedError | None:
+        """Why this dispatcher stopped taking calls for good (another dispatcher wrote its
+        journal: fencing); its command then exits non-zero. None: it did not."""
+        return self._handlers.fenced
 
     def _on_stop(self) -> None:
         self._stopped.set()
@@ -598,6 +612,8 @@ class DispatchServer(_rpc.ServerBase):
         """Why this dispatcher is not ready (None: it serves and can write its journal)."""
         if self._stopped.is_set() or not self.started:
             return "not serving"
+        if self._handlers.fenced is not None:
+            return str(self._handlers.fenced)
         return self._handlers.journal_error
 
     def _num_workers(self) -> int:
