@@ -114,7 +114,8 @@ def _share(waited: float | None) -> str:
 class LocalCluster:
     """A dispatcher and ``num_workers`` workers, each a ``python -m convoy`` process on this
     machine; ``dispatcher_config`` and ``worker_config`` set their flags (their ports are
-    chosen free). Use it as a context manager, or call :meth:`close`."""
+    chosen free, and the workers' ``dispatcher_address`` is this cluster's). Use it as a
+    context manager, or call :meth:`close`."""
 
     def __init__(self, num_workers: int = 1, *,
                  dispatcher_config: DispatcherConfig | None = None,
