@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -488,3 +489,74 @@ def test_the_five_alerts_parse_and_use_only_metrics_convoy_exports():
         assert alert["annotations"]["summary"] and alert["annotations"]["description"]
     with pytest.raises(ValueError):
         promql_parser.parse("sum(rate(convoy_refused_calls_total[5m])")
+
+
+# -- the dispatcher's journal in a bucket (the overlay deploy/k8s-bucket) ------------------------
+BUCKET = DEPLOY / "k8s-bucket"
+
+
+def json_patch(document: Any, operations: list[dict[str, Any]]) -> Any:
+    """``document`` with the RFC 6902 ``operations`` the overlay uses (add, replace, remove)
+    applied, as kustomize applies them."""
+    document = json.loads(json.dumps(document))
+    for operation in operations:
+        *parents, last = operation["path"].strip("/").split("/")
+        node = document
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        key = int(last) if isinstance(node, list) else last
+        if operation["op"] == "remove":
+            del node[key]
+        else:
+            assert operation["op"] in ("add", "replace"), operation
+            assert operation["op"] == "add" or key in node or isinstance(node, list), operation
+            node[key] = operation["value"]
+    return document
+
+
+def bucket_dispatcher() -> dict[str, Any]:
+    kustomization = yaml.safe_load((BUCKET / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../k8s"]
+    (patch,) = kustomization["patches"]
+    assert patch["target"] == {"kind": "StatefulSet", "name": "convoy-dispatcher"}
+    operations = yaml.safe_load((BUCKET / patch["path"]).read_text())
+    return json_patch(named("StatefulSet", "convoy-dispatcher"), operations)
+
+
+def test_the_bucket_variant_keeps_the_dispatchers_journal_in_a_bucket():
+    dispatcher = bucket_dispatcher()
+    kubernetes_validate.validate(dispatcher, KUBERNETES_VERSION, strict=True)
+    (container,) = dispatcher["spec"]["template"]["spec"]["containers"]
+    command = convoy_command(container)
+    assert command is not None and "--fault-tolerant" in command
+    assert (option(command, "--work-dir") or "").startswith("s3://")
+    build_parser().parse_args(command)
+    assert "volumeClaimTemplates" not in dispatcher["spec"]  # no volume bound to a node
+    assert "work-dir" not in {m["name"] for m in container["volumeMounts"]}
+    # the credentials: the backend's standard variables, from a Secret
+    assert container["envFrom"] == [{"secretRef": {"name": "convoy-s3"}}]
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        assert f"--from-literal={variable}=" in (BUCKET / "kustomization.yaml").read_text()
+    # all else as the volume's dispatcher: the overlay follows the base's flags
+    (base,) = named("StatefulSet", "convoy-dispatcher")["spec"]["template"]["spec"]["containers"]
+    base_command = convoy_command(base)
+    assert base_command is not None
+    assert [a for a in command if not a.startswith("--work-dir")] == [
+        a for a in base_command if not a.startswith("--work-dir")]
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {
+        m["mountPath"] for m in base["volumeMounts"]} - {option(base_command, "--work-dir")}
+    # and the image can reach a bucket
+    assert any('pip install ".[' in run and "s3" in run.split("[")[1].split("]")[0]
+               for keyword, run in instructions(DEPLOY / "Dockerfile") if keyword == "RUN")
+
+
+@pytest.mark.skipif(not shutil.which("kubectl"), reason="kubectl renders the overlay")
+def test_kustomize_renders_the_bucket_variant_as_tested():
+    rendered = subprocess.run(["kubectl", "kustomize", str(BUCKET)], check=True,
+                              capture_output=True, text=True, timeout=60).stdout
+    dispatcher = next(d for d in yaml.safe_load_all(rendered) if d["kind"] == "StatefulSet"
+                      and d["metadata"]["name"] == "convoy-dispatcher")
+    expected = bucket_dispatcher()
+    assert dispatcher["spec"]["template"]["spec"]["containers"][0]["args"] == (
+        expected["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert "volumeClaimTemplates" not in dispatcher["spec"]
