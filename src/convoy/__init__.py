@@ -30,11 +30,38 @@ def _convoy_command_debug() -> bool:
 if not _convoy_command_debug():
     _os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from convoy import data, distribute, errors, io, metrics, monitoring, nest, nn, train  # noqa: E402
+from convoy import (  # noqa: E402
+    data,
+    distribute,
+    errors,
+    image,
+    io,
+    metrics,
+    monitoring,
+    nest,
+    nn,
+    ragged,
+    sparse,
+    strings,
+    train,
+)
 from convoy._slices import IndexedSlices  # noqa: E402
 from convoy._tensors import RaggedTensor, SparseTensor  # noqa: E402
 from convoy.distribute.variables import Variable  # noqa: E402
 from convoy.nest import RaggedTensorSpec, SparseTensorSpec  # noqa: E402
+from convoy.ops import (  # noqa: E402
+    cast,
+    clip_by_value,
+    concat,
+    gather,
+    one_hot,
+    pad,
+    reshape,
+    sequence_mask,
+    stack,
+    unique,
+    where,
+)
 from convoy.train import optimizers  # noqa: E402
 
 __version__ = "0.1.0"
@@ -57,6 +84,22 @@ __all__ = [
     "nn",
     "optimizers",
     "train",
+    # The ops map functions call (convoy.ops), and tf.image/tf.strings/tf.sparse/tf.ragged
+    "cast",
+    "clip_by_value",
+    "concat",
+    "gather",
+    "image",
+    "one_hot",
+    "pad",
+    "ragged",
+    "reshape",
+    "sequence_mask",
+    "sparse",
+    "stack",
+    "strings",
+    "unique",
+    "where",
 ]
 
 

@@ -9,7 +9,9 @@ come out as ``object`` arrays of ``bytes``. The message classes to write records
 (``Example``, ``Features``, ...) are protobuf messages with TensorFlow's wire format; they are
 also ``convoy.train``'s. ``serialize_tensor``/``parse_tensor`` write and read the bytes
 ``tf.io.serialize_tensor`` does. ``gfile``, ``read_file`` and ``write_file`` reach files on
-local disks and object stores (``s3://``, ``gs://``, any fsspec URL) alike.
+local disks and object stores (``s3://``, ``gs://``, any fsspec URL) alike. ``decode_image``,
+``decode_jpeg``, ``decode_png``, ``decode_gif``, ``decode_bmp``, ``encode_jpeg`` and
+``encode_png`` read and write image files (with Pillow: ``pip install 'convoy[image]'``).
 """
 
 from convoy.io import gfile
@@ -20,6 +22,15 @@ from convoy.io._features import (
     RaggedFeature,
     SparseFeature,
     VarLenFeature,
+)
+from convoy.io._image_codec import (
+    decode_bmp,
+    decode_gif,
+    decode_image,
+    decode_jpeg,
+    decode_png,
+    encode_jpeg,
+    encode_png,
 )
 from convoy.io._parsing import (
     parse_example,
@@ -58,6 +69,13 @@ __all__ = [
     "VarLenFeature",
     "decode_csv",
     "decode_raw",
+    "decode_bmp",
+    "decode_gif",
+    "decode_image",
+    "decode_jpeg",
+    "decode_png",
+    "encode_jpeg",
+    "encode_png",
     "gfile",
     "parse_example",
     "parse_sequence_example",
