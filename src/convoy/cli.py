@@ -377,6 +377,37 @@ def _status(args: argparse.Namespace) -> int:
         return 0
 
 
+def _local_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="run N workers (default: --min-workers, or 1)")
+    parser.add_argument("--min-workers", type=int, default=None, metavar="A",
+                        help="with --max-workers: follow the dispatcher's estimate of the "
+                        "workers needed, between A and B")
+    parser.add_argument("--max-workers", type=int, default=None, metavar="B")
+    parser.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
+                        help="how often adaptive scaling looks at the estimate")
+
+
+@command("cluster", "run a data-service dispatcher and workers as processes on this machine",
+         _local_cluster_arguments)
+def _local_cluster(args: argparse.Namespace) -> int:
+    from convoy.data.service import LocalCluster
+
+    adaptive = args.min_workers is not None or args.max_workers is not None
+    minimum = 1 if args.min_workers is None else args.min_workers
+    workers = args.workers if args.workers is not None else max(1, minimum)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    with LocalCluster(workers) as cluster:
+        if adaptive:
+            cluster.adapt(minimum, args.max_workers, args.interval)
+        print(f"convoy cluster: dispatcher listening on {cluster.target} "
+              f"({workers} workers{', adaptive' if adaptive else ''})", flush=True)
+        stop.wait()
+    return 0
+
+
 def _tf_config_cluster() -> dict[str, Any]:
     from convoy.distribute.cluster_resolver import TFConfigClusterResolver
 
