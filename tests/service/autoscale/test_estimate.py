@@ -93,3 +93,14 @@ def test_consumer_pace_with_a_clock() -> None:
     pace.wait_started()
     now[0] = 1.5          # a wait in progress counts up to the report
     assert pace.report() == pytest.approx((0.0, 0.5, 0.5))
+
+
+def test_the_gauge_has_a_sample_only_once_known() -> None:
+    from convoy import monitoring
+
+    def gauge(*stats: monitoring.DispatcherStats) -> list[float]:
+        families = {f.name: f for f in monitoring._dispatcher_families(list(stats))}
+        return [sample.value for sample in families["convoy_data_optimal_workers"].samples]
+
+    assert gauge(monitoring.DispatcherStats()) == []
+    assert gauge(monitoring.DispatcherStats(optimal_workers=3)) == [3]
