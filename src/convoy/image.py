@@ -137,15 +137,17 @@ def _scale_and_translate(in_size: int, out_size: int, method: str,
     """TensorFlow's scale_and_translate weights: the kernel centred on each output pixel's
     source position, widened by the shrink factor if ``antialias``, renormalized."""
     radius, kernel = _KERNELS[method]
-    inv_scale = in_size / out_size
-    kernel_scale = max(inv_scale, 1.0) if antialias else 1.0
+    f32 = np.float32
+    inv_scale = f32(1) / (f32(out_size) / f32(in_size))
+    kernel_scale = max(inv_scale, f32(1)) if antialias else f32(1)
+    reach = f32(radius) * kernel_scale
     weights = np.zeros((out_size, in_size))
     for out in range(out_size):
-        sample = (out + 0.5) * inv_scale
-        first = min(max(math.ceil(sample - radius * kernel_scale - 0.5), 0), in_size - 1)
-        last = min(max(math.floor(sample + radius * kernel_scale - 0.5), 0), in_size - 1) + 1
-        span = np.arange(first, last)
-        weight = kernel(np.abs((span + 0.5 - sample) / kernel_scale))
+        sample = (f32(out) + f32(0.5)) * inv_scale
+        first = min(max(math.ceil(sample - reach - f32(0.5)), 0), in_size - 1)
+        last = min(max(math.floor(sample + reach - f32(0.5)), 0), in_size - 1) + 1
+        where = np.arange(first, last, dtype=np.float32) + f32(0.5) - sample
+        weight = kernel(np.abs(where * (f32(1) / kernel_scale)).astype(np.float64))
         total = weight.sum()
         weights[out, first:last] = weight / total if abs(total) > 1e-30 else weight
     return weights

@@ -63,7 +63,7 @@ def _ragged(array: np.ndarray, fn: Callable[[bytes], list[Any]], dtype: Any) -> 
 
 
 def split(input: Any, sep: Any = None, maxsplit: int = -1) -> Any:
-    """Each string cut at ``sep`` (keeping empty pieces; an empty string gives none), or with
+    """Each string cut at ``sep`` (keeping empty pieces: an empty string gives one), or with
     no ``sep`` at runs of ASCII whitespace (dropping empty pieces); at most ``maxsplit`` cuts
     if it is >= 0."""
     array = _strings(input, "input")
@@ -75,7 +75,7 @@ def split(input: Any, sep: Any = None, maxsplit: int = -1) -> Any:
     def pieces(item: bytes) -> list[bytes]:
         if sep is None:
             return item.split(None, maxsplit)
-        return item.split(sep, maxsplit) if item else []
+        return item.split(sep, maxsplit)
 
     return _ragged(array, pieces, object)
 
