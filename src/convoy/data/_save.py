@@ -24,6 +24,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from convoy import _fs, nest
+from convoy._tensors import RaggedTensor
 from convoy.data._op import AUTOTUNE, UNKNOWN_CARDINALITY, Node, Op, element_caller
 from convoy.data._sources import IndexSource
 from convoy.data.tfrecord import TFRecordWriter, read_records
@@ -255,8 +256,9 @@ class ShardWriters:
     """One TFRecord file per shard for checkpoint ``checkpoint``, opened on first use."""
 
     def __init__(self, run_dir: str, checkpoint: int, compression: str | None,
-                 spec: Any = None) -> None:
+                 spec: Any = None, batched: bool = False) -> None:
         self.run_dir = run_dir
+        self.batched = batched
         self.checkpoint = checkpoint
         self.compression = compression
         # each component's spec, where a ragged row (an array) must be written as ragged
@@ -278,7 +280,7 @@ class ShardWriters:
         components = nest.flatten(element)
         specs = self._specs or [None] * len(components)
         for component, spec in zip(components, specs):
-            writer.write(encode_component(component, spec).SerializeToString())
+            writer.write(encode_component(component, spec, self.batched).SerializeToString())
 
     def close(self) -> None:
         writers, self._writers = self._writers, {}
@@ -307,16 +309,70 @@ def save(dataset: Any, path: Any, compression: Any = None,
     run_dir = os.path.join(directory, run_id)
     _fs.makedirs(run_dir)
     write_metadata(directory, run_id, spec, 0, finalized=False)
-    writers = ShardWriters(run_dir, 0, compression, spec)
+    writers = ShardWriters(run_dir, 0, compression, spec, makes_batches(dataset._op))
     count = 0
+    written = spec
     try:
         for element in dataset:
             writers.write(0 if shard_func is None else shard_index(shard_func, element),
                           element)
+            written = relax_spec(written, element)
             count += 1
     finally:
         writers.close()
+    if written != spec:  # an element contradicted the spec read off the first one
+        spec = written
+        write_spec(directory, spec)
     write_metadata(directory, run_id, spec, count, finalized=True)
+
+
+def makes_batches(op: Op) -> bool:
+    """Whether the elements of ``op`` are what a batch op made (ops that pass elements on
+    unchanged looked through): their sparse and ragged components are written one value per
+    batch row, as TensorFlow's batch leaves them."""
+    from convoy.data._batch import BatchOp
+    from convoy.data._cache import CacheOp
+    from convoy.data._map import FilterOp
+    from convoy.data._prefetch import PrefetchOp
+    from convoy.data._shuffle import ShuffleOp
+    from convoy.data._slicing import RepeatOp, ShardOp, SkipOp, TakeOp
+
+    passing = (CacheOp, FilterOp, PrefetchOp, ShuffleOp, RepeatOp, ShardOp, SkipOp, TakeOp)
+    while isinstance(op, passing) or type(op).__name__ == "_OptionsOp":
+        op = op.inputs[0]
+    return isinstance(op, BatchOp)
+
+
+def relax_spec(spec: Any, element: Any) -> Any:
+    """``spec``, relaxed where ``element`` does not fit it: each contradicted leaf becomes
+    the most specific spec that both it and the element's component fit (sizes that differ
+    unknown)."""
+    specs = nest.flatten(spec)
+    leaves = nest.flatten(element)
+    if len(specs) != len(leaves):
+        return spec
+    relaxed = [_relax_leaf(s, v) for s, v in zip(specs, leaves)]
+    if all(a is b for a, b in zip(relaxed, specs)):
+        return spec
+    return nest.pack_sequence_as(spec, relaxed)
+
+
+def _relax_leaf(spec: Any, value: Any) -> Any:
+    if isinstance(spec, nest.RaggedTensorSpec) and not spec.ragged_rank \
+            and not isinstance(value, RaggedTensor):
+        array = np.asarray(value)
+        seen: Any = nest.RaggedTensorSpec(array.shape, array.dtype, 0, spec.row_splits_dtype)
+    else:
+        seen = nest.spec_from_value(value)
+    if type(seen) is not type(spec) or spec.is_compatible_with(seen):
+        return spec
+    try:
+        relaxed = spec.most_specific_common(seen)
+    except InvalidArgumentError:  # ragged ranks differ: the spec stays, as TensorFlow's
+        return spec
+    if isinstance(spec, nest.TensorSpec):
+        relaxed.name = spec.name
+    return relaxed
 
 
 # ----- reading ---------------------------------------------------------------------------------
