@@ -70,9 +70,9 @@ def test_state_takes_reports_from_heartbeats() -> None:
     assert state.optimal_workers(now=0.0) is None
     tasks = sorted(state.tasks)
     state.apply(ev.WorkerHeartbeat("w1:1", "u-w1:1", (tasks[0],), now=1.0,
-                                   processing=((tasks[0], 0.005),)))
+                                   processing=((tasks[0], 5_000_000),)))
     state.apply(ev.WorkerHeartbeat("w2:1", "u-w2:1", (tasks[1],), now=1.0,
-                                   processing=((tasks[1], 0.005),)))
+                                   processing=((tasks[1], 5_000_000),)))
     state.apply(ev.ClientHeartbeat(client, now=1.0, target_time_s=1 / 500, waited_s=0.3,
                                    elapsed_s=1.0))
     # 500/s over 200/s per task: 2.5, so 3 (within 4 x 2 workers)
@@ -104,3 +104,12 @@ def test_the_gauge_has_a_sample_only_once_known() -> None:
 
     assert gauge(monitoring.DispatcherStats()) == []
     assert gauge(monitoring.DispatcherStats(optimal_workers=3)) == [3]
+
+
+def test_heartbeats_with_reports_round_trip_through_the_journal_format() -> None:
+    from convoy.data.service._dispatcher.journal_format import decode_event, encode_event
+
+    for event in (ev.WorkerHeartbeat("w:1", "u", (5,), 1.5, processing=((5, 4_999_999),)),
+                  ev.ClientHeartbeat(3, 1.5, target_time_s=0.0017, waited_s=0.25,
+                                     elapsed_s=1.0)):
+        assert decode_event(encode_event(event)) == event

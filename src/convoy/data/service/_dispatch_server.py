@@ -312,7 +312,8 @@ class _Handlers:
             orders = self._apply(ev.WorkerHeartbeat(r.worker_address, r.worker_uid,
                                                     tuple(r.current_tasks), time.time(),
                                                     tuple(r.finished_tasks),
-                                                    tuple((p.task_id, p.seconds_per_element)
+                                                    tuple((p.task_id,
+                                                           round(p.seconds_per_element * 1e9))
                                                           for p in r.processing)))
             self.buffered[r.worker_address] = (r.buffered_elements, r.buffered_bytes)
             finished = {(iteration.job_id, iteration.iteration_id) for task in ending

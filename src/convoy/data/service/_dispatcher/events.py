@@ -275,8 +275,9 @@ class WorkerHeartbeat:
     now: float
     #: Tasks of this worker whose end a consumer has found.
     finished_tasks: tuple[int, ...] = ()
-    #: ``(task id, seconds per element)``: its pipelines' time per element when not blocked.
-    processing: tuple[tuple[int, float], ...] = ()
+    #: ``(task id, nanoseconds per element)``: its pipelines' time per element when not
+    #: blocked (integers: the journal's tuples hold one type).
+    processing: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

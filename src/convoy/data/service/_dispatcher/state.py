@@ -437,11 +437,12 @@ class DispatcherState:
 
     def _report_processing(self, event: ev.WorkerHeartbeat) -> None:
         """Give the estimate the heartbeat's per-task processing times."""
-        for task_id, seconds in event.processing:
+        for task_id, nanoseconds in event.processing:
             task = self.tasks.get(task_id)
             iteration = self.iterations.get(task.iteration_id) if task is not None else None
             if iteration is not None:
-                self.estimate.report_task(iteration.job_id, task_id, seconds, event.now)
+                self.estimate.report_task(iteration.job_id, task_id, nanoseconds / 1e9,
+                                          event.now)
 
     def optimal_workers(self, now: float, job_id: int | None = None) -> int | None:
         """The workers ``job_id`` needs, or (None) the whole fleet; None while unknown."""
