@@ -243,7 +243,8 @@ def unicode_decode(input: Any, input_encoding: str, errors: str = "replace",
                    replace_control_characters: bool = False) -> Any:
     """int32 code points of each string (UTF-8, UTF-16-BE or UTF-32-BE): a 1-D array for a
     scalar, else a RaggedTensor with one row per string. Bad bytes are ``replacement_char``
-    (``errors="replace"``), skipped (``"ignore"``) or an error (``"strict"``)."""
+    (``errors="replace"``), skipped (``"ignore"``) or an error (``"strict"``), and so are
+    C0 control characters with ``replace_control_characters``."""
     codecs = {"UTF-8": "utf-8", "UTF-16-BE": "utf-16-be", "UTF-32-BE": "utf-32-be"}
     codec = codecs.get(input_encoding.upper())
     if codec is None:
@@ -261,8 +262,11 @@ def unicode_decode(input: Any, input_encoding: str, errors: str = "replace",
             raise InvalidArgumentError(f"invalid {input_encoding} in {item!r}: {error}") \
                 from None
         out = [replacement_char if ch == "\ufffd" else ord(ch) for ch in text]
-        if replace_control_characters:
-            out = [replacement_char if c < 0x20 or 0x7F <= c < 0xA0 else c for c in out]
+        if replace_control_characters:  # C0 controls count as errors
+            if errors == "strict" and any(c < 0x20 for c in out):
+                raise InvalidArgumentError(f"control character in {item!r}")
+            out = [c for c in out if c >= 0x20] if errors == "ignore" else \
+                [replacement_char if c < 0x20 else c for c in out]
         return out
 
     return _ragged(_strings(input, "input"), points, np.int32)

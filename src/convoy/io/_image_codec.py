@@ -87,15 +87,24 @@ def decode_jpeg(contents: Any, channels: int = 0, ratio: int = 1, fancy_upscalin
     return _array(picture, count)
 
 
+def _png_grey(picture: Any) -> np.ndarray:
+    """A colour PNG in grey as libpng makes it for TensorFlow (its fixed-point weights of
+    0.299, 0.587 and the rest, truncated), alpha dropped."""
+    rgb = _array(picture, 3).astype(np.int64)
+    grey = (rgb[..., 0] * 9797 + rgb[..., 1] * 19234 + rgb[..., 2] * 3737) >> 15
+    return grey.astype(np.uint8)[..., None]
+
+
 def decode_png(contents: Any, channels: int = 0, dtype: Any = np.uint8) -> np.ndarray:
     """``[height, width, channels]`` of a PNG file, uint8 or uint16 (``dtype``): ``channels``
-    0 keeps the file's, 1 grey, 2 grey and alpha, 3 RGB, 4 RGBA."""
-    count = _channels(channels, (0, 1, 2, 3, 4))
+    0 keeps the file's (1-4), 1 grey, 3 RGB, 4 RGBA."""
+    count = _channels(channels, (0, 1, 3, 4))
     out = np.dtype(dtype)
     if out not in (np.uint8, np.uint16):
         raise InvalidArgumentError(f"dtype must be uint8 or uint16, got {out}")
     picture = _open(contents, ("PNG",))
-    array = _array(picture, count)
+    array = _png_grey(picture) if count == 1 and _file_channels(picture) >= 3 else \
+        _array(picture, count)
     if out == np.uint16 and array.dtype == np.uint8:
         return array.astype(np.uint16) * 257
     if out == np.uint8 and array.dtype == np.uint16:
