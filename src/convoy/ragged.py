@@ -28,7 +28,9 @@ def constant(pylist: Any, dtype: Any = None, ragged_rank: int | None = None,
              row_splits_dtype: Any = np.int64) -> Any:
     """A RaggedTensor of the nested lists ``pylist``: Python ints become int32, floats
     float32, strings ``bytes``; every list dimension but the outermost is ragged unless
-    ``ragged_rank`` (or ``inner_shape``) says fewer. A scalar gives a numpy value."""
+    ``ragged_rank`` (or ``inner_shape``) says fewer. A scalar gives a numpy value.
+    ``row_splits_dtype`` is checked (int32 or int64); the row splits are those
+    :class:`~convoy.RaggedTensor` keeps."""
     if np.dtype(row_splits_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise InvalidArgumentError(f"row_splits_dtype must be int32 or int64, got "
                                    f"{row_splits_dtype}")
