@@ -190,3 +190,49 @@ def test_a_full_journal_disk_pauses_a_read_which_completes_once_space_is_freed(
         for server in servers:
             server.kill()
             print(f"--- {server.role} {server.address}:\n{''.join(server.log[-60:])}")
+
+
+def test_a_dispatcher_killed_while_its_disk_is_full_loses_nothing(tmp_path: Path) -> None:
+    """What the dispatcher did in memory while its journal failed (a worker declared lost, its
+    tasks adopted) is lost with it: no split was handed out meanwhile, so the restarted
+    dispatcher, replaying the journal as it was, redoes that work and the read completes
+    exactly once (DYNAMIC)."""
+    disk = Disk("simulated", tmp_path)
+    port = free_port()
+    args = ["--port", str(port), "--fault-tolerant", "--work-dir", str(disk.work_dir),
+            "--worker-timeout-ms", str(WORKER_TIMEOUT_MS), "--job-gc-check-interval-ms", "200"]
+    dispatcher = ServerProcess("dispatcher", args, env=disk.env()).start()
+    servers = [dispatcher]
+    try:
+        workers = [ServerProcess("worker", ["--dispatcher", dispatcher.address, "--port", "0",
+                                            "--heartbeat-ms", "100"]).start()
+                   for _ in range(3)]
+        servers += workers
+        consumer = Consumer(Dataset.range(N).map(slow).apply(
+            distribute("dynamic", f"grpc://{dispatcher.address}")))
+        consumer.start()
+        wait_for(lambda: consumer.received >= N // 5 or not consumer.is_alive(),
+                 "a fifth of the elements")
+        disk.fill()
+        wait_for(lambda: log_lines(dispatcher, "cannot write its journal"), "the journal to fail")
+        workers[0].kill()
+        lost_port = workers[0].address.rsplit(":", 1)[1]
+        wait_for(lambda: any("lost" in line for line in log_lines(dispatcher, f":{lost_port} ")),
+                 "the SIGKILLed worker to be declared lost", 3 * WORKER_TIMEOUT_MS / 1000 + 10)
+        received = consumer.received
+        time.sleep(1)  # the survivors asked for splits meanwhile, and were refused
+        assert consumer.received - received < N // 5, "the read went on without a journal"
+        dispatcher.kill()
+        disk.free()
+        dispatcher = ServerProcess("dispatcher", args, env=disk.env()).start()
+        servers.append(dispatcher)
+        consumer.join(150)
+        assert not consumer.is_alive(), f"the read did not complete ({consumer.received})"
+        assert consumer.error is None, consumer.error
+        assert consumer.counts == collections.Counter(range(N)), (
+            f"missing {sorted(set(range(N)) - set(consumer.counts))[:10]}, repeated "
+            f"{sorted(x for x, n in consumer.counts.items() if n > 1)[:10]}")
+    finally:
+        for server in servers:
+            server.kill()
+            print(f"--- {server.role} {server.address}:\n{''.join(server.log[-60:])}")

@@ -618,3 +618,17 @@ def test_any_interleaving_keeps_the_readers_promises(data: Any, config: ReaderCo
         step(state, model, ev.EndOfSequence(task_id))
     assert state.over
     assert state.apply(ev.NextRead(model.now)) == (ev.StopReading(),)
+
+
+def test_a_dispatcher_restarted_without_a_later_run_is_followed_and_reported_again(
+        state: ReaderState) -> None:
+    """A run made while the dispatcher's journal failed is lost when it dies: the restarted
+    dispatcher lists the earlier run, and when it makes the later one anew, the reader reports
+    what it received again (else that run would wait for it forever)."""
+    state.apply(ev.HeartbeatView((ev.ListedTask(1, "w1:1", 2, held=True),), False))
+    assert state.reports()[0] == ((1, 2),)
+    # the restarted dispatcher (at run 1) takes the report, and lists its run 1
+    state.apply(ev.HeartbeatView((ev.ListedTask(1, "w0:1", 1),), False, settled=((1, 2),)))
+    assert state.tasks[1].incarnation == 1 and state.tasks[1].worker_address == "w0:1"
+    state.apply(ev.HeartbeatView((ev.ListedTask(1, "w2:1", 2, held=True),), False))
+    assert state.reports()[0] == ((1, 2),)  # reported again, for the run made anew

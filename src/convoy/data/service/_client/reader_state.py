@@ -148,12 +148,24 @@ class ReaderState:
                 task.worker_address = listed_task.worker_address  # another, if adopted
                 self._reached(task)
                 task.reached = False
+            elif listed_task.incarnation < task.incarnation:
+                self._follow_earlier_run(task, listed_task.incarnation,
+                                         listed_task.worker_address)
             task.held, task.held_for = listed_task.held, listed_task.held_for
             if not task.held:
                 task.held_since = None
             elif task.held_since is None:
                 task.held_since = event.now
         return (*self._finish_view(event), *self._give_up_held(event.now))
+
+    def _follow_earlier_run(self, task: TaskState, incarnation: int, address: str) -> None:
+        """The dispatcher lists an earlier run of ``task`` than this reader heard of: it
+        restarted without the later one (made while its journal could not be written). The
+        reader follows it, and reports again when that run is made anew."""
+        task.incarnation, task.worker_address = incarnation, address
+        task.reported = min(task.reported, incarnation)
+        self._reached(task)
+        task.reached = False
 
     def _give_up_held(self, now: float | None) -> Instructions:
         """Give up on runs held longer than the timeout (their clients or a worker to run
