@@ -33,7 +33,7 @@ PUBLIC = {
                                "make_csv_dataset", "parse_example_dataset",
                                "rejection_resample", "scan", "unique"},
     convoy.data.service: {"CrossTrainerCache", "DispatchServer", "DispatcherConfig",
-                          "ShardingPolicy", "WorkerConfig", "WorkerServer", "distribute",
+                          "LocalCluster", "ShardingPolicy", "WorkerConfig", "WorkerServer", "distribute",
                           "from_dataset_id", "register_dataset"},
     convoy.distribute: {"ClusterCoordinator", "ClusterSpec", "InputContext",
                         "ParameterServerStrategy", "ReduceOp", "RemoteValue", "Server",
