@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,9 +124,73 @@ def test_a_url_whose_backend_is_not_installed_names_the_extra() -> None:
         _fs.exists("gs://bucket/x")
 
 
-def test_a_refused_request_is_permission_denied_naming_the_url() -> None:
-    # (the S3 test server grants everything: the mapping of the backends' PermissionError)
+def test_the_backends_permission_error_is_permission_denied_naming_the_url() -> None:
     from convoy.errors import PermissionDeniedError
 
     error = _fs._translate(PermissionError("Access Denied"), "s3://bkt/key")
     assert isinstance(error, PermissionDeniedError) and "s3://bkt/key" in str(error)
+
+
+def _server_checks_credentials(endpoint: str, after: str) -> str:
+    """Make the S3 test server check every request's credentials and IAM policies after
+    ``after`` more requests ("inf": never); returns its previous setting."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=after.encode(),
+                                     headers={"Content-Type": "text/plain"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return str(json.loads(answer.read())["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"])
+
+
+@pytest.fixture
+def read_only(s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``(bucket URL, its object data.bin)`` on the S3 server checking credentials, the
+    ``AWS_*`` keys those of an IAM user allowed only to read."""
+    import json
+
+    import boto3
+
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    boto3.client("s3", endpoint_url=endpoint).put_object(
+        Bucket=s3_bucket.removeprefix("s3://"), Key="data.bin", Body=b"abc")
+    iam = boto3.client("iam", endpoint_url=endpoint)
+    iam.create_user(UserName="reader")
+    allowed = {"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}
+    iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [allowed]}))
+    key = iam.create_access_key(UserName="reader")["AccessKey"]
+    previous = _server_checks_credentials(endpoint, "0")
+    try:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        yield s3_bucket, f"{s3_bucket}/data.bin"
+    finally:
+        _server_checks_credentials(endpoint, previous)
+        iam.delete_access_key(UserName="reader", AccessKeyId=key["AccessKeyId"])
+        iam.delete_user_policy(UserName="reader", PolicyName="read")
+        iam.delete_user(UserName="reader")
+
+
+def test_a_write_the_bucket_policy_refuses_is_permission_denied_naming_the_url(
+        read_only: tuple[str, str]) -> None:
+    from convoy.errors import PermissionDeniedError
+    from convoy.io import gfile
+
+    bucket, readable = read_only
+    assert gfile.read_file(readable) == b"abc"  # what the policy allows goes through
+    with pytest.raises(PermissionDeniedError, match=f"{bucket}/new.bin"):
+        gfile.write_file(f"{bucket}/new.bin", b"x")
+    with pytest.raises(PermissionDeniedError, match=f"{bucket}/ckpt"):
+        _fs.atomic_write(f"{bucket}/ckpt/checkpoint.json", b"{}")
+
+
+def test_an_unknown_access_key_is_permission_denied_naming_the_url(
+        read_only: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from convoy.errors import PermissionDeniedError
+    from convoy.io import gfile
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNKEY000000")
+    _, readable = read_only
+    with pytest.raises(PermissionDeniedError, match=readable):
+        gfile.read_file(readable)
