@@ -17,8 +17,8 @@ import pytest
 from convoy import _stream, _threads, monitoring
 from convoy.data import Dataset
 from convoy.data.service import DispatcherConfig, distribute
-from convoy.errors import ConvoyError
-from convoy.testing import InProcessCluster
+from convoy.errors import ConvoyError, UnavailableError
+from convoy.testing import InProcessCluster, ServerProcess, free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -162,3 +162,124 @@ def test_the_stream_watchdog_restarts(inject, caplog):
     wait_for(lambda: any("convoy-stream-deadlines restarts" in r.getMessage()
                          for r in caplog.records), "the watchdog to restart")
     assert watchdog._thread.is_alive()
+
+
+# ----- the framed transport's threads ---------------------------------------------------------
+def framed_echo(port: int = 0) -> tuple[Any, Any]:
+    """(an echo FramedServer on ``port``, a connected client stream)."""
+    from convoy import _framed
+    from convoy._security import Security
+
+    server = _framed.FramedServer("test.Echo", "Echo", lambda r: bytes(r)[::-1], Security(),
+                                  "127.0.0.1", port)
+    stream = _framed.FramedStream("127.0.0.1", "Echo at the test", "/test.Echo/Echo",
+                                  Security())
+    return server, stream
+
+
+@pytest.mark.parametrize("which", ["accept", "alive"])
+def test_the_framed_servers_threads_restart(which, inject, caplog):
+    port = free_port()
+    name = f"convoy-framed-{port}" + ("-alive" if which == "alive" else "")
+    inject(name)
+    server, stream = framed_echo(port)
+    try:
+        wait_for(lambda: failed_lines(caplog, name), f"{name} to fail")
+        wait_for(lambda: any(f"thread {name} restarts" in r.getMessage()
+                             for r in caplog.records), f"{name} to restart")
+        wait_for(lambda: any(t.name == name and t.is_alive() for t in threading.enumerate()),
+                 f"{name} to run again")
+        stream.connect(server.port)  # accepted, and answered
+        assert bytes(stream.call(b"abc", 5)) == b"cba"
+    finally:
+        stream.close()
+        server.stop()
+
+
+def test_a_failed_framed_connection_fails_its_call_and_the_next_one_is_served(inject, caplog):
+    server, stream = framed_echo()
+    try:
+        inject("convoy-framed-connection")
+        with pytest.raises(ConvoyError):  # the connection is dropped: its caller hears it
+            stream.connect(server.port)
+            stream.call(b"abc", 5)
+        assert failed_lines(caplog, "convoy-framed-connection")
+        stream.close()
+        stream.connect(server.port)
+        assert bytes(stream.call(b"abc", 5)) == b"cba"
+    finally:
+        stream.close()
+        server.stop()
+
+
+# ----- the test helper's output reader ----------------------------------------------------------
+def test_a_failed_output_reader_fails_the_servers_start_at_once(inject, caplog):
+    inject("convoy-testing-dispatcher-output")
+    started = time.monotonic()
+    with pytest.raises(UnavailableError, match="did not start"):
+        ServerProcess("dispatcher", ["--port", "0"]).start(timeout_s=30)
+    assert time.monotonic() - started < 20  # not after its timeout: the owner heard at once
+    assert failed_lines(caplog, "convoy-testing-dispatcher-output")
+
+
+# ----- the client's unreachable report ----------------------------------------------------------
+@pytest.mark.timeout(90)
+def test_a_lost_unreachable_report_leaves_the_worker_to_its_timeout(inject, caplog):
+    """The report only hastens what the worker's timeout does: the read completes once."""
+    config = DispatcherConfig(worker_timeout_ms=1000, job_gc_check_interval_ms=100)
+    with InProcessCluster(num_workers=2, dispatcher_config=config) as cluster:
+        inject("convoy-client-report")
+        dataset = Dataset.range(400).map(_slowly).apply(distribute("dynamic", cluster.target))
+        got: list[int] = []
+        for x in dataset:
+            got.append(int(x))
+            if len(got) == 40:
+                cluster.workers[0].stop()  # refuses connections from now on
+        assert sorted(got) == list(range(400))
+    assert failed_lines(caplog, "convoy-client-report")
+
+
+def _slowly(x: Any) -> Any:
+    time.sleep(0.002)
+    return x
+
+
+# ----- the parameter-server sender and the coordinator's scheduler ------------------------------
+@pytest.mark.timeout(90)
+def test_the_ps_sender_restarts_and_loses_no_list(inject, caplog):
+    import numpy as np
+
+    from convoy.distribute._store_clients import RemoteStore
+    from convoy.testing import TrainingCluster
+
+    with TrainingCluster(num_workers=1, num_ps=1) as cluster:
+        inject("convoy-ps0-sender")
+        store = RemoteStore(cluster.cluster["ps"][0], 0)
+        store.execute([("create", "v", np.arange(3.0))])  # waits out the sender's restart
+        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.arange(3.0))
+    assert failed_lines(caplog, "convoy-ps0-sender")
+    assert any("thread convoy-ps0-sender restarts" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("what", ["keeper", "w0-0"])
+def test_the_schedulers_keeper_restarts_and_a_lane_ends_the_process(what, inject, caplog,
+                                                                      monkeypatch):
+    from convoy.distribute._scheduler import Scheduler
+
+    exits: list[int] = []
+    monkeypatch.setattr(_threads.os, "_exit", exits.append)
+    monkeypatch.setattr(_threads, "_dead", [])
+    name = f"test-scheduler-{what}"
+    inject(name)
+    scheduler = Scheduler([f"127.0.0.1:{free_port()}"], 1, "test-scheduler")
+    try:
+        wait_for(lambda: failed_lines(caplog, name), f"{name} to fail")
+        if what == "keeper":
+            wait_for(lambda: any(t.name == name and t.is_alive()
+                                 for t in threading.enumerate()), f"{name} to run again")
+            assert exits == [] and _threads.not_live() is None
+        else:  # its closures would hang: the process turns not-live and exits 70
+            wait_for(lambda: exits == [_threads.EXIT_THREAD_FAILED], "the exit")
+            assert name in (_threads.not_live() or "")
+    finally:
+        scheduler.close()
