@@ -283,3 +283,34 @@ def test_the_schedulers_keeper_restarts_and_a_lane_ends_the_process(what, inject
             assert name in (_threads.not_live() or "")
     finally:
         scheduler.close()
+
+
+# ----- the shared-memory sweeper -----------------------------------------------------------------
+def test_the_shared_memory_sweeper_restarts_and_still_frees_segments(inject, caplog):
+    import os
+
+    import numpy as np
+
+    from convoy.data.service import service_pb2 as pb
+    from convoy.data.service._common.host import SHM_DIR
+    from convoy.data.service._shm.consumer_end import reader_identity
+    from convoy.data.service._shm.worker_end import SegmentServer
+
+    identity = reader_identity()
+    if identity is None:
+        pytest.skip("no shared memory on this host")
+    name = "convoy-worker-shm-sweeper"
+    inject(name)
+    server = SegmentServer(timeout_s=0.3, free_timeout_s=0.3)
+    try:
+        asking = pb.GetElementsRequest(task_id=1, max_elements=10, max_bytes=1 << 20,
+                                       shared_memory=identity)
+        answer = server.answer(asking, [np.arange(1 << 15, dtype=np.float64)])
+        segment = os.path.join(SHM_DIR, answer[17:].decode())  # after length and handout
+        assert os.path.exists(segment)
+        wait_for(lambda: failed_lines(caplog, name), f"{name} to fail")
+        # never released: the restarted sweeper frees it past its timeout
+        wait_for(lambda: not os.path.exists(segment), "the segment to be freed")
+        assert any(f"thread {name} restarts" in r.getMessage() for r in caplog.records)
+    finally:
+        server.close()
