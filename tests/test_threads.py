@@ -314,3 +314,20 @@ def test_the_shared_memory_sweeper_restarts_and_still_frees_segments(inject, cap
         assert any(f"thread {name} restarts" in r.getMessage() for r in caplog.records)
     finally:
         server.close()
+
+
+# ----- the equal shares' pump and talk threads ---------------------------------------------------
+@pytest.mark.parametrize("name", ["convoy-share-pump", "convoy-share-talk"])
+def test_a_failed_share_thread_fails_the_pass(name, inject, caplog):
+    pytest.importorskip("torch")
+    import convoy as cv
+
+    with InProcessCluster() as cluster:
+        dataset = Dataset.range(50).apply(distribute("dynamic", cluster.target,
+                                                     job_name=f"shares-{name}"))
+        face = cv.torch.IterableDataset(dataset, rank=0, world_size=1, equal_shares="pad")
+        face.set_epoch(0)
+        inject(name)
+        with pytest.raises((ConvoyError, _threads.InjectedFault), match="injected"):
+            list(face)
+    assert failed_lines(caplog, name)
