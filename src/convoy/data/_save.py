@@ -25,7 +25,14 @@ from google.protobuf.message import DecodeError
 
 from convoy import _fs, nest
 from convoy._tensors import RaggedTensor
-from convoy.data._op import AUTOTUNE, UNKNOWN_CARDINALITY, Node, Op, element_caller
+from convoy.data._op import (
+    AUTOTUNE,
+    UNKNOWN_CARDINALITY,
+    Node,
+    Op,
+    derived_spec,
+    element_caller,
+)
 from convoy.data._sources import IndexSource
 from convoy.data.tfrecord import TFRecordWriter, read_records
 from convoy.errors import (
@@ -341,6 +348,27 @@ def makes_batches(op: Op) -> bool:
     while isinstance(op, passing) or type(op).__name__ == "_OptionsOp":
         op = op.inputs[0]
     return isinstance(op, BatchOp)
+
+
+def promised_spec(dataset: Any) -> Any:
+    """What every element of ``dataset`` is known to fit before any is written: its
+    ``element_spec``, with every size unknown where that spec was read off its first element
+    (a Python function's output), since later elements may differ."""
+    spec = dataset.element_spec
+    if derived_spec(dataset._op) is not None:
+        return spec
+    return nest.map_structure(_unknown_sizes, spec)
+
+
+def _unknown_sizes(spec: Any) -> Any:
+    if not isinstance(spec, (nest.TensorSpec, *COMPOSITE_SPECS)) or spec.shape is None:
+        return spec
+    shape = [None] * len(spec.shape)
+    if isinstance(spec, nest.TensorSpec):
+        return nest.TensorSpec(shape, spec.dtype, spec.name)
+    if isinstance(spec, nest.SparseTensorSpec):
+        return nest.SparseTensorSpec(shape, spec.dtype)
+    return nest.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
 
 
 def relax_spec(spec: Any, element: Any) -> Any:

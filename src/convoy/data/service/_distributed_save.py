@@ -48,7 +48,7 @@ def distributed_save(dataset: Dataset, path: str | os.PathLike[str], data_servic
             f"Failed to snapshot: the distributed save at {directory} has already started or "
             "completed")
     _fs.makedirs(directory)
-    layout.write_metadata(directory, dataset.element_spec, used)
+    layout.write_metadata(directory, _save.promised_spec(dataset), used)
     registration = _Registration.of(dataset, None, with_spec=False)
     dispatcher = dispatcher_client(data_service_address)
     try:
