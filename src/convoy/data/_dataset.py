@@ -3,7 +3,6 @@ a module of its own)."""
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -32,6 +31,7 @@ from convoy.data._op import (
     Op,
     derive_key,
 )
+from convoy.data._options import PIPELINE_DETERMINISTIC, Options
 from convoy.data._prefetch import PrefetchOp
 from convoy.data._ragged import RaggedBatchOp, SparseBatchOp
 from convoy.data._resample import rejection_resample
@@ -48,26 +48,8 @@ from convoy.data._sources import (
     TensorsOp,
     to_tensor_structure,
 )
-from convoy.data._split import spine
 from convoy.data._unique import UniqueOp, check_unique_spec
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
-
-
-@dataclasses.dataclass
-class Options:
-    """Settings that apply to a whole pipeline (merged along it, later ones win).
-
-    ``deterministic``: the default for ``map``/``interleave`` calls that leave theirs as None.
-    ``auto_shard_policy``: how the data service's HINT/FILE/DATA policies may shard the input.
-    """
-
-    deterministic: bool | None = None
-    auto_shard_policy: str | None = None
-
-    def merge(self, other: Options) -> Options:
-        fields = dataclasses.fields(self)
-        return Options(**{f.name: getattr(other, f.name) if getattr(other, f.name) is not None
-                          else getattr(self, f.name) for f in fields})
 
 
 class _OptionsOp(Op):
@@ -79,7 +61,14 @@ class _OptionsOp(Op):
         return self.input.cardinality()
 
     def iterator(self, state: Any, key: int) -> Node:
-        return self.input.iterator(state, key)
+        """The input's iterator, its ops built under this ``deterministic`` setting."""
+        if self.options.deterministic is None:
+            return self.input.iterator(state, key)
+        token = PIPELINE_DETERMINISTIC.set(self.options.deterministic)
+        try:
+            return self.input.iterator(state, key)
+        finally:
+            PIPELINE_DETERMINISTIC.reset(token)
 
     def static_spec(self) -> Any:
         return self.input.static_spec()
@@ -116,6 +105,23 @@ def _as_op(dataset: Any, argument: str) -> Op:
 
 
 _NONE = object()
+
+
+def _upstream_first(op: Op) -> list[Op]:
+    """Every op of the graph ending at ``op``, each after its inputs (the first input's
+    first): the order in which ``with_options`` settings merge."""
+    order: list[Op] = []
+    seen: set[int] = set()
+    stack: list[tuple[Op, bool]] = [(op, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(node.inputs))
+    return order
 
 
 class Dataset:
@@ -454,7 +460,7 @@ class Dataset:
     def options(self) -> Options:
         """The options in effect, merged from every ``with_options`` in the pipeline."""
         merged = Options()
-        for op in reversed(list(spine(self._op))):
+        for op in _upstream_first(self._op):
             if isinstance(op, _OptionsOp):
                 merged = merged.merge(op.options)
         return merged

@@ -6,7 +6,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import starmap
 from typing import Any
 
@@ -18,6 +18,7 @@ from convoy.data._op import (
     element_caller,
     first_element_spec,
 )
+from convoy.data._options import PIPELINE_DETERMINISTIC
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -90,7 +91,7 @@ class MapOp(Op):
         if num_parallel_calls == AUTOTUNE:
             num_parallel_calls = os.cpu_count() or 1
         self.parallelism = num_parallel_calls or 0
-        self.deterministic = deterministic is not False
+        self.deterministic = deterministic
 
     def cardinality(self) -> int:
         return self.input.cardinality()
@@ -113,8 +114,11 @@ class MapOp(Op):
 
     def _parallel_iterator(self, state: Any, key: int) -> Node:
         state = state or {"input": None, "pending": []}
+        deterministic = self.deterministic
+        if deterministic is None:  # the pipeline's Options.deterministic, else True
+            deterministic = PIPELINE_DETERMINISTIC.get() is not False
         return ParallelMapNode(self.input.iterator(state["input"], key), self.fn,
-                               self.parallelism, self.deterministic, state["pending"])
+                               self.parallelism, deterministic, state["pending"])
 
 
 class ParallelMapNode(Node):
@@ -148,7 +152,8 @@ class ParallelMapNode(Node):
 
     def _take(self, deterministic: bool) -> Any:
         pending = self.pending
-        if not deterministic and not pending[0][1].done():
+        if not deterministic and not pending[0][1].done():  # the first call to finish
+            wait([future for _, future in pending], return_when=FIRST_COMPLETED)
             for i, (_, future) in enumerate(pending):
                 if future.done():
                     del pending[i]
