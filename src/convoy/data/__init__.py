@@ -5,6 +5,7 @@
 
 from convoy.data._dataset import Dataset, DatasetSpec, Options
 from convoy.data._file_datasets import TextLineDataset, TFRecordDataset
+from convoy.data._fixed_length import FixedLengthRecordDataset
 from convoy.data._iterator import DatasetIterator
 from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, SHARD_HINT, UNKNOWN_CARDINALITY
 from convoy.data.tfrecord import TFRecordWriter
@@ -18,6 +19,7 @@ __all__ = [
     "Dataset",
     "DatasetSpec",
     "DatasetIterator",
+    "FixedLengthRecordDataset",
     "Options",
     "RaggedTensorSpec",
     "SparseTensorSpec",

@@ -13,6 +13,7 @@ import numpy as np
 
 from convoy import _check as check
 from convoy import nest
+from convoy.data import service  # tf.data.experimental.service: the same module
 from convoy.data._csv import csv_op, file_names, header_names, infer_defaults
 from convoy.data._dataset import Dataset
 from convoy.data._faults import AssertCardinalityOp
@@ -20,6 +21,13 @@ from convoy.data._file_datasets import _file_list
 from convoy.data._iterator import DatasetIterator
 from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from convoy.data._optional import Optional
+from convoy.data._options import (
+    AutoShardPolicy,
+    AutotuneOptions,
+    DistributeOptions,
+    OptimizationOptions,
+    ThreadingOptions,
+)
 from convoy.data._sources import ElementsOp, to_tensor_structure
 from convoy.errors import InvalidArgumentError
 from convoy.io._parsing import check_features, parse_example
@@ -28,10 +36,17 @@ __all__ = [
     "AUTOTUNE",
     "INFINITE_CARDINALITY",
     "UNKNOWN_CARDINALITY",
+    "AutoShardPolicy",
+    "AutotuneOptions",
     "CsvDataset",
+    "DistributeOptions",
+    "OptimizationOptions",
     "Optional",
+    "ThreadingOptions",
     "assert_cardinality",
+    "bucket_by_sequence_length",
     "cardinality",
+    "choose_from_datasets",
     "dense_to_ragged_batch",
     "dense_to_sparse_batch",
     "distributed_save",
@@ -39,14 +54,88 @@ __all__ = [
     "get_next_as_optional",
     "group_by_window",
     "ignore_errors",
+    "make_batched_features_dataset",
     "make_csv_dataset",
     "parse_example_dataset",
     "rejection_resample",
+    "sample_from_datasets",
     "scan",
+    "service",
     "unique",
 ]
 
 Transformation = Callable[[Dataset], Dataset]
+
+
+def bucket_by_sequence_length(element_length_func: Callable[..., Any],
+                              bucket_boundaries: Sequence[int],
+                              bucket_batch_sizes: Sequence[int], padded_shapes: Any = None,
+                              padding_values: Any = None, pad_to_bucket_boundary: bool = False,
+                              no_padding: bool = False,
+                              drop_remainder: bool = False) -> Transformation:
+    """``dataset.bucket_by_sequence_length(...)`` as a transformation for ``apply``."""
+    return lambda dataset: dataset.bucket_by_sequence_length(
+        element_length_func, bucket_boundaries, bucket_batch_sizes, padded_shapes,
+        padding_values, pad_to_bucket_boundary, no_padding, drop_remainder)
+
+
+def sample_from_datasets(datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
+                         seed: int | None = None,
+                         stop_on_empty_dataset: bool = False) -> Dataset:
+    """``Dataset.sample_from_datasets``."""
+    return Dataset.sample_from_datasets(datasets, weights, seed, stop_on_empty_dataset)
+
+
+def choose_from_datasets(datasets: Sequence[Dataset], choice_dataset: Dataset,
+                         stop_on_empty_dataset: bool = True) -> Dataset:
+    """``Dataset.choose_from_datasets``."""
+    return Dataset.choose_from_datasets(datasets, choice_dataset, stop_on_empty_dataset)
+
+
+def make_batched_features_dataset(file_pattern: Any, batch_size: int,
+                                  features: Mapping[str, Any], reader: Any = None,
+                                  label_key: str | None = None,
+                                  reader_args: Sequence[Any] | None = None,
+                                  num_epochs: int | None = None, shuffle: bool = True,
+                                  shuffle_buffer_size: int = 10000,
+                                  shuffle_seed: int | None = None,
+                                  prefetch_buffer_size: int | None = None,
+                                  reader_num_threads: int | None = None,
+                                  parser_num_threads: int | None = None,
+                                  sloppy_ordering: bool = False,
+                                  drop_final_batch: bool = False) -> Dataset:
+    """Batches of ``Example`` records read by ``reader`` (``TFRecordDataset``) from the files
+    matching ``file_pattern``, parsed into dicts of ``features`` (``(features, label)`` with
+    ``label_key``), as TensorFlow's: files and records shuffled unless ``shuffle=False``, the
+    data repeated ``num_epochs`` times (for ever if None, then every batch full)."""
+    from convoy.data._file_datasets import TFRecordDataset
+
+    size = check.integer("batch_size", batch_size, 1)
+    check_features(features)
+    if label_key is not None and label_key not in features:
+        raise InvalidArgumentError(
+            f"The `label_key` provided ({label_key}) must be one of the `features` keys.")
+    read = TFRecordDataset if reader is None else check.function("reader", reader)
+    threads = check.optional_integer("reader_num_threads", reader_num_threads, 1,
+                                     allowed=(AUTOTUNE,)) or 1
+    files = Dataset.list_files(file_pattern, shuffle=check.boolean("shuffle", shuffle),
+                               seed=shuffle_seed)
+    dataset = files.interleave(lambda name: read(name, *(reader_args or ())),
+                               cycle_length=threads,
+                               num_parallel_calls=None if threads == 1 else threads,
+                               deterministic=not sloppy_ordering)
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer_size, shuffle_seed)
+    if num_epochs != 1:
+        dataset = dataset.repeat(num_epochs)
+    dataset = dataset.batch(size, drop_remainder=drop_final_batch or num_epochs is None)
+    dataset = dataset.apply(parse_example_dataset(
+        features, num_parallel_calls=parser_num_threads or 1,
+        deterministic=not sloppy_ordering))
+    if label_key is not None:
+        dataset = dataset.map(lambda parsed: (
+            {k: v for k, v in parsed.items() if k != label_key}, parsed[label_key]))
+    return dataset.prefetch(AUTOTUNE if prefetch_buffer_size is None else prefetch_buffer_size)
 
 
 def cardinality(dataset: Dataset) -> int:

@@ -36,8 +36,8 @@ from convoy.errors import (
     PermissionDeniedError,
 )
 
-__all__ = ["TFRecordWriter", "find_record", "masked_crc32c", "open_stream", "read_record_runs",
-           "read_records"]
+__all__ = ["TFRecordOptions", "TFRecordWriter", "find_record", "masked_crc32c", "open_stream",
+           "read_record_runs", "read_records"]
 
 _MASK_DELTA = 0xA282EAD8
 _U32 = struct.Struct("<I")
@@ -70,7 +70,46 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     return _masked(google_crc32c.value(data))
 
 
+class TFRecordOptions:
+    """Options for :class:`TFRecordWriter` (and readers), as ``tf.io.TFRecordOptions``.
+
+    ``compression_type`` (``""``/None, ``"GZIP"``, ``"ZLIB"``, ``"SNAPPY"``) acts. The zlib
+    tuning arguments (``flush_mode``, buffer sizes, ``window_bits``, ``compression_level``,
+    ``compression_method``, ``mem_level``, ``compression_strategy``) are accepted and have no
+    effect: they change how TensorFlow compresses, not what a reader gets back, and convoy
+    writes with zlib's defaults.
+    """
+
+    compression_type_map = {"ZLIB": "ZLIB", "GZIP": "GZIP", "SNAPPY": "SNAPPY", "": ""}
+
+    def __init__(self, compression_type: str | None = None, flush_mode: Any = None,
+                 input_buffer_size: int | None = None, output_buffer_size: int | None = None,
+                 window_bits: int | None = None, compression_level: int | None = None,
+                 compression_method: Any = None, mem_level: int | None = None,
+                 compression_strategy: Any = None) -> None:
+        _wbits_for(compression_type, "compression_type")
+        self.compression_type = compression_type or ""
+        self.flush_mode = flush_mode
+        self.input_buffer_size = input_buffer_size
+        self.output_buffer_size = output_buffer_size
+        self.window_bits = window_bits
+        self.compression_level = compression_level
+        self.compression_method = compression_method
+        self.mem_level = mem_level
+        self.compression_strategy = compression_strategy
+
+    @classmethod
+    def get_compression_type_string(cls, options: Any) -> str:
+        """The compression type ``options`` (a TFRecordOptions, a string or None) names."""
+        if isinstance(options, TFRecordOptions):
+            return options.compression_type
+        _wbits_for(options, "options")
+        return options or ""
+
+
 def _wbits_for(compression_type: Any, argument: str) -> int | None:
+    if isinstance(compression_type, TFRecordOptions):
+        compression_type = compression_type.compression_type
     if compression_type is None:
         return None
     if isinstance(compression_type, str) and compression_type in _CODECS:
@@ -157,12 +196,12 @@ class TFRecordWriter:
     """Writes records to a TFRecord file, like ``tf.io.TFRecordWriter``.
 
     ``options`` is the compression type: ``""`` or ``None`` (none), ``"GZIP"``, ``"ZLIB"`` or
-    ``"SNAPPY"``.
+    ``"SNAPPY"``, or a :class:`TFRecordOptions`.
     An existing file is overwritten, or with ``append=True`` (uncompressed only) extended.
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, path: str | os.PathLike[Any], options: str | None = None,
+    def __init__(self, path: str | os.PathLike[Any], options: str | TFRecordOptions | None = None,
                  append: bool = False) -> None:
         wbits = _wbits_for(options, "options")
         self._path = _check_path(path)

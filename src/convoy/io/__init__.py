@@ -14,6 +14,7 @@ local disks and object stores (``s3://``, ``gs://``, any fsspec URL) alike. ``de
 ``encode_png`` read and write image files (with Pillow: ``pip install 'convoy[image]'``).
 """
 
+from convoy.data.tfrecord import TFRecordOptions, TFRecordWriter
 from convoy.io import gfile
 from convoy.io._decode import decode_csv, decode_raw
 from convoy.io._features import (
@@ -66,6 +67,8 @@ __all__ = [
     "RaggedFeature",
     "SequenceExample",
     "SparseFeature",
+    "TFRecordOptions",
+    "TFRecordWriter",
     "VarLenFeature",
     "decode_csv",
     "decode_raw",
