@@ -130,14 +130,15 @@ def train_locally(name: str, rate: float) -> float:
     return held_out_auc(model)
 
 
-def train_on_cluster(cluster: TrainingCluster, name: str, rate: float) -> float:
+def train_on_cluster(cluster: TrainingCluster, name: str, rate: float,
+                     pipelining: int | None = None) -> float:
     strategy = cv.distribute.ParameterServerStrategy(cluster.resolver(),
                                                      FixedShardsPartitioner(2))
     torch.manual_seed(0)
     with strategy.scope():
         model = cv.torch.place(DLRM())
         optimizer = convoy_optimizer(name, rate)
-    coordinator = cv.distribute.ClusterCoordinator(strategy)  # the defaults
+    coordinator = cv.distribute.ClusterCoordinator(strategy, pipelining)  # None: the default
 
     def step(dense, ids, clicks):
         logits = model(torch.from_numpy(dense), torch.from_numpy(ids))
