@@ -201,11 +201,12 @@ class Reader:
                 except Closed:
                     break
                 wait.observe(time.perf_counter() - started)
-                self._pace.wait_ended(len(batch))
+                self._pace.wait_ended()
                 self._batch = (task_id, numbers, batch)
                 self._taken = 0
                 for element in batch:
                     self._taken += 1
+                    self._pace.took()
                     if self._taken == len(batch):
                         # Counted as returned as its last element is handed out, not at the
                         # consumer's next call: a coordinated consumer one request ahead of

@@ -25,14 +25,20 @@ class ConsumerPace:
         with self._lock:
             self._waiting_since = self._clock()
 
-    def wait_ended(self, taken: int) -> None:
-        """The wait ended with ``taken`` elements for the consumer."""
+    def wait_ended(self, taken: int = 0) -> None:
+        """The wait ended (with ``taken`` elements for the consumer)."""
         with self._lock:
             now = self._clock()
             if self._waiting_since is not None:
                 self._waited += now - max(self._waiting_since, self._since)
             self._waiting_since = None
             self._taken += taken
+
+    def took(self) -> None:
+        """The consumer took one element: counted as it takes each, not when a batch of them
+        arrives, or a report would see a whole batch at once and the next none."""
+        with self._lock:
+            self._taken += 1
 
     def report(self) -> tuple[float, float, float]:
         """``(target time per element (0: unknown), waited, elapsed)`` since the last report;
