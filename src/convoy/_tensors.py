@@ -197,6 +197,8 @@ class RaggedTensor:
                 raise InvalidArgumentError("values must have at least one dimension, got a "
                                            "scalar")
         splits = _as_int64(row_splits, "row_splits", 1)
+        if np.asarray(row_splits).dtype == np.int32:  # TensorFlow's other row_splits_dtype
+            splits = splits.astype(np.int32)
         if validate:
             if len(splits) == 0 or splits[0] != 0:
                 raise InvalidArgumentError(
@@ -267,6 +269,22 @@ class RaggedTensor:
     def row_splits(self) -> np.ndarray:
         """int64 ``[nrows + 1]``: where each row starts (and the last ends) in ``values``."""
         return self._row_splits
+
+    @property
+    def row_splits_dtype(self) -> np.dtype:
+        """The dtype of the row splits: int64, or int32 where asked for."""
+        return self._row_splits.dtype
+
+    def with_row_splits_dtype(self, dtype: Any) -> RaggedTensor:
+        """The same rows with every ragged dimension's row splits of ``dtype`` (int32 or
+        int64)."""
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise InvalidArgumentError(f"dtype must be int32 or int64, got {dtype}")
+        values = self._values
+        if isinstance(values, RaggedTensor):
+            values = values.with_row_splits_dtype(dtype)
+        return RaggedTensor._unchecked(values, self._row_splits.astype(dtype, copy=False))
 
     @property
     def nested_row_splits(self) -> tuple[np.ndarray, ...]:

@@ -341,13 +341,15 @@ class Dataset:
     def ragged_batch(self, batch_size: int, drop_remainder: bool = False,
                      row_splits_dtype: Any = np.int64, name: str | None = None) -> Dataset:
         """Like batch, with every component of rank >= 1 batched into a
-        :class:`~convoy.RaggedTensor` (so its first dimension may differ between elements)."""
+        :class:`~convoy.RaggedTensor` (so its first dimension may differ between elements),
+        whose row splits are ``row_splits_dtype``."""
         size = check.integer("batch_size", batch_size, 1)
         if np.dtype(row_splits_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
             raise InvalidArgumentError(
                 f"row_splits_dtype must be int32 or int64, got {row_splits_dtype!r}")
-        return self._then(RaggedBatchOp(self._op, size,
-                                        check.boolean("drop_remainder", drop_remainder)))
+        op = RaggedBatchOp(self._op, size, check.boolean("drop_remainder", drop_remainder))
+        op.row_splits_dtype = np.dtype(row_splits_dtype)
+        return self._then(op)
 
     def sparse_batch(self, batch_size: int, row_shape: Any,
                      name: str | None = None) -> Dataset:

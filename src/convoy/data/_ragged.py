@@ -31,6 +31,11 @@ def ragged_stack(elements: list[Any]) -> Any:
 
 
 class RaggedBatchOp(BatchOp):
+    """``ragged_batch``: dense components of rank >= 1 become ragged, their row splits of
+    ``row_splits_dtype``."""
+
+    row_splits_dtype = np.dtype(np.int64)
+
     def iterator(self, state: Any, key: int) -> Node:
         input = self.input.iterator(state, key)
         return PassNode(input, self._run(input.gen))
@@ -40,20 +45,32 @@ class RaggedBatchOp(BatchOp):
             chunk = list(islice(upstream, self.batch_size))
             if len(chunk) < self.batch_size and (self.drop_remainder or not chunk):
                 return
-            yield ragged_stack(chunk)
+            batch = ragged_stack(chunk)
+            if self.row_splits_dtype != np.int64:
+                batch = _with_splits_dtype(chunk[0], batch, self.row_splits_dtype)
+            yield batch
 
     def static_spec(self) -> Any:
         spec = self.input.static_spec()
         if spec is None or any(s.rank is None for s in nest.flatten(spec)):
             return None
         size = self.batch_size if self.drop_remainder else None
-        return nest.map_structure(lambda s: _ragged_batch_spec(s, size), spec)
+        return nest.map_structure(
+            lambda s: _ragged_batch_spec(s, size, self.row_splits_dtype), spec)
 
 
-def _ragged_batch_spec(spec: Any, size: int | None) -> Any:
+def _with_splits_dtype(first: Any, batch: Any, dtype: np.dtype) -> Any:
+    """``batch`` with the row splits of the components that were dense made ``dtype``."""
+    leaves = [b.with_row_splits_dtype(dtype)
+              if isinstance(b, RaggedTensor) and not isinstance(f, RaggedTensor) else b
+              for f, b in zip(nest.flatten(first), nest.flatten(batch))]
+    return nest.pack_sequence_as(batch, leaves)
+
+
+def _ragged_batch_spec(spec: Any, size: int | None, dtype: Any = np.int64) -> Any:
     """A component of rank >= 1 batches into a ragged tensor whose rows are its elements."""
     if isinstance(spec, nest.TensorSpec) and spec.shape:
-        return nest.RaggedTensorSpec((size, None, *spec.shape[1:]), spec.dtype, 1)
+        return nest.RaggedTensorSpec((size, None, *spec.shape[1:]), spec.dtype, 1, dtype)
     return batched_spec(spec, size)
 
 

@@ -122,7 +122,7 @@ class RaggedFeature(_RaggedFeature):
     ``partitions`` (outermost first), each ``RaggedFeature.RowSplits(key)``, ``RowLengths``,
     ``RowStarts``, ``RowLimits``, ``ValueRowIds`` (naming an int64 feature) or
     ``UniformRowLength(length)``. ``value_key`` defaults to the feature's own key.
-    Row splits are always int64."""
+    ``row_splits_dtype`` (int64 or int32) is every ragged dimension's row splits' dtype."""
 
     __slots__ = ()
     RowSplits = _RowSplits

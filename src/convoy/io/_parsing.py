@@ -642,7 +642,21 @@ def _ragged(context: _Context, key: str, config: RaggedFeature,
     values: Any = column.values
     if config.partitions:
         values, lengths = _partitioned(context, key, config, columns, column)
-    return RaggedTensor.from_row_lengths(values, lengths, validate=False)
+    result = RaggedTensor.from_row_lengths(values, lengths, validate=False)
+    dtype = _splits_dtype(config, key)
+    return result if dtype == np.int64 else result.with_row_splits_dtype(dtype)
+
+
+def _splits_dtype(config: RaggedFeature, key: str) -> np.dtype:
+    """The feature's ``row_splits_dtype``: int32 or int64."""
+    try:
+        dtype = np.dtype(config.row_splits_dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise InvalidArgumentError(f"feature {key!r}: row_splits_dtype must be int32 or "
+                                   f"int64, got {config.row_splits_dtype!r}")
+    return dtype
 
 
 def _partitioned(context: _Context, key: str, config: RaggedFeature,
@@ -781,6 +795,7 @@ def _requests(features: Mapping[str, Any] | None, what: str) -> dict[str, int]:
                 want(index_key, INT64)
             want(config.value_key, kind)
         elif isinstance(config, RaggedFeature):
+            _splits_dtype(config, key)
             want(config.value_key or key, kind)
             for partition in config.partitions:
                 if not isinstance(partition, RaggedFeature.UniformRowLength):

@@ -67,7 +67,10 @@ def decode_component(proto: tensor_pb2.TensorProto, spec: Any) -> Any:
             raise DataLossError(f"a saved sparse component is malformed: {error}") from None
     if isinstance(spec, nest.RaggedTensorSpec):
         try:
-            return _decode_ragged(proto, spec)
+            value = _decode_ragged(proto, spec)
+            if isinstance(value, RaggedTensor) and value.row_splits_dtype != spec.row_splits_dtype:
+                value = value.with_row_splits_dtype(spec.row_splits_dtype)
+            return value
         except (IndexError, ValueError, InvalidArgumentError) as error:
             raise DataLossError(f"a saved ragged component is malformed: {error}") from None
     return from_proto(proto)
