@@ -261,7 +261,7 @@ def test_the_ps_sender_restarts_and_loses_no_list(inject, caplog):
     assert any("thread convoy-ps0-sender restarts" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize("what", ["keeper", "w0-0"])
+@pytest.mark.parametrize("what", ["keeper", "w0-0", "probe-w0"])
 def test_the_schedulers_keeper_restarts_and_a_lane_ends_the_process(what, inject, caplog,
                                                                       monkeypatch):
     from convoy.distribute._scheduler import Scheduler
