@@ -125,5 +125,20 @@ def test_loads_what_tensorflow_saves_now(tmp_path: Path) -> None:
         assert [plain(e) for e in loaded] == expected["elements"], case
 
 
+def test_specs_read_off_a_first_element_promise_no_sizes(tmp_path: Path) -> None:
+    """The issue's examples: a map's spec is its first element's, and what is derived from
+    it (padded_batch, a batch of sparse rows, a save) does not claim that element's sizes."""
+    ds = Dataset.range(1, 4).map(lambda i: np.arange(i))
+    assert ds.element_spec == cv.data.TensorSpec([1], np.int64)  # what it has seen
+    assert ds.padded_batch(2).element_spec == cv.data.TensorSpec([None, None], np.int64)
+    sparse = Dataset.range(1, 4).map(lambda i: cv.SparseTensor.from_dense(np.arange(1, i + 1)))
+    assert sparse.batch(3).element_spec == cv.data.SparseTensorSpec([None, None], np.int64)
+    ds.save(tmp_path / "p")
+    assert Dataset.load(tmp_path / "p").element_spec == cv.data.TensorSpec([None], np.int64)
+    fixed = Dataset.range(3).map(lambda i: np.full(2, i))
+    fixed.save(tmp_path / "f")  # every element fits the first one's spec: it stays
+    assert Dataset.load(tmp_path / "f").element_spec == cv.data.TensorSpec([2], np.int64)
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

@@ -130,7 +130,17 @@ class BatchOp(Op):
 
     def static_spec(self) -> Any:
         size = self.batch_size if self.drop_remainder else None
-        return _batched_spec(self.input.static_spec(), size)
+        spec = self.input.static_spec()
+        if spec is not None and derived_spec(self.input) is None:
+            # read off the first element: a batch of sparse rows is as large as its largest
+            spec = nest.map_structure(_unknown_if_sparse, spec)
+        return _batched_spec(spec, size)
+
+
+def _unknown_if_sparse(spec: Any) -> Any:
+    if isinstance(spec, nest.SparseTensorSpec) and spec.shape is not None:
+        return nest.SparseTensorSpec((None,) * len(spec.shape), spec.dtype)
+    return spec
 
 
 class _RowBatchNode(Node):
@@ -208,12 +218,16 @@ class PaddedBatchOp(BatchOp):
             return None
         specs = nest.flatten(spec)
         shapes = _per_component(spec, self.padded_shapes, "padded_shapes")
+        # A spec read off the first element promises no size: the batch's maximum varies.
+        observed = derived_spec(self.input) is None
         out = []
         for s, wanted in zip(specs, shapes):
-            if s.shape is None or wanted is None or len(wanted) != len(s.shape):
+            if s.shape is None:
                 dims = s.shape
+            elif wanted is None or len(wanted) != len(s.shape):
+                dims = (None,) * len(s.shape) if observed else s.shape
             else:  # a given size wins; an unspecified one stays what the input says
-                dims = tuple(d if w is None or w == -1 else int(w)
+                dims = tuple((None if observed else d) if w is None or w == -1 else int(w)
                              for d, w in zip(s.shape, wanted))
             out.append(s if dims is None else nest.TensorSpec(dims, s.dtype))
         return _batched_spec(nest.pack_sequence_as(spec, out),
