@@ -100,12 +100,12 @@ def test_set_epoch_gives_the_order_of_that_pass_of_the_dataset():
 def test_ranks_split_a_local_pipeline_whatever_their_loader_workers():
     dataset = cv.data.Dataset.range(50).shuffle(50, seed=3).batch(5)
     shares = []
-    for rank, workers in ((0, 0), (1, 1), (2, 2)):
-        face = cv.torch.IterableDataset(dataset, rank=rank, world_size=3)
+    for rank, workers in ((0, 0), (1, 1), (2, 2)):  # (unequal: 10 batches, not padded)
+        face = cv.torch.IterableDataset(dataset, rank=rank, world_size=3, equal_shares=False)
         face.set_epoch(1)
         shares.append(sorted(ints(loader(face, workers, False))))
     assert sorted(sum(shares, [])) == list(range(50))
-    plain = cv.torch.IterableDataset(dataset, rank=0, world_size=3)
+    plain = cv.torch.IterableDataset(dataset, rank=0, world_size=3, equal_shares=False)
     plain.set_epoch(1)
     assert sorted(ints(plain)) == shares[0]  # a rank's share does not depend on its workers
 
