@@ -96,7 +96,7 @@ def main() -> int:
     medians: dict[str, float] = {}
     try:
         for workload in selected:
-            ours = _convoy(workload.convoy, args.repeats)
+            ours = _convoy(workload.convoy, min(args.repeats, workload.repeats or args.repeats))
             medians[workload.name] = ours.median
             line = f"{workload.name:<22}{workload.unit:<12}{ours.cells()}"
             if with_tf and workload.name in tf_workloads.WORKLOADS:
@@ -112,6 +112,8 @@ def main() -> int:
     for name, baseline in RELATIVE.items():
         if name in medians and baseline in medians:
             print(f"{name} / {baseline}: {medians[name] / medians[baseline]:.2f}x (medians)")
+    for note in workloads.NOTES:
+        print(note)
     for failure in failures:
         print(failure)
     return 1 if failures else 0

@@ -12,6 +12,7 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
+from autoscale import report, run_autoscale
 from readers import run_readers
 from s3_reads import tfrecord_s3, tfrecord_s3_raw
 from torch import nn
@@ -27,6 +28,12 @@ class Workload:
     name: str
     unit: str
     convoy: Callable[[], float]
+    #: at most this many runs whatever --repeats asks (a long workload)
+    repeats: int | None = None
+
+
+#: Lines a workload prints after the table (its figures other than the one it returns).
+NOTES: list[str] = []
 
 
 def _rate(iterable: object, measure: Callable[[object], float] = lambda _: 1.0) -> float:
@@ -144,6 +151,14 @@ def abandoned_reads(reads: int = 4, settle_s: float = 10.0) -> float:
             iterator.close()
         time.sleep(settle_s)
         return _rss_mb(worker.process.pid) - baseline
+
+
+def autoscale() -> float:
+    """Seconds until the trainer gets 90% of its demand through an adaptive LocalCluster;
+    the other figures go to NOTES (bench/autoscale.py)."""
+    figures = run_autoscale()
+    NOTES.extend(report(figures))
+    return float("inf") if figures["met_s"] is None else figures["met_s"]
 
 
 def scalar_map() -> float:
@@ -626,6 +641,7 @@ ALL = [
     Workload("dynamic_batch256", "batches/s", dynamic_batch256),
     Workload("two_workers", "batches/s", two_workers),
     Workload("abandoned_reads", "MB RSS grown", abandoned_reads),
+    Workload("autoscale", "s to demand", autoscale, repeats=1),
     Workload("cache_two_trainers", "elements/s", cache_two_trainers),
     Workload("cache_produced", "per consumed", cache_produced_per_consumed),
     Workload("coordinated_2x2", "rounds/s", coordinated_2x2),
