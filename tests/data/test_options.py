@@ -61,6 +61,20 @@ def test_options_have_defaults() -> None:
     assert options1.threading == cv.data.experimental.ThreadingOptions()
 
 
+def test_mutating_options_raise_value_error() -> None:
+    options1, options2 = Options(), Options()
+    options1.experimental_slack = True
+    options2.autotune.enabled = True
+    ds = Dataset.range(0).with_options(options1).map(lambda x: 2 * x).with_options(options2)
+    dataset_options = ds.options()
+    with pytest.raises(ValueError):
+        dataset_options.experimental_deterministic = True
+    with pytest.raises(ValueError):
+        dataset_options.threading.private_threadpool_size = 2
+    options1.deterministic = False  # what was passed to with_options stays the caller's
+    assert dataset_options.merge(Options()).experimental_slack is True
+
+
 def test_every_group_of_tensorflow_is_settable() -> None:
     """The settings of options_test.py's proto round trip that TensorFlow 2.21 still has."""
     options = Options()

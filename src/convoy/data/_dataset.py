@@ -465,7 +465,7 @@ class Dataset:
         for op in _upstream_first(self._op):
             if isinstance(op, _OptionsOp):
                 merged = merged.merge(op.options)
-        return merged
+        return merged.frozen()
 
     def scan(self, initial_state: Any, scan_func: Callable[[Any, Any], Any],
              name: str | None = None) -> Dataset:

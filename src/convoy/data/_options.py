@@ -81,6 +81,10 @@ class OptionsBase:
         return self._values.get(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_frozen"):
+            raise ValueError(f"{type(self).__name__} returned by Dataset.options() cannot be "
+                             f"changed: set options on a new Options and pass it to "
+                             f"with_options")
         if isinstance(getattr(type(self), name, None), property):
             object.__setattr__(self, name, value)
         elif name in self._groups:
@@ -92,6 +96,14 @@ class OptionsBase:
             self._values[name] = None if value is None else self._checks[name](value)
         else:
             raise AttributeError(f"Cannot set the property {name} on {type(self).__name__}.")
+
+    def frozen(self) -> Any:
+        """This object, made immutable (as ``Dataset.options()`` returns it, as TensorFlow
+        does): setting an option raises ValueError."""
+        for group in self._groups:
+            self._values[group].frozen()
+        object.__setattr__(self, "_frozen", True)
+        return self
 
     def merge(self, other: Any) -> Any:
         """A new options object: ``other``'s settings over this one's."""
