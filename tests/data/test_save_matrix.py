@@ -125,6 +125,26 @@ def test_loads_what_tensorflow_saves_now(tmp_path: Path) -> None:
         assert [plain(e) for e in loaded] == expected["elements"], case
 
 
+@needs_tf
+def test_tensorflow_loads_a_distributed_save_of_varying_shapes(tmp_path: Path) -> None:
+    """The issue's examples through ``distributed_save``: a map's varying shapes and batches
+    of sparse rows of varying dense shapes."""
+    from convoy.testing import InProcessCluster
+
+    cases = {"dense-unbatched-NONE": None, "sparse-batch-GZIP": "GZIP",
+             "nested-ragged_batch-NONE": None}
+    with InProcessCluster(num_workers=1) as cluster:
+        for case, compression_name in cases.items():
+            cv.data.experimental.distributed_save(dataset(case), tmp_path / case,
+                                                  cluster.address,
+                                                  compression=compression_name)
+            loaded = Dataset.load(tmp_path / case, wait=True)
+            assert [plain(e) for e in loaded] == EXPECTED[case]["elements"], case
+    found = run_tf("--load", str(tmp_path))
+    for case in cases:
+        assert found[case]["elements"] == EXPECTED[case]["elements"], case
+
+
 def test_specs_read_off_a_first_element_promise_no_sizes(tmp_path: Path) -> None:
     """The issue's examples: a map's spec is its first element's, and what is derived from
     it (padded_batch, a batch of sparse rows, a save) does not claim that element's sizes."""
