@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -107,6 +109,21 @@ class AdaptPolicy:
         return n if self.maximum is None else min(self.maximum, n)
 
 
+def _drain(workers: list[Any]) -> None:
+    """SIGTERM every worker at once, so that they drain side by side (one after the other, a
+    shrink by three took up to three drains), then wait for each; kill any still running
+    ``DRAIN_TIMEOUT_S`` after the signal."""
+    for worker in workers:
+        if worker.process.poll() is None:
+            worker.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    for worker in workers:
+        try:
+            worker.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
 def _share(waited: float | None) -> str:
     return "unknown" if waited is None else f"{waited:.0%} of the time"
 
@@ -151,8 +168,8 @@ class LocalCluster:
             before = len(self._cluster.workers)
             while len(self._cluster.workers) < n:
                 self._cluster.add_worker()
-            while len(self._cluster.workers) > n:
-                self._cluster.workers.pop().terminate(DRAIN_TIMEOUT_S)
+            _drain([self._cluster.workers.pop()
+                    for _ in range(len(self._cluster.workers) - n)])
             if n != before:
                 self.events.append((time.monotonic(), before, n, why))
                 log.info("workers %d -> %d (%s)", before, n, why)
