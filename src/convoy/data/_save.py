@@ -392,15 +392,14 @@ def _relax_leaf(spec: Any, value: Any) -> Any:
         seen: Any = nest.RaggedTensorSpec(array.shape, array.dtype, 0, spec.row_splits_dtype)
     else:
         seen = nest.spec_from_value(value)
-    if type(seen) is not type(spec) or spec.is_compatible_with(seen):
-        return spec
-    try:
-        relaxed = spec.most_specific_common(seen)
-    except InvalidArgumentError:  # ragged ranks differ: the spec stays, as TensorFlow's
-        return spec
+    if type(seen) is not type(spec) or nest._shapes_compatible(spec.shape, seen.shape):
+        return spec  # only sizes are relaxed: the dtypes are the spec's, as written
+    shape = nest._common_shape(spec.shape, seen.shape)
     if isinstance(spec, nest.TensorSpec):
-        relaxed.name = spec.name
-    return relaxed
+        return nest.TensorSpec(shape, spec.dtype, spec.name)
+    if isinstance(spec, nest.SparseTensorSpec):
+        return nest.SparseTensorSpec(shape, spec.dtype)
+    return nest.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
 
 
 # ----- reading ---------------------------------------------------------------------------------
