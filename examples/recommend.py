@@ -27,6 +27,11 @@ from torch import nn
 import convoy as cv
 from convoy.testing import ProcessCluster, TrainingCluster
 
+try:
+    from tqdm import tqdm
+except ImportError:  # progress bars are optional
+    tqdm = None
+
 NUM_IDS = 2_000
 DIM = 16
 HIDDEN = 16
@@ -71,12 +76,10 @@ def build(strategy: cv.distribute.ParameterServerStrategy) -> tuple[nn.Module, o
     return model, optimizer
 
 
-def progress(done: int, total: int, loss: float, started: float) -> None:
-    width = 30
-    filled = width * done // total
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    print(f"\rtraining [{'#' * filled}{'.' * (width - filled)}] {done}/{total} steps "
-          f"loss {loss:.3f} ({rate:.0f} steps/s)", end="", flush=True)
+def mean_loss(finished: list) -> float:
+    """The mean loss of the last 50 finished steps (0 before the first)."""
+    recent = [r.fetch() for r in finished[-50:]]
+    return float(np.mean(recent)) if recent else 0.0
 
 
 def main() -> int:
@@ -120,18 +123,26 @@ def main() -> int:
                 held_out_auc.update_state(labels, torch.sigmoid(model(torch.from_numpy(ids))))
 
         iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
-        started = time.perf_counter()
         losses = [coordinator.schedule(train_step, args=(iterator,))
                   for _ in range(args.steps)]
+        bar = tqdm(total=args.steps, unit="step", desc="training") if tqdm else None
+        started = time.perf_counter()
         while not coordinator.done():
             finished = [r for r in losses if r.done()]
-            recent = [r.fetch() for r in finished[-50:]]
-            progress(len(finished), args.steps, float(np.mean(recent)) if recent else 0.0, started)
+            if bar:
+                bar.update(len(finished) - bar.n)
+                rate = len(finished) / max(time.perf_counter() - started, 1e-9)
+                bar.set_postfix(loss=f"{mean_loss(finished):.3f}", steps_s=f"{rate:.0f}")
             time.sleep(0.2)
         coordinator.join()
-        progress(args.steps, args.steps, float(np.mean([r.fetch() for r in losses[-50:]])),
-                 started)
-        print()
+        rate = args.steps / max(time.perf_counter() - started, 1e-9)
+        if bar:
+            bar.update(args.steps - bar.n)
+            bar.set_postfix(loss=f"{mean_loss(losses):.3f}", steps_s=f"{rate:.0f}")
+            bar.close()
+        else:
+            print(f"training: {args.steps} steps, loss {mean_loss(losses):.3f} "
+                  f"({rate:.0f} steps/s)")
 
         held_out = make_records(20_000, seed=2)
         for start in range(0, 20_000, 2_000):
