@@ -1,5 +1,9 @@
 """Benchmarks: ``make bench`` runs every workload a few times and prints median throughputs.
 
+It also writes them to ``bench/results/<date>.json`` (``--results PATH`` elsewhere): per
+workload its unit, convoy's and TensorFlow's medians and ranges and their ratio, with the
+machine and its load; ``make bench-plot`` (bench/plot.py) draws them.
+
 When ``make bench-tf`` has made the TensorFlow environment (.venv-tf), TensorFlow's side of
 each workload (tf_workloads.py) runs there too, in processes of its own, and the table shows
 convoy/TensorFlow. Usage: ``python bench/run.py [--repeats N] [NAME ...]``.
@@ -8,8 +12,10 @@ convoy/TensorFlow. Usage: ``python bench/run.py [--repeats N] [NAME ...]``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +45,9 @@ class Summary:
     def __init__(self, results: list[float]) -> None:
         self.median = statistics.median(results)
         self.low, self.high = min(results), max(results)
+
+    def as_json(self) -> dict[str, float]:
+        return {"median": self.median, "low": self.low, "high": self.high}
 
     def cells(self) -> str:
         spread = f"{_number(self.low)} - {_number(self.high)}"
@@ -78,6 +87,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-tensorflow", action="store_true",
                         help="run convoy's side only, even where .venv-tf exists")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="the results file (default: bench/results/<date>.json, "
+                             "numbered on if that exists)")
     args = parser.parse_args()
     known = {w.name for w in workloads.ALL}
     unknown = [name for name in args.names if name not in known]
@@ -94,15 +106,24 @@ def main() -> int:
     print("-" * len(header))
     failures = []
     medians: dict[str, float] = {}
+    rows: list[dict[str, object]] = []
+    started = time.perf_counter()
+    load_before = os.getloadavg()
     try:
         for workload in selected:
             ours = _convoy(workload.convoy, min(args.repeats, workload.repeats or args.repeats))
             medians[workload.name] = ours.median
             line = f"{workload.name:<22}{workload.unit:<12}{ours.cells()}"
+            row: dict[str, object] = {"workload": workload.name, "unit": workload.unit,
+                                      "convoy": ours.as_json(), "tensorflow": None,
+                                      "ratio": None}
+            rows.append(row)
             if with_tf and workload.name in tf_workloads.WORKLOADS:
                 theirs = _tensorflow(workload.name, args.repeats)
                 if isinstance(theirs, Summary):
                     line += f"{theirs.cells()}{ours.median / theirs.median:>9.2f}x"
+                    row["tensorflow"] = theirs.as_json()
+                    row["ratio"] = ours.median / theirs.median
                 else:
                     line += f"{'(failed)':>12}"
                     failures.append(f"TensorFlow {workload.name}: {theirs}")
@@ -116,7 +137,41 @@ def main() -> int:
         print(note)
     for failure in failures:
         print(failure)
+    _save(args.results, rows, args.repeats, time.perf_counter() - started, load_before,
+          failures)
     return 1 if failures else 0
+
+
+def _save(path: Path | None, rows: list[dict[str, object]], repeats: int, seconds: float,
+          load_before: tuple[float, float, float], failures: list[str]) -> None:
+    """Write the run's results as JSON for bench/plot.py."""
+    today = datetime.date.today().isoformat()
+    if path is None:
+        path = BENCH / "results" / f"{today}.json"
+        number = 2
+        while path.exists():
+            path = BENCH / "results" / f"{today}-{number}.json"
+            number += 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    report = {
+        "source": "bench/run.py " + " ".join(sys.argv[1:]),
+        "date": today,
+        "machine": {"cpus": _cpus(), "memory": f"{memory:.0f} GiB" if memory else None,
+                    "platform": platform.platform(), "python": platform.python_version()},
+        "load": {"before": list(load_before), "after": list(os.getloadavg())},
+        "seconds": round(seconds, 1),
+        "repeats": repeats,
+        "tensorflow": "tensorflow-cpu" if TF_PYTHON.exists() else None,
+        "results": rows,
+        "failures": failures,
+    }
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    shown = path.relative_to(BENCH.parent) if path.is_relative_to(BENCH.parent) else path
+    print(f"results written to {shown}")
 
 
 def _cpus() -> str:
