@@ -112,13 +112,17 @@ def _read(path: Path) -> dict[str, list[list[int]]]:
 
 @pytest.mark.timeout(300)
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("stop", [False, True])
+@pytest.mark.parametrize("stop", [0, 4, pytest.param(44, marks=pytest.mark.skip(
+    reason="known limitation (issue 29, README): saved 7 steps before the end of an epoch of "
+    "51, after some readers saw the job's end, a resumed rank may wait for readers that never "
+    "rejoin (seen with 2 persistent workers): their saved job position says 'finished'"))])
 @pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
 def test_ddp_ranks_step_alike_and_resume(cluster, tmp_path, workers, persistent, stop):
+    """``stop``: the step of epoch 1 after which the ranks stop (0: they do not)."""
     pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(RANK))
-    args = [str(workers), str(int(persistent)), "4" if stop else "0"]
+    args = [str(workers), str(int(persistent)), str(stop)]
     if stop:
         assert _run(script, cluster, tmp_path, args) == [-9, 3]
     assert _run(script, cluster, tmp_path, args) == [0, 0]
