@@ -110,6 +110,7 @@ def _read(path: Path) -> dict[str, list[list[int]]]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("stop", [0, 4, pytest.param(44, marks=pytest.mark.skip(

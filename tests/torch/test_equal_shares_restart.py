@@ -27,6 +27,7 @@ def _read(face: cv.torch.IterableDataset, out: list[int], errors: list[BaseExcep
         errors.append(error)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_equal_shares_survive_a_dispatcher_restart_mid_epoch(tmp_path: Path) -> None:
     args = ["--work-dir", str(tmp_path), "--fault-tolerant"]
