@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TF_VENV := .venv-tf
 TF_VERSION ?= 2.21.0
 
-.PHONY: test demo bench bench-tf lint typecheck proto clean
+.PHONY: test demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,18 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
+# The pictures of the newest bench/results/*.json, into docs/img (committed: the docs show them)
+bench-plot: $(STAMP)
+	$(PY) bench/plot.py
+
+# The docs site, into site/; --strict fails on a broken link, a missing page or a reference to
+# a name that does not exist. Offline: no web fonts, no external inventories.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
 # TensorFlow for the side-by-side figures of `make bench`, in its own environment: bench/run.py
 # runs TensorFlow's side of each workload with $(TF_VENV)/bin/python whenever it exists.
 bench-tf: $(TF_VENV)/.installed
@@ -49,7 +61,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .venv-tf build dist .pytest_cache
+	rm -rf $(VENV) .venv-tf build dist .pytest_cache site
 
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src src/convoy/data/service/service.proto
