@@ -313,18 +313,3 @@ def test_duplicate_keys_and_field_order() -> None:
     out = io.parse_example([record, example(a=ints([1]))], {"a": io.VarLenFeature(np.int64)})
     assert out["a"].values.tolist() == [5, 6, 1]
     assert out["a"].indices.tolist() == [[0, 0], [0, 1], [1, 0]]
-
-
-def test_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's cv.io example is correct code."""
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("### Reading tf.train.Example records")[1] \
-        .split("```python")[1].split("```")[0]
-    monkeypatch.chdir(tmp_path)
-    namespace: dict[str, Any] = {}
-    exec(block, namespace)
-    batch = namespace["batch"]
-    assert batch["pixels"].shape == (256, 4) and batch["pixels"].dtype == np.float32
-    assert batch["tags"].to_dense()[:3].tolist() == [[b"", b""], [b"a", b""], [b"a", b"b"]]

@@ -170,23 +170,6 @@ def test_consumers_of_a_shared_job_resume_together(num_workers: int) -> None:
     assert sorted(trained + results["a"] + results["b"]) == [10 * i for i in range(1500)]
 
 
-def test_readme_resuming_a_job() -> None:
-    import contextlib
-    import io
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    body = text.split("\n## Resuming a job\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", body, re.S)
-    assert match, "no python block under '## Resuming a job'"
-    out = io.StringIO()
-    with InProcessCluster(num_workers=2) as cluster, contextlib.redirect_stdout(out):
-        code = match.group(1).replace("grpc://localhost:5050", cluster.target)
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
-    assert out.getvalue().split() == ["300", "800", "True"]
-
-
 def test_a_shared_off_job_refuses_to_restore() -> None:
     with InProcessCluster(num_workers=1) as cluster:
         def shared() -> cv.data.Dataset:

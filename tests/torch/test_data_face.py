@@ -29,7 +29,7 @@ LOADER_CONTEXT = "forkserver"
 service = cv.data.service
 DYNAMIC = service.ShardingPolicy.DYNAMIC
 LOADERS = [(0, False), (2, False), (2, True)]  # (num_workers, persistent_workers)
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 @pytest.fixture(scope="module")
@@ -412,15 +412,15 @@ with open(out, "w") as f:
 
 @pytest.mark.timeout(300)
 def test_ddp_ranks_take_equal_shares_of_a_distributed_epoch(cluster, tmp_path):
-    """The README's DDP loop on 3 gloo ranks, 2 loader workers each, every step an
+    """The docs' DDP loop (docs/pytorch.md) on 3 gloo ranks, 2 loader workers each, every step an
     all-reduce: every rank takes as many steps; every element is read once but for fewer
     than 3 batches left over ("drop"), or at least once with fewer than 3 batches of copies
     ("pad"). (Each worker batches its own splits: some batches are short.)"""
     import json
 
     code = tmp_path / "readme.py"
-    code.write_text(readme_block("From PyTorch", 1).replace("grpc://localhost:5050",
-                                                            cluster.target))
+    code.write_text(docs_block("pytorch.md", "equal_shares=True").replace(
+        "grpc://localhost:5050", cluster.target))
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(EQUAL_SHARES_RANK))
     port = str(free_port())
@@ -494,23 +494,11 @@ def test_more_than_one_rank_shares_equally_by_default_else_logs_why_not(cluster,
     assert "processing_mode OFF" in logged[0] and "known length" in logged[1]
 
 
-# ----- the README -----------------------------------------------------------------------------
+# ----- the docs' blocks --------------------------------------------------------------------------
 
-def readme_block(section: str, index: int = 0) -> str:
-    """The python block ``index`` of the README's section ``section``."""
-    text = README.read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", body, re.S)
-    assert len(blocks) > index, f"no python block {index} under '## {section}'"
-    return str(blocks[index])
-
-
-def test_readme_from_pytorch(cluster, capsys):
-    code = readme_block("From PyTorch").replace("grpc://localhost:5050", cluster.target)
-    # the cluster's servers run in this process: its loader workers must not be forked
-    code = code.replace("num_workers=2)", f"num_workers=2, multiprocessing_context="
-                                         f"{LOADER_CONTEXT!r})")
-    assert LOADER_CONTEXT in code
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"epoch {epoch}: 1000 examples" for epoch in range(3)]
+def docs_block(page: str, containing: str) -> str:
+    """The python block of docs/``page`` that contains ``containing``."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    found = [block for block in blocks if containing in block]
+    assert len(found) == 1, f"{len(found)} python blocks of docs/{page} contain {containing!r}"
+    return str(found[0])

@@ -196,26 +196,3 @@ def test_checkpoint_restores_into_another_number_of_parameter_servers(make, tmp_
         with torch.no_grad():
             torch.testing.assert_close(restored(ids), expected)
         assert int(again.iterations.numpy()) == 20
-
-
-@pytest.mark.timeout(180)
-def test_readme_parameter_server_example_runs(cluster, tmp_path, monkeypatch, capsys):
-    """The README's parameter-server example is correct code (with fewer steps)."""
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("## Parameter-server training")[1].split("```python")[1] \
-        .split("```")[0]
-    assert "range(1000)" in block
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TF_CONFIG", cluster.tf_config("chief", 0))
-    namespace = {"__name__": "readme_example"}  # its functions go to the workers by value
-    exec(block.replace("range(1000)", "range(300)").replace("100_000", "10_000"), namespace)
-    try:
-        losses = [r.fetch() for r in namespace["losses"]]
-        assert np.mean(losses[-30:]) < np.mean(losses[:30]) * 0.9
-        assert len(namespace["model"].variables[0].variables) == 2
-        assert "training accuracy" in capsys.readouterr().out
-        assert (tmp_path / "ckpt" / "ckpt-1.safetensors").exists()
-    finally:
-        namespace["coordinator"].shutdown()
