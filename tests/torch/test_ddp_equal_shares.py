@@ -1,4 +1,4 @@
-"""DDP as a user runs it: the README's PyTorch example (the first one) in two spawned ranks
+"""DDP as a user runs it: docs/pytorch.md's PyTorch example (the first one) in two spawned ranks
 (gloo), the default equal shares of a distributed epoch, every step an all-reduce, for each
 loader setting; some runs are stopped mid-epoch (one rank SIGKILLed, the other exiting) and
 resumed from each rank's StatefulDataLoader state. Every rank takes as many steps, each
@@ -33,7 +33,7 @@ rank, target, port, out, workers, persistent, kill_at = sys.argv[1:8]
 rank, workers, persistent, kill_at = int(rank), int(workers), persistent == "1", int(kill_at)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=2, timeout=datetime.timedelta(seconds=30))
-# the README's example, with a StatefulDataLoader to resume, and the model in DDP
+# the docs' example, with a StatefulDataLoader to resume, and the model in DDP
 ds = (cv.data.Dataset.range(1_000)
         .map(lambda i: (np.full(8, i, np.float32), i % 2))
         .batch(10)
