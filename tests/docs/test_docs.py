@@ -142,6 +142,7 @@ def test_pytorch(service: InProcessCluster) -> None:
         + ["300 800 True"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_parameter_servers(training: TrainingCluster, tmp_path: Path,
                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,6 +164,7 @@ def test_parameter_servers(training: TrainingCluster, tmp_path: Path,
             namespace["coordinator"].shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_readme(service: InProcessCluster, training: TrainingCluster, tmp_path: Path,
                 monkeypatch: pytest.MonkeyPatch) -> None:
