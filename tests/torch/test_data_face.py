@@ -401,7 +401,7 @@ seen = {}
 for mode in ("True", '"pad"'):
     namespace = {"__name__": "readme"}
     exec(compile(open(code).read().replace("equal_shares=True", f"equal_shares={mode}"),
-                 "README.md", "exec"), namespace)
+                 "docs/pytorch.md", "exec"), namespace)
     seen[mode] = namespace["seen"]
 dist.barrier()
 dist.destroy_process_group()

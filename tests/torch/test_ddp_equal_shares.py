@@ -114,7 +114,7 @@ def _read(path: Path) -> dict[str, list[list[int]]]:
 @pytest.mark.timeout(300)
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("stop", [0, 4, pytest.param(44, marks=pytest.mark.skip(
-    reason="known limitation (issue 29, README): saved 7 steps before the end of an epoch of "
+    reason="known limitation (issue 29, docs): saved 7 steps before the end of an epoch of "
     "51, after some readers saw the job's end, a resumed rank may wait for readers that never "
     "rejoin (seen with 2 persistent workers): their saved job position says 'finished'"))])
 @pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])

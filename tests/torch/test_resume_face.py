@@ -94,7 +94,7 @@ def test_stateful_dataloader_resumes_equal_shares_mid_epoch_and_between(
     """Equal shares (here of one rank) save the elements their readers took ahead and the
     counts the dispatcher rebuilds the shares from; resumed twice from one state (the first
     resume dies), the same; saved between epochs, the next epoch whole. (Saved before the
-    readers saw the job's end: see the README on saving at the end of an epoch.)"""
+    readers saw the job's end: see docs/pytorch.md on saving at the end of an epoch.)"""
     stateful = pytest.importorskip("torchdata.stateful_dataloader",
                                    reason="torchdata is not installed")
     pipeline = cv.data.Dataset.range(3000).apply(service.distribute(

@@ -344,7 +344,7 @@ def test_jobs_with_visitation_guarantees_are_collected_too(make_cluster):
     TensorFlow keeps a DYNAMIC job without iterators forever (starting it over would visit
     elements again); convoy collects it after job_gc_timeout_ms like any other unfinished
     iteration (its split log would otherwise grow the dispatcher for good), and reopening it
-    starts afresh (the README's jobs' lifecycle)."""
+    starts afresh (docs/data-service.md, jobs' lifecycle)."""
     cluster = make_cluster(1, **GC_FAST)
     it1 = _infinite_job(cluster, "test1")
     it2 = _infinite_job(cluster, "test2", "distributed_epoch")
