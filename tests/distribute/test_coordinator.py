@@ -327,7 +327,7 @@ def test_one_coordinator_per_strategy_whose_threads_end_when_it_is_collected(clu
     iterator = iter(coordinator.create_per_worker_dataset(lambda: cv.data.Dataset.range(9)))
     assert coordinator.schedule(lambda it: int(next(it)), args=(iterator,)).fetch() == 0
     threads = coordinator_threads(coordinator)
-    assert len(threads) >= 2 * 2  # the lanes of two workers
+    assert len(threads) >= 2  # a lane for each of two workers (one function at a time)
     result = coordinator.schedule(lambda: "kept")
     del coordinator, strategy, iterator
     gc.collect()
