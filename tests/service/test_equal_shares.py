@@ -4,11 +4,13 @@ settled at the end with the surplus handed over, and ranks that never come named
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any
 
 import pytest
 
 from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
+from convoy.data.service._shares import Share
 from convoy.errors import FailedPreconditionError
 
 
@@ -147,3 +149,51 @@ def test_padding_fewer_elements_than_ranks_repeats_the_first():
                for rank in range(3)]
     assert [(a.allowed, a.pad, a.receive) for a in answers] == [(1, 2, 0), (0, 0, 1),
                                                                 (0, 0, 1)]
+
+
+def test_a_resume_takes_over_from_readers_of_the_same_state_that_read_on_to_the_end():
+    """A loader resumed from a state and dropped (its workers read on ahead, and may reach
+    the end, before their processes stop) leaves the pass to the next resume from that state."""
+    shares = EqualShares()
+    for worker, reader in ((0, 1), (1, 2)):  # the saved pass
+        shares.report(report(0, world_size=1, workers=2, worker=worker, reader=reader,
+                             fetched=5, yielded=2, allowed=2))
+
+    def resumed(worker: int, reader: int, **fields: Any) -> ShareReport:
+        return report(0, world_size=1, workers=2, worker=worker, reader=reader, generation=1,
+                      **fields)
+
+    for worker, reader in ((0, 3), (1, 4)):  # the first resume reads on to the end
+        shares.report(resumed(worker, reader, fetched=5, yielded=2, allowed=2))
+        shares.report(resumed(worker, reader, fetched=50, yielded=2, exhausted=True,
+                              first=False))
+    shares.report(resumed(1, 4, fetched=50, yielded=2, exhausted=True, done=True,
+                          first=False))  # (and says so; worker 0 has not yet)
+    # resumed again from the saved state: its readers take the pass over ...
+    answer = shares.report(resumed(0, 5, fetched=5, yielded=2, allowed=2, wants=True))
+    assert answer.allowed == 3
+    with pytest.raises(FailedPreconditionError, match="worker 0 came to read .* again"):
+        shares.report(resumed(0, 3, fetched=50, exhausted=True, done=True, first=False))
+    shares.report(resumed(1, 6, fetched=5, yielded=2, allowed=2))
+    # ... and read it to its end between them alone
+    for worker, reader in ((0, 5), (1, 6)):
+        shares.report(resumed(worker, reader, fetched=50, yielded=2, exhausted=True,
+                              first=False))
+    assert shares.report(resumed(0, 5, fetched=50, yielded=3, exhausted=True, wants=True,
+                                 first=False)).allowed == 50  # its own 50 of the 100
+    for worker, reader in ((0, 5), (1, 6)):
+        shares.report(resumed(worker, reader, fetched=50, yielded=50, exhausted=True,
+                              done=True, first=False))
+    # the pass is over, whatever the first resume did: a resume from the state still may be
+    assert shares.report(resumed(0, 7, fetched=5, yielded=2, allowed=2, wants=True)).allowed == 3
+
+
+def test_readers_have_ids_of_their_own_whatever_the_state_of_random():
+    """torch seeds ``random`` in a loader worker from the loader's base seed, which
+    torchdata's StatefulDataLoader restores from a saved state: the workers of two loaders
+    resumed from one state must still be told apart by the dispatcher."""
+    def reader() -> int:
+        random.seed(7)
+        return Share("job 'j', repetition 0", 0, 1, 1, 2, True, 10.0).request.reader
+
+    assert reader() != reader()

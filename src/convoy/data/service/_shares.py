@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import random
+import secrets
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -45,7 +45,7 @@ class Share:
         self.request = pb.ShareRequest(key=key, rank=rank, world_size=world_size,
                                        worker=worker, workers=workers, pad=pad,
                                        timeout_ms=int(timeout_s * 1000), first=True,
-                                       reader=random.getrandbits(62) + 1)
+                                       reader=_reader_id())
         self.cond = threading.Condition()
         self.reading = threading.Lock()  # held while the pump takes an element from the job
         self.iterator: Any = None  # the job's reader, once open
@@ -91,6 +91,16 @@ class Share:
             if self.error is None:
                 self.error = error
             self.cond.notify_all()
+
+
+def _reader_id() -> int:
+    """A new consumer's id, unique to it: from the OS, not ``random``, which torch seeds in a
+    loader worker from the loader's base seed and worker id, and which torchdata's
+    ``StatefulDataLoader`` restores from a saved state: drawn from it, the workers of every
+    loader resumed from one state had the same ids, so the dispatcher took a resumed reader
+    for the one it replaces (a dropped loader's worker reading on), the two sharing one
+    record."""
+    return secrets.randbits(62) + 1
 
 
 STATE_KEYS = ("key", "generation", "iterator", "remaining", "fetched", "yielded", "exhausted",
