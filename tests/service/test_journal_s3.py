@@ -71,7 +71,7 @@ def objects(url: str) -> list[str]:
 
 @pytest.mark.parametrize("compact_every", [local.COMPACT_EVERY, 5])
 def test_replay_and_compaction(s3_bucket: str, compact_every: int) -> None:
-    url = f"{s3_bucket}/work/journal"
+    url = f"{s3_bucket}/state/journal"
     rec = S3Recorder(url, compact_every)
     local.scenario(rec)
     _, recovered = recover(url, compact_every)
@@ -166,7 +166,7 @@ def slow(x: Any) -> Any:
 def test_dispatcher_on_s3_killed_mid_epoch_delivers_every_element_once(
         s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    args = ["--work-dir", f"{s3_bucket}/work", "--fault-tolerant"]
+    args = ["--work-dir", f"{s3_bucket}/state", "--fault-tolerant"]
     counts: collections.Counter[int] = collections.Counter()
     errors: list[BaseException] = []
     with ProcessCluster(num_workers=2, dispatcher_args=args) as cluster:
@@ -194,7 +194,7 @@ def test_dispatcher_on_s3_killed_mid_epoch_delivers_every_element_once(
     assert not errors, errors
     assert not {x: n for x, n in counts.items() if n > 1}, "delivered twice"
     assert sorted(counts) == list(range(N))
-    assert any(n.endswith(".log") for n in _fs.listdir(f"{s3_bucket}/work/journal"))
+    assert any(n.endswith(".log") for n in _fs.listdir(f"{s3_bucket}/state/journal"))
     assert list(tmp_path.iterdir()) == []  # nothing local named s3:
 
 
