@@ -366,7 +366,7 @@ def _journaled_dispatcher(measure: Callable[[Any], float]) -> float:
     work_dir (fault_tolerant_mode)."""
     import tempfile
 
-    from convoy import _rpc
+    from convoy._transport import rpc as _rpc
     from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
     from convoy.testing import ServerProcess
 

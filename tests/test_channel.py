@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convoy._channel import Channel, Closed
+from convoy._transport.channel import Channel, Closed
 
 pytestmark = pytest.mark.timeout(30)
 

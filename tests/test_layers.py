@@ -22,8 +22,8 @@ CORE = "_common"
 WINGS = ("_dispatcher", "_worker", "_client", "_shm")
 #: What a module under ``_dispatcher/`` may not import: sockets, gRPC and the RPC layer (which
 #: imports gRPC), and the generated messages.
-NETWORK = ("socket", "grpc", "convoy._rpc", "convoy._stream", "convoy._security",
-           "convoy._channel", f"{SERVICE}.service_pb2")
+NETWORK = ("socket", "grpc", "convoy._transport.rpc", "convoy._transport.stream",
+           "convoy._transport.security", "convoy._transport.channel", f"{SERVICE}.service_pb2")
 
 
 def modules(root: Path, package: str) -> dict[str, Path]:
@@ -138,7 +138,7 @@ def test_the_service_has_no_import_cycle() -> None:
     ("_client/x.py", "from convoy.data.service._shm.segments import Process", "(wing _client)"),
     ("_worker/x.py", "import convoy.data.service._reader", "(wing _worker) imports"),
     ("_dispatcher/x.py", "import socket", "reaches socket"),
-    ("_dispatcher/x.py", "from convoy import _rpc", "reaches convoy._rpc"),
+    ("_dispatcher/x.py", "from convoy._transport import rpc", "reaches convoy._transport.rpc"),
     ("_dispatcher/x.py", "from . import y", "reaches grpc through"),
 ])
 def test_the_contract_catches_what_it_forbids(tmp_path: Path, module: str, source: str,

@@ -10,7 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import convoy
-from convoy import _rpc, monitoring
+from convoy import monitoring
+from convoy._transport import rpc as _rpc
 from convoy.errors import InvalidArgumentError, NotFoundError, UnavailableError
 
 #: The names the issue asks for, as a scrape shows them (counters with their _total).

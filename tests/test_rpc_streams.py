@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 from convoy.testing import free_port
 

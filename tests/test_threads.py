@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from convoy import _stream, _threads, monitoring
+from convoy import _threads, monitoring
+from convoy._transport import stream as _stream
 from convoy.data import Dataset
 from convoy.data.service import DispatcherConfig, distribute
 from convoy.errors import ConvoyError, UnavailableError
@@ -167,8 +168,8 @@ def test_the_stream_watchdog_restarts(inject, caplog):
 # ----- the framed transport's threads ---------------------------------------------------------
 def framed_echo(port: int = 0) -> tuple[Any, Any]:
     """(an echo FramedServer on ``port``, a connected client stream)."""
-    from convoy import _framed
-    from convoy._security import Security
+    from convoy._transport import framed as _framed
+    from convoy._transport.security import Security
 
     server = _framed.FramedServer("test.Echo", "Echo", lambda r: bytes(r)[::-1], Security(),
                                   "127.0.0.1", port)

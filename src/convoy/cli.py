@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import convoy
-from convoy import _fs, _rpc, errors, monitoring
-from convoy._security import LOOPBACK, MAX_REQUEST_BYTES
+from convoy import _fs, errors, monitoring
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import LOOPBACK, MAX_REQUEST_BYTES
 from convoy.data.service._common.server_config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 
@@ -341,7 +342,7 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
 @command("status", "show a data service's or a training cluster's state", _status_arguments)
 def _status(args: argparse.Namespace) -> int:
     from convoy import cluster_status
-    from convoy._security import Security
+    from convoy._transport.security import Security
 
     if args.watch is not None and args.watch <= 0:
         raise CommandError(f"--watch must be a number of seconds > 0, got {args.watch}", USAGE)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convoy import _rpc, errors
-from convoy._security import Security
+from convoy import errors
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import Security
 
 __all__ = ["dispatcher_status", "render_cluster", "render_dispatcher", "training_status"]
 

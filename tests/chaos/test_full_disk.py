@@ -25,7 +25,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.data import Dataset
 from convoy.data.service import distribute
 from convoy.data.service import service_pb2 as pb

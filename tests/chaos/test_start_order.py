@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy._security import TOKEN_ENV
+from convoy._transport.security import TOKEN_ENV
 from convoy.distribute.cluster import ClusterSpec
 from convoy.distribute.cluster_resolver import SimpleClusterResolver
 from convoy.errors import UnavailableError

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import convoy
-from convoy._security import TOKEN_ENV
+from convoy._transport.security import TOKEN_ENV
 from convoy.cli import build_parser
 from convoy.data import Dataset
 from convoy.data.service import DispatcherConfig, distribute

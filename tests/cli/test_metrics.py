@@ -20,8 +20,8 @@ import cloudpickle
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from convoy import _rpc
-from convoy._security import TOKEN_ENV, Security
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import TOKEN_ENV, Security
 from convoy.data import Dataset
 from convoy.data.service import distribute
 from convoy.data.service import service_pb2 as pb

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy._security import TOKEN_ENV
+from convoy._transport.security import TOKEN_ENV
 from convoy.testing import ProcessCluster, TrainingCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy import _framed
-from convoy._rpc import Outcome
-from convoy._security import Security
+from convoy._transport import framed as _framed
+from convoy._transport.rpc import Outcome
+from convoy._transport.security import Security
 from convoy.distribute._coordinator_calls import WorkerLink, call_message
 from convoy.distribute._store_clients import RemoteStore, remote_store
 from convoy.distribute._wire import PS_TRANSPORT_ENV, run_request

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from convoy._rpc import Outcome
+from convoy._transport.rpc import Outcome
 from convoy.distribute._schedule_messages import (
     Abandon,
     Build,

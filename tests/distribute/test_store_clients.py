@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.distribute._store_clients import remote_store
 from convoy.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from convoy.testing import TrainingCluster, free_port, stop_process

@@ -12,8 +12,8 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from convoy import _rpc
-from convoy._rpc import Outcome
+from convoy._transport import rpc as _rpc
+from convoy._transport.rpc import Outcome
 from convoy.codec import Encoder
 from convoy.distribute import _wire
 from convoy.distribute._coordinator_calls import call_message

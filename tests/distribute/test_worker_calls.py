@@ -14,8 +14,8 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from convoy import _rpc
-from convoy._rpc import Outcome
+from convoy._transport import rpc as _rpc
+from convoy._transport.rpc import Outcome
 from convoy.distribute._coordinator_calls import call_message
 from convoy.distribute._wire import (
     WORKER_METHODS,

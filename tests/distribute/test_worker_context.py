@@ -11,7 +11,7 @@ import sys
 import cloudpickle
 import pytest
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.distribute._coordinator_calls import call_message
 from convoy.distribute._wire import (
     WORKER_METHODS,

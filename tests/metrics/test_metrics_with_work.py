@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import convoy as cv
 from convoy import monitoring
-from convoy._security import TOKEN_ENV
+from convoy._transport.security import TOKEN_ENV
 from convoy.testing import ServerProcess, TrainingCluster, free_ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

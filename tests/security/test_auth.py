@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy import _rpc
-from convoy._security import TOKEN_ENV, Security
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import TOKEN_ENV, Security
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common import wire as data_protocol
 from convoy.distribute import _wire as training_protocol

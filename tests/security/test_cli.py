@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from convoy import _rpc
-from convoy._security import TOKEN_ENV, Security
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import TOKEN_ENV, Security
 from convoy.cli import build_parser
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common import wire as data_protocol

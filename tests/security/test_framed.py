@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy import _framed, _rpc
-from convoy._security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
+from convoy._transport import framed as _framed
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
 from convoy.distribute._store_clients import remote_store
 from convoy.distribute._wire import PS_METHODS, PS_SERVICE, decode_one, encode
 from convoy.errors import (

@@ -54,7 +54,7 @@ def test_an_oversize_dataset_is_refused_and_the_server_keeps_serving(data):
 
 
 def job(dispatcher: DispatchServer, dataset_id: str, name: str) -> int:
-    from convoy import _rpc
+    from convoy._transport import rpc as _rpc
 
     client = _rpc.Client(dispatcher._address, data_protocol.DISPATCHER,
                          data_protocol.DISPATCHER_METHODS)

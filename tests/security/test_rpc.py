@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from convoy import _rpc
-from convoy._security import (
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import (
     _CALL_KEY,
     _REPLY_KEY,
     Authenticator,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from convoy import _security
-from convoy._security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
+from convoy._transport import security as _security
+from convoy._transport.security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
 from convoy.distribute import Server
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
@@ -131,10 +131,10 @@ def test_a_token_file_readable_by_every_user_is_warned_about_once(tmp_path, capl
     token_file = tmp_path / "token"
     token_file.write_text(FILE + "\n")
     token_file.chmod(mode)
-    with caplog.at_level("WARNING", logger="convoy._security"):
+    with caplog.at_level("WARNING", logger="convoy._transport.security"):
         for _ in range(2):
             assert Security.load(token_file=token_file).token == FILE
-    warnings = [r.getMessage() for r in caplog.records if r.name == "convoy._security"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "convoy._transport.security"]
     assert len(warnings) == int(warned), warnings
     if warned:
         assert str(token_file) in warnings[0] and "chmod" in warnings[0]

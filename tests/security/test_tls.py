@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 import convoy as cv
-from convoy import _rpc
-from convoy._security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common import wire as data_protocol
 from convoy.errors import NotFoundError, UnavailableError

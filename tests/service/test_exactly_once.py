@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.codec import decode
 from convoy.data import Dataset
-from convoy.data._core._op import seeded
+from convoy.data._op import seeded
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client import reader_events as rev
 from convoy.data.service._client.reader_state import ReaderConfig, ReaderState

@@ -22,7 +22,7 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.data import Dataset
 from convoy.data.service import distribute, from_dataset_id
 from convoy.data.service import service_pb2 as pb

@@ -161,7 +161,7 @@ def test_a_reading_over_leaves_nothing_for_its_worker_to_free() -> None:
 UNCLAIMING_CONSUMER = """
 import itertools, sys, time
 import convoy as cv
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client.options import dispatcher_client
 from convoy.data.service._common.wire import SHARED_MEMORY, WORKER, WORKER_METHODS

@@ -13,7 +13,8 @@ import logging
 import os
 import time
 
-from convoy import _rpc, errors
+from convoy import errors
+from convoy._transport import rpc as _rpc
 from convoy.distribute._wire import PS_SERVICE, STATUS, WORKER_SERVICE, encode
 from convoy.distribute.cluster import ClusterSpec
 

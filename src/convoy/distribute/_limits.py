@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convoy._rpc import Outcome
+from convoy._transport.rpc import Outcome
 from convoy.errors import ResourceExhaustedError
 
 #: The default limit on one pickled scheduled function (with what it captures).

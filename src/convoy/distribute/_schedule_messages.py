@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from convoy._rpc import Outcome
+from convoy._transport.rpc import Outcome
 
 # ----- events ------------------------------------------------------------------------------------
 

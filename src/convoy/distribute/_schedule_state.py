@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from convoy._events import Handlers
-from convoy._rpc import Outcome
+from convoy._transport.events import Handlers
+from convoy._transport.rpc import Outcome
 from convoy.distribute import _schedule_messages as msg
 from convoy.errors import CancelledError, FailedPreconditionError, InvalidArgumentError
 

@@ -12,8 +12,10 @@ import threading
 from concurrent.futures import Future, wait
 from typing import Any
 
-from convoy import _rpc, _security, _threads
-from convoy._channel import Channel
+from convoy import _threads
+from convoy._transport import rpc as _rpc
+from convoy._transport import security as _security
+from convoy._transport.channel import Channel
 from convoy.distribute._store import VariableStore
 from convoy.distribute._transport import MethodStream
 from convoy.distribute._wire import PS_METHODS, PS_SERVICE, encode, load_execute_answer

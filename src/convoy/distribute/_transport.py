@@ -1,14 +1,14 @@
 """How a training cluster's streamed calls travel: a process's ``Execute`` messages to a ps
 and the chief's ``Run`` messages to a worker go on the server's framed port (see
-:mod:`convoy._framed`) when it has one and this process allows it (see
+:mod:`convoy._transport.framed`) when it has one and this process allows it (see
 :data:`~convoy.distribute._wire.PS_TRANSPORT_ENV`), else on the method's gRPC stream.
 """
 
 from __future__ import annotations
 
-from convoy import _rpc
-from convoy._framed import FramedStream
-from convoy._security import Security
+from convoy._transport import rpc as _rpc
+from convoy._transport.framed import FramedStream
+from convoy._transport.security import Security
 from convoy.distribute._wire import decode_one, encode, ps_transport
 from convoy.errors import ConvoyError, DataLossError, UnimplementedError
 

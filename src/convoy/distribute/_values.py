@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from convoy._rpc import Outcome
+from convoy._transport.rpc import Outcome
 from convoy.distribute._worker_calls import raise_if_cancelled
 from convoy.errors import InvalidArgumentError
 

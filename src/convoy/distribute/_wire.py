@@ -3,7 +3,7 @@
 Every message is one codec element (pickle protocol 5, arrays out of band):
 
 - a parameter server's ``Execute`` takes a list of operation lists (see
-  :mod:`convoy.distribute._store`) and answers one :class:`~convoy._rpc.Outcome` per list
+  :mod:`convoy.distribute._store`) and answers one :class:`~convoy._transport.rpc.Outcome` per list
   (its results or its error);
 - a worker's ``Run`` takes a non-empty list of :data:`Call` and answers each one's pickled
   Outcome, so a function's own failure is told apart from the worker's (the call's status);
@@ -22,15 +22,16 @@ from typing import Any
 
 import cloudpickle
 
-from convoy import _rpc
-from convoy._rpc import Outcome
+from convoy._transport import rpc as _rpc
+from convoy._transport.rpc import Outcome
 from convoy.codec import Encoder, decode
 from convoy.errors import DataLossError, InvalidArgumentError, UnknownError
 
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
 #: A ps's ``Execute`` runs operation lists; ``FramedPort`` takes None and answers the port of
-#: its framed transport for ``Execute`` (see :mod:`convoy._framed`), or None if it has none.
+#: its framed transport for ``Execute`` (see :mod:`convoy._transport.framed`), or None if it
+#: has none.
 PS_METHODS = [_rpc.Method("Execute", None, None, streamed=True),
               _rpc.Method("FramedPort", None, None)]
 #: The environment variable that chooses how a process's ``Execute`` messages (to a ps) and

@@ -20,7 +20,7 @@ from typing import Any
 
 import cloudpickle
 
-from convoy._rpc import Outcome
+from convoy._transport.rpc import Outcome
 from convoy.distribute import _readahead, _wire
 from convoy.distribute._limits import oversize_function
 from convoy.distribute._readahead import ReadAhead

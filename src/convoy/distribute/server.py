@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from convoy import _check as check
-from convoy import _rpc, monitoring
-from convoy._framed import FramedServer
-from convoy._security import MAX_REQUEST_BYTES, Security
+from convoy import monitoring
+from convoy._transport import rpc as _rpc
+from convoy._transport.framed import FramedServer
+from convoy._transport.security import MAX_REQUEST_BYTES, Security
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 from convoy.distribute._store import VariableStore, serve_operations
 from convoy.distribute._wire import (

@@ -53,7 +53,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy._rpc import Outcome
+from convoy._transport.rpc import Outcome
 from convoy.distribute import ParameterServerStrategy, _scheduler
 from convoy.distribute._schedule_messages import (
     CancelRunning,

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._client.coordinated_reader_state import ReadRounds
 from convoy.data.service._client.options import read_options

@@ -8,7 +8,8 @@ import errno
 
 import pytest
 
-from convoy import _rpc, monitoring
+from convoy import monitoring
+from convoy._transport import rpc as _rpc
 from convoy.data.service import DispatcherConfig, DispatchServer
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS

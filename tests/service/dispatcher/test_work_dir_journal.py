@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from convoy import _rpc
+from convoy._transport import rpc as _rpc
 from convoy.data.service import DispatcherConfig, DispatchServer
 from convoy.data.service import service_pb2 as pb
 from convoy.errors import DataLossError

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from convoy._events import Handlers
+from convoy._transport.events import Handlers
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._client.reader_state import (
     Instructions,

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from convoy._events import Handlers
+from convoy._transport.events import Handlers
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._common import ranges as _ranges
 from convoy.data.service._common.wire import DRAINING

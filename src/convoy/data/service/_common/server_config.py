@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convoy import _check as check
-from convoy import _rpc
-from convoy._security import MAX_REQUEST_BYTES, Security
+from convoy._transport import rpc as _rpc
+from convoy._transport.security import MAX_REQUEST_BYTES, Security
 from convoy.errors import InvalidArgumentError
 
 #: The dispatcher's default limits: registered datasets, jobs, bytes of one pickled dataset.

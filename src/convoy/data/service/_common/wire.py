@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from convoy._rpc import Method
+from convoy._transport.rpc import Method
 from convoy.data.service import service_pb2 as pb
 from convoy.errors import DataLossError
 

@@ -27,7 +27,7 @@ import dataclasses
 import random
 from typing import Any
 
-from convoy._events import Handlers
+from convoy._transport.events import Handlers
 from convoy.data.service._common import ranges as _ranges
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._common.coordinated import adds_tasks, check_coordinated_job

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from convoy._events import Handlers
+from convoy._transport.events import Handlers
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.errors import UnavailableError
 

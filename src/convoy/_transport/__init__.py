@@ -1,0 +1,1 @@
+"""Transport: gRPC calls, framed sockets, streams, channels, security, event ladders."""
