@@ -9,7 +9,8 @@ TF_VERSION ?= 2.21.0
 
 .PHONY: test demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
 
-$(STAMP): pyproject.toml
+# The compiled parser (convoy.io._native) is built by the editable install: its sources rebuild it.
+$(STAMP): pyproject.toml setup.py src/convoy/io/_native.cpp
 	$(PYTHON) -m venv $(VENV)
 	# The CPU build of PyTorch, pinned, first: an unpinned torch (torchdata asks for one)
 	# resolves to a multi-GB CUDA build.
