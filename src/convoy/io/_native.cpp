@@ -1,4 +1,5 @@
-// convoy.io._native: the wire-format half of parse_example and friends, compiled.
+// convoy.io._native: the wire-format half of parse_example and friends, and the framing of
+// TFRecord files, compiled.
 //
 // parse_columns reads a batch of serialized Example (or SequenceExample) records and returns,
 // for each requested key, its column: the records holding the key, the number of values in
@@ -632,6 +633,106 @@ PyObject* ParseColumns(PyObject*, PyObject* args) {
   return Py_BuildValue("(NO)", result, Py_None);
 }
 
+// ----- TFRecord framing: each record is its length (8 bytes), the masked CRC32C of the length
+// (4), the data and the masked CRC32C of the data (4), all little-endian.
+
+uint32_t kCrcTable[256];
+
+void InitCrcTable() {
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
+    kCrcTable[i] = crc;
+  }
+}
+
+uint32_t Crc32cTable(uint32_t crc, const uint8_t* p, size_t size) {
+  for (size_t i = 0; i < size; ++i) crc = kCrcTable[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8_t* p,
+                                                        size_t size) {
+  uint64_t wide = crc;
+  for (; size >= 8; size -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    wide = __builtin_ia32_crc32di(wide, word);
+  }
+  crc = static_cast<uint32_t>(wide);
+  for (; size; --size) crc = __builtin_ia32_crc32qi(crc, *p++);
+  return crc;
+}
+const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+#else
+const bool kHaveSse42 = false;
+#endif
+
+uint32_t MaskedCrc32c(const uint8_t* p, size_t size) {
+#if defined(__x86_64__)
+  const uint32_t crc = ~(kHaveSse42 ? Crc32cSse42(~0u, p, size) : Crc32cTable(~0u, p, size));
+#else
+  const uint32_t crc = ~Crc32cTable(~0u, p, size);
+#endif
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+inline uint64_t Little64(const uint8_t* p) {
+  uint64_t value;
+  std::memcpy(&value, p, 8);
+  return value;
+}
+
+inline uint32_t Little32(const uint8_t* p) {
+  uint32_t value;
+  std::memcpy(&value, p, 4);
+  return value;
+}
+
+// split_records(chunk, at) -> (records, at, error)
+PyObject* SplitRecords(PyObject*, PyObject* args) {
+  Py_buffer view;
+  Py_ssize_t at;
+  if (!PyArg_ParseTuple(args, "y*n", &view, &at)) return nullptr;
+  const auto* data = static_cast<const uint8_t*>(view.buf);
+  const size_t size = static_cast<size_t>(view.len);
+  size_t position = at < 0 ? 0 : std::min(static_cast<size_t>(at), size);
+  std::vector<std::pair<size_t, size_t>> records;
+  const char* error = nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  while (position + 12 <= size) {
+    const uint8_t* header = data + position;
+    if (MaskedCrc32c(header, 8) != Little32(header + 8)) {
+      error = "length CRC mismatch";
+      break;
+    }
+    const uint64_t length = Little64(header);
+    if (length > size - position - 12 || size - position - 12 - length < 4) break;  // unfinished
+    const uint8_t* record = header + 12;
+    if (MaskedCrc32c(record, length) != Little32(record + length)) {
+      error = "data CRC mismatch";
+      break;
+    }
+    records.emplace_back(position + 12, length);
+    position += 16 + length;
+  }
+  Py_END_ALLOW_THREADS
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(records.size()));
+  for (size_t i = 0; list && i < records.size(); ++i) {
+    PyObject* record = PyBytes_FromStringAndSize(
+        reinterpret_cast<const char*>(data + records[i].first), records[i].second);
+    if (!record) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, i, record);
+  }
+  PyBuffer_Release(&view);
+  if (!list) return nullptr;
+  return Py_BuildValue("(Nnz)", list, static_cast<Py_ssize_t>(position), error);
+}
+
 PyMethodDef kMethods[] = {
     {"parse_columns", ParseColumns, METH_VARARGS,
      "parse_columns(records, keys, kinds, field, lists, threads) -> (columns, error)\n\n"
@@ -641,6 +742,11 @@ PyMethodDef kMethods[] = {
      "are FeatureLists (counts are per step, steps per row). `threads`: at most this many "
      "threads. error: None, ('data_loss', record, message) or ('kind', record, key index, "
      "kind found)."},
+    {"split_records", SplitRecords, METH_VARARGS,
+     "split_records(chunk, at) -> (records, at, error)\n\n"
+     "The whole TFRecord records of `chunk` from offset `at`, their CRCs checked: the records "
+     "(bytes), the offset after the last, and None, or the error that stopped the split there "
+     "('length CRC mismatch' or 'data CRC mismatch')."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native",
@@ -650,5 +756,6 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native",
 
 PyMODINIT_FUNC PyInit__native() {
   import_array();
+  InitCrcTable();
   return PyModule_Create(&kModule);
 }
