@@ -16,9 +16,9 @@ import numpy as np
 
 from convoy import _fs, nest
 from convoy._tensors import RaggedTensor, SparseTensor
-from convoy.data._composite import SparseRows, unbatched_spec
-from convoy.data._op import Node, Op, draw_seed
-from convoy.data._rows import RowNode, RowSource, SliceRows
+from convoy.data._core._composite import SparseRows, unbatched_spec
+from convoy.data._core._op import Node, Op, draw_seed
+from convoy.data._core._rows import RowNode, RowSource, SliceRows
 from convoy.errors import InvalidArgumentError, NotFoundError
 
 

@@ -2,9 +2,10 @@
 
 Under ``path`` a directory named by the pipeline's fingerprint holds ``snapshot.metadata``,
 ``dataset_spec.pb`` and ``<run_id>/<shard>.shard/<checkpoint>.snapshot`` files in the format
-of :mod:`convoy.data._save`. An iteration that finds a finalized snapshot reads it; any other
-starts a new run that writes each element as it yields it and finalizes the snapshot when the
-input ends (a run that stops early leaves an unfinalized run behind, as TensorFlow's does).
+of :mod:`convoy.data._persistence._save`. An iteration that finds a finalized snapshot reads
+it; any other starts a new run that writes each element as it yields it and finalizes the
+snapshot when the input ends (a run that stops early leaves an unfinalized run behind, as
+TensorFlow's does).
 
 Exactly once: an iterator checkpoint closes the current files and writes later elements to the
 next checkpoint files; restoring deletes what the run wrote after that checkpoint and goes on.
@@ -21,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from convoy import _fs, nest
-from convoy.data import _save
-from convoy.data._op import Node, Op
+from convoy.data._core._op import Node, Op
+from convoy.data._persistence import _save
 from convoy.errors import DataLossError, InvalidArgumentError
 
 

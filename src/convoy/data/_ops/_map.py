@@ -10,7 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import starmap
 from typing import Any
 
-from convoy.data._op import (
+from convoy.data._core._op import (
     AUTOTUNE,
     Node,
     Op,
@@ -18,7 +18,7 @@ from convoy.data._op import (
     element_caller,
     first_element_spec,
 )
-from convoy.data._options import PIPELINE_DETERMINISTIC
+from convoy.data._core._options import PIPELINE_DETERMINISTIC
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from convoy.data._op import Node, Op, draw_seed
-from convoy.data._rows import Chunk, RowNode, RowSource, row_numbers
+from convoy.data._core._op import Node, Op, draw_seed
+from convoy.data._core._rows import Chunk, RowNode, RowSource, row_numbers
 
 
 class ShuffleOp(Op):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from convoy import nest
-from convoy.data._op import Node, Op
+from convoy.data._core._op import Node, Op
 from convoy.errors import InvalidArgumentError
 
 _SUPPORTED = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(object))

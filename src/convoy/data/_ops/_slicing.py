@@ -8,7 +8,7 @@ from itertools import islice
 from typing import Any
 
 from convoy import nest
-from convoy.data._op import (
+from convoy.data._core._op import (
     INFINITE_CARDINALITY,
     SHARD_HINT,
     UNKNOWN_CARDINALITY,
@@ -17,7 +17,7 @@ from convoy.data._op import (
     derive_key,
     element_caller,
 )
-from convoy.data._rows import Chunk, RowNode, RowSource
+from convoy.data._core._rows import Chunk, RowNode, RowSource
 from convoy.errors import InvalidArgumentError
 
 

@@ -5,8 +5,9 @@ A distributed save is a directory::
     snapshot.metadata       a DistributedSnapshotMetadata in text format (spec, compression)
     dataset_spec.pb         the element spec as a StructuredValue
     chunks/chunk_<stream>_<chunk>_<num_elements>
-                            committed chunks: files in the format of :mod:`convoy.data._save`
-                            (TFRecord framing, one TensorProto record per component)
+                            committed chunks: files in the format of
+                            :mod:`convoy.data._persistence._save` (TFRecord framing, one
+                            TensorProto record per component)
     streams/stream_<stream>/uncommitted_chunks/   chunks being written
     streams/stream_<stream>/DONE                  the stream has written all its elements
     DONE                    every stream is done: the save is complete
@@ -28,9 +29,9 @@ from typing import Any
 from google.protobuf import text_format
 
 from convoy import _fs
-from convoy.data import _save
-from convoy.data._op import UNKNOWN_CARDINALITY, Node, Op
-from convoy.data._sources import IndexSource
+from convoy.data._core._op import UNKNOWN_CARDINALITY, Node, Op
+from convoy.data._persistence import _save
+from convoy.data._sources._basic import IndexSource
 from convoy.errors import (
     DataLossError,
     DeadlineExceededError,

@@ -9,7 +9,7 @@ from typing import Any
 
 from convoy import _threads
 from convoy._transport.channel import Channel
-from convoy.data._op import Node, Op, PassNode
+from convoy.data._core._op import Node, Op, PassNode
 
 
 def _produce(upstream: Iterator[Any], channel: Channel[Any], step: threading.Lock) -> None:

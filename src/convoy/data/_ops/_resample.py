@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from convoy.data._op import draw_seed
+from convoy.data._core._op import draw_seed
 from convoy.errors import InvalidArgumentError
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from convoy.nest import spec_from_value
 
 if TYPE_CHECKING:
-    from convoy.data._rows import RowNode, RowSource
+    from convoy.data._core._rows import RowNode, RowSource
 
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
@@ -120,7 +120,7 @@ class Op:
 
     def row_source(self) -> RowSource | None:
         """The arrays this op's elements are rows of, when it can hand them on as row
-        numbers (see :mod:`convoy.data._rows`); None otherwise, the default."""
+        numbers (see :mod:`convoy.data._core._rows`); None otherwise, the default."""
         return None
 
     def row_iterator(self, state: Any, key: int) -> RowNode:

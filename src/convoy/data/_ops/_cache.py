@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from convoy import _fs
-from convoy.data._op import Node, Op
-from convoy.data._sources import RangeIterNode
+from convoy.data._core._op import Node, Op
+from convoy.data._sources._basic import RangeIterNode
 from convoy.errors import FailedPreconditionError
 
 

@@ -11,7 +11,7 @@ from convoy import _check as check
 from convoy import _fs
 from convoy.data._dataset import Dataset
 from convoy.data._file_datasets import _reader_dataset
-from convoy.data._file_reader_ops import FileReaderOp
+from convoy.data._sources._file_reader_ops import FileReaderOp
 from convoy.data.tfrecord import open_stream
 from convoy.errors import DataLossError, InvalidArgumentError
 

@@ -37,14 +37,14 @@ from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
 
-from convoy.data._cache import CacheOp
-from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
-from convoy.data._distributed_snapshot import GrowingChunksOp
-from convoy.data._file_reader_ops import FileReaderOp
-from convoy.data._op import INFINITE_CARDINALITY, Node, Op, derive_key
-from convoy.data._slicing import RepeatOp
-from convoy.data._snapshot import SnapshotOp
-from convoy.data._sources import GeneratorOp, IndexSource
+from convoy.data._core._op import INFINITE_CARDINALITY, Node, Op, derive_key
+from convoy.data._ops._cache import CacheOp
+from convoy.data._ops._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._ops._slicing import RepeatOp
+from convoy.data._persistence._distributed_snapshot import GrowingChunksOp
+from convoy.data._persistence._snapshot import SnapshotOp
+from convoy.data._sources._basic import GeneratorOp, IndexSource
+from convoy.data._sources._file_reader_ops import FileReaderOp
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 
 #: ``supplier(repetition)`` yields the splits of one pass over the pipeline's units.

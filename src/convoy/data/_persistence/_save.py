@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 
 from convoy import _fs, nest
 from convoy._tensors import RaggedTensor
-from convoy.data._op import (
+from convoy.data._core._op import (
     AUTOTUNE,
     UNKNOWN_CARDINALITY,
     Node,
@@ -33,7 +33,7 @@ from convoy.data._op import (
     derived_spec,
     element_caller,
 )
-from convoy.data._sources import IndexSource
+from convoy.data._sources._basic import IndexSource
 from convoy.data.tfrecord import TFRecordWriter, read_records
 from convoy.errors import (
     DataLossError,
@@ -337,12 +337,12 @@ def makes_batches(op: Op) -> bool:
     """Whether the elements of ``op`` are what a batch op made (ops that pass elements on
     unchanged looked through): their sparse and ragged components are written one value per
     batch row, as TensorFlow's batch leaves them."""
-    from convoy.data._batch import BatchOp
-    from convoy.data._cache import CacheOp
-    from convoy.data._map import FilterOp
-    from convoy.data._prefetch import PrefetchOp
-    from convoy.data._shuffle import ShuffleOp
-    from convoy.data._slicing import RepeatOp, ShardOp, SkipOp, TakeOp
+    from convoy.data._ops._batch import BatchOp
+    from convoy.data._ops._cache import CacheOp
+    from convoy.data._ops._map import FilterOp
+    from convoy.data._ops._prefetch import PrefetchOp
+    from convoy.data._ops._shuffle import ShuffleOp
+    from convoy.data._ops._slicing import RepeatOp, ShardOp, SkipOp, TakeOp
 
     passing = (CacheOp, FilterOp, PrefetchOp, ShuffleOp, RepeatOp, ShardOp, SkipOp, TakeOp)
     while isinstance(op, passing) or type(op).__name__ == "_OptionsOp":
@@ -546,7 +546,7 @@ def load(path: Any, element_spec: Any = None, compression: Any = None,
     directory = os.fspath(path)
     if reader_func is not None and not callable(reader_func):
         raise InvalidArgumentError(f"reader_func must be callable, got {reader_func!r}")
-    from convoy.data import _distributed_snapshot as distributed
+    from convoy.data._persistence import _distributed_snapshot as distributed
 
     # The file is read once and its kind decided from those bytes: a save may write it
     # between two reads.

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from convoy import _fs, nest
-from convoy.data._file_reader_ops import FileReaderOp
-from convoy.data._op import Node
+from convoy.data._core._op import Node
+from convoy.data._sources._file_reader_ops import FileReaderOp
 from convoy.data.tfrecord import open_stream
 from convoy.errors import InvalidArgumentError, NotFoundError
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from convoy import nest
-from convoy.data._op import (
+from convoy.data._core._op import (
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
     Node,
@@ -17,7 +17,7 @@ from convoy.data._op import (
     element_caller,
     first_element_spec,
 )
-from convoy.data._sources import ElementsOp
+from convoy.data._sources._basic import ElementsOp
 from convoy.errors import InvalidArgumentError
 
 _END = object()
@@ -262,10 +262,10 @@ def _window_upstream(op: Op) -> Op | None:
     Only ops that pass elements through unchanged are looked through: a function (``map``,
     ``flat_map`` ...) may turn the datasets into tensors.
     """
-    from convoy.data._cache import CacheOp
-    from convoy.data._prefetch import PrefetchOp
-    from convoy.data._shuffle import ShuffleOp
-    from convoy.data._slicing import RepeatOp, ShardOp, SkipOp, TakeOp
+    from convoy.data._ops._cache import CacheOp
+    from convoy.data._ops._prefetch import PrefetchOp
+    from convoy.data._ops._shuffle import ShuffleOp
+    from convoy.data._ops._slicing import RepeatOp, ShardOp, SkipOp, TakeOp
 
     passing = (CacheOp, PrefetchOp, ShuffleOp, RepeatOp, ShardOp, SkipOp, TakeOp)
     while True:

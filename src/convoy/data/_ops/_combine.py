@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from convoy import nest
-from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op, draw_seed
+from convoy.data._core._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op, draw_seed
 from convoy.errors import InvalidArgumentError
 
 _END = object()

@@ -7,8 +7,8 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
-from convoy.data._map import MapOp
-from convoy.data._op import INFINITE_CARDINALITY, Node, Op
+from convoy.data._core._op import INFINITE_CARDINALITY, Node, Op
+from convoy.data._ops._map import MapOp
 from convoy.errors import FailedPreconditionError, UnimplementedError
 
 _log = logging.getLogger("convoy.data")
