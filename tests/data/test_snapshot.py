@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.data._persistence import _save
+from convoy.data import _save
 from convoy.errors import InvalidArgumentError
 
 CPUS = os.cpu_count() or 1
@@ -246,7 +246,7 @@ def test_an_interrupted_write_restarts_cleanly(snapshot_dir: Path) -> None:
 # ----- the fingerprint ---------------------------------------------------------------------------
 FINGERPRINT = """
 import numpy as np, convoy as cv
-from convoy.data._persistence._snapshot import fingerprint
+from convoy.data._snapshot import fingerprint
 scale = np.array([{scale}])
 ds = cv.data.Dataset.range(10).map(lambda x: x * scale).batch(2)
 print(fingerprint(ds._op))

@@ -11,8 +11,18 @@ from typing import Any
 import numpy as np
 
 from convoy import _check as check
-from convoy import nest
-from convoy.data._core._op import (
+from convoy._values import nest
+from convoy.data import _save
+from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp, refuse_composite
+from convoy.data._cache import CacheOp
+from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._faults import IgnoreErrorsOp
+from convoy.data._grouping import GroupByWindowOp, WindowOp
+from convoy.data._infinite import CounterOp, RandomOp
+from convoy.data._interleave import InterleaveOp
+from convoy.data._iterator import DatasetIterator
+from convoy.data._map import FilterOp, MapOp
+from convoy.data._op import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
     SHARD_HINT,
@@ -21,25 +31,15 @@ from convoy.data._core._op import (
     Op,
     derive_key,
 )
-from convoy.data._core._options import PIPELINE_DETERMINISTIC, Options
-from convoy.data._iterator import DatasetIterator
-from convoy.data._ops._batch import BatchOp, PaddedBatchOp, UnbatchOp, refuse_composite
-from convoy.data._ops._cache import CacheOp
-from convoy.data._ops._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
-from convoy.data._ops._faults import IgnoreErrorsOp
-from convoy.data._ops._grouping import GroupByWindowOp, WindowOp
-from convoy.data._ops._interleave import InterleaveOp
-from convoy.data._ops._map import FilterOp, MapOp
-from convoy.data._ops._prefetch import PrefetchOp
-from convoy.data._ops._ragged import RaggedBatchOp, SparseBatchOp
-from convoy.data._ops._resample import rejection_resample
-from convoy.data._ops._scan import ScanOp
-from convoy.data._ops._shuffle import ShuffleOp
-from convoy.data._ops._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
-from convoy.data._ops._unique import UniqueOp, check_unique_spec
-from convoy.data._persistence import _save
-from convoy.data._persistence._snapshot import SnapshotOp
-from convoy.data._sources._basic import (
+from convoy.data._options import PIPELINE_DETERMINISTIC, Options
+from convoy.data._prefetch import PrefetchOp
+from convoy.data._ragged import RaggedBatchOp, SparseBatchOp
+from convoy.data._resample import rejection_resample
+from convoy.data._scan import ScanOp
+from convoy.data._shuffle import ShuffleOp
+from convoy.data._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
+from convoy.data._snapshot import SnapshotOp
+from convoy.data._sources import (
     ElementsOp,
     GeneratorOp,
     ListFilesOp,
@@ -48,7 +48,7 @@ from convoy.data._sources._basic import (
     TensorsOp,
     to_tensor_structure,
 )
-from convoy.data._sources._infinite import CounterOp, RandomOp
+from convoy.data._unique import UniqueOp, check_unique_spec
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 

@@ -1,5 +1,5 @@
 """The datasets that read files, as the public sees them: ``TextLineDataset`` and
-``TFRecordDataset`` (their ops are in :mod:`convoy.data._sources._file_reader_ops`)."""
+``TFRecordDataset`` (their ops are in :mod:`convoy.data._file_reader_ops`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from convoy import _check as check
-from convoy.data._core._op import AUTOTUNE, Op
 from convoy.data._dataset import Dataset
-from convoy.data._sources._file_reader_ops import FileReaderOp, TextLineOp, TFRecordOp
+from convoy.data._file_reader_ops import FileReaderOp, TextLineOp, TFRecordOp
+from convoy.data._op import AUTOTUNE, Op
 from convoy.errors import InvalidArgumentError
 
 

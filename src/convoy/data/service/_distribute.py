@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from convoy import _check as check
-from convoy import _pickling
 from convoy._transport import rpc as _rpc
-from convoy.codec import validate_compression
-from convoy.data._core._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
+from convoy._values import pickling as _pickling
+from convoy._values.codec import validate_compression
 from convoy.data._dataset import Dataset
-from convoy.data._ops._grouping import refuse_nested_datasets
-from convoy.data._sharding._split import source_units, split_units
-from convoy.data._sharding._static_shard import check_file_sources
-from convoy.data._sources._basic import ListFilesOp
+from convoy.data._grouping import refuse_nested_datasets
+from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
+from convoy.data._sources import ListFilesOp
+from convoy.data._split import source_units, split_units
+from convoy.data._static_shard import check_file_sources
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client.options import (
     CrossTrainerCache,
@@ -33,13 +33,7 @@ from convoy.data.service._client.options import (
     read_options,
     timeout_s,
 )
-from convoy.data.service._client.resume import (
-    STATE_VERSION,
-    Returned,
-    coordinated_state,
-    resume_point,
-    saved_state,
-)
+from convoy.data.service._client.resume import coordinated_state, resume_point, saved_state
 from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._reader import Reader
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -238,9 +232,8 @@ class DataServiceOp(Op):
 
     def iterator(self, state: Any, key: int) -> Node:
         options, resume = self.options, None
-        finished = isinstance(state, dict) and bool(state.get("finished"))
-        if finished and not ("iteration" in state and options.job_name):
-            return _EmptyNode(FINISHED)  # saved at its end, alone in its job
+        if isinstance(state, dict) and state.get("finished"):
+            return _EmptyNode()  # saved at its end
         if state is not None:  # a new job, started where the saved reading stopped
             self.check_resumable()
             resume = resume_point(state, self.fingerprint(), policy_name(
@@ -259,11 +252,6 @@ class DataServiceOp(Op):
         except BaseException:
             dispatcher.close()
             raise
-        if finished:  # at the end of a shared job: the other consumers resume with it
-            assert resume is not None
-            point = Reader.join_at_end(dispatcher, options, dataset_id, resume)
-            return _EmptyNode({**saved_state(self.fingerprint(), state["mode"], point,
-                                             Returned()), "finished": True})
         return _ServiceNode(Reader.open(dispatcher, options, dataset_id, repetition, resume),
                             self)
 
@@ -309,21 +297,16 @@ class DataServiceOp(Op):
             return self.dataset_id
 
 
-#: The state of a reading at its end that resumes alone (not one of a shared job).
-FINISHED = {"version": STATE_VERSION, "finished": True}
-
-
 class _EmptyNode(Node):
-    """A reading restored at its end; ``state`` is where it is."""
+    """A reading restored at its end."""
 
-    __slots__ = ("_state",)
+    __slots__ = ()
 
-    def __init__(self, state: dict[str, Any]) -> None:
+    def __init__(self) -> None:
         self.gen = iter(())
-        self._state = state
 
     def state_dict(self) -> Any:
-        return self._state
+        return {"version": 1, "finished": True}
 
 
 def _ops(op: Op) -> Any:
@@ -346,13 +329,10 @@ class _ServiceNode(Node):
     def state_dict(self) -> Any:
         """This consumer's position as plain data (see :mod:`._client.resume`)."""
         self._op.check_resumable()
-        mode = policy_name(self._op.options.processing_mode)
         if self._reader.finished:
-            # a shared job's consumer keeps its last position: the job resumes with it
-            final = self._reader.final
-            return FINISHED if final is None else {
-                **saved_state(self._op.fingerprint(), mode, *final), "finished": True}
+            return {"version": 1, "finished": True}
         point, returned = self._reader.position()
+        mode = policy_name(self._op.options.processing_mode)
         consumer = self._op.coordinated_consumer()
         if consumer is not None:
             return coordinated_state(self._op.fingerprint(), mode, point,
