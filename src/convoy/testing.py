@@ -367,7 +367,7 @@ def assert_equal(actual: Any, expected: Any, path: str = "") -> None:
     same entries; NaN equals NaN). The message names where they differ."""
     import numpy as np
 
-    from convoy._values.tensors import RaggedTensor, SparseTensor
+    from convoy._tensors import RaggedTensor, SparseTensor
 
     where = path or "the top level"
     if isinstance(expected, SparseTensor):

@@ -344,7 +344,6 @@ struct Column {
   int64_t* rows;
   int64_t* counts;
   int64_t* steps;
-  int64_t* indices;  // a VarLenFeature's [record, position] of each value, or null
   Out out;
 };
 
@@ -360,13 +359,6 @@ void FillRecord(int64_t record, const Request& request, const Slot* slots,
     if (!request.lists) {
       column.counts[slot.row] = slot.count;
       FillFeature(slot.begin, slot.end, kind, column.out, slot.value);
-      if (column.indices) {
-        int64_t* at = column.indices + 2 * slot.value;
-        for (int64_t i = 0; i < slot.count; ++i) {
-          *at++ = record;
-          *at++ = i;
-        }
-      }
       continue;
     }
     column.steps[slot.row] = slot.steps;
@@ -480,19 +472,18 @@ PyObject* ErrorTuple(const Error& error) {
                        error.found);
 }
 
-// parse_columns(records, keys, kinds, field, lists, threads, sparse) -> (columns, error)
+// parse_columns(records, keys, kinds, field, lists, threads) -> (columns, error)
 PyObject* ParseColumns(PyObject*, PyObject* args) {
-  PyObject *records_arg, *keys_arg, *kinds_arg, *sparse_arg;
+  PyObject *records_arg, *keys_arg, *kinds_arg;
   unsigned long long field;
   int lists, threads;
-  if (!PyArg_ParseTuple(args, "O!O!O!KpiO!", &PyList_Type, &records_arg, &PyList_Type,
-                        &keys_arg, &PyList_Type, &kinds_arg, &field, &lists, &threads,
-                        &PyList_Type, &sparse_arg))
+  if (!PyArg_ParseTuple(args, "O!O!O!Kpi", &PyList_Type, &records_arg, &PyList_Type,
+                        &keys_arg, &PyList_Type, &kinds_arg, &field, &lists, &threads))
     return nullptr;
   const Py_ssize_t batch = PyList_GET_SIZE(records_arg);
   const Py_ssize_t key_count = PyList_GET_SIZE(keys_arg);
-  if (PyList_GET_SIZE(kinds_arg) != key_count || PyList_GET_SIZE(sparse_arg) != key_count) {
-    PyErr_SetString(PyExc_ValueError, "kinds and sparse must have one entry per key");
+  if (PyList_GET_SIZE(kinds_arg) != key_count) {
+    PyErr_SetString(PyExc_ValueError, "kinds must have one kind per key");
     return nullptr;
   }
   std::vector<std::string> key_names;
@@ -559,12 +550,11 @@ PyObject* ParseColumns(PyObject*, PyObject* args) {
   }
 
   // Where each record's values go, then the output arrays.
-  std::vector<int64_t> rows(key_count), values(key_count), steps(key_count), widest(key_count);
+  std::vector<int64_t> rows(key_count), values(key_count), steps(key_count);
   for (Py_ssize_t r = 0; r < batch; ++r) {
     for (Py_ssize_t k = 0; k < key_count; ++k) {
       Slot& slot = slots[r * key_count + k];
       if (!slot.begin) continue;
-      widest[k] = std::max(widest[k], slot.count);
       slot.row = rows[k]++;
       slot.value = values[k];
       values[k] += slot.count;
@@ -583,14 +573,6 @@ PyObject* ParseColumns(PyObject*, PyObject* args) {
     PyObject* value_array = NewArray(
         values[k], kind == kFloat ? NPY_FLOAT32 : kind == kInt64 ? NPY_INT64 : NPY_OBJECT);
     PyObject* step_array = request.lists ? NewArray(rows[k], NPY_INT64) : Py_NewRef(Py_None);
-    const bool sparse = !request.lists && PyObject_IsTrue(PyList_GET_ITEM(sparse_arg, k)) == 1;
-    PyObject* index_array = nullptr;
-    if (sparse) {
-      npy_intp shape[2] = {values[k], 2};
-      index_array = PyArray_SimpleNew(2, shape, NPY_INT64);
-    } else {
-      index_array = Py_NewRef(Py_None);
-    }
     // The count of every record, when every record holds the key with the same count.
     long long uniform = -1;
     if (!request.lists && rows[k] == batch && batch) {
@@ -598,12 +580,10 @@ PyObject* ParseColumns(PyObject*, PyObject* args) {
       for (Py_ssize_t r = 1; r < batch && uniform >= 0; ++r)
         if (slots[r * key_count + k].count != uniform) uniform = -1;
     }
-    PyObject* column = (row_array && count_array && value_array && step_array && index_array)
-                           ? Py_BuildValue("(OOOOLOL)", row_array, count_array, value_array,
-                                           step_array, uniform, index_array,
-                                           static_cast<long long>(widest[k]))
+    PyObject* column = (row_array && count_array && value_array && step_array)
+                           ? Py_BuildValue("(OOOOL)", row_array, count_array, value_array,
+                                           step_array, uniform)
                            : nullptr;
-    Py_XDECREF(index_array);
     Py_XDECREF(row_array);
     Py_XDECREF(count_array);
     Py_XDECREF(value_array);
@@ -617,9 +597,6 @@ PyObject* ParseColumns(PyObject*, PyObject* args) {
     out.rows = static_cast<int64_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(row_array)));
     out.counts =
         static_cast<int64_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(count_array)));
-    out.indices = sparse ? static_cast<int64_t*>(PyArray_DATA(
-                               reinterpret_cast<PyArrayObject*>(index_array)))
-                         : nullptr;
     out.steps = request.lists ? static_cast<int64_t*>(PyArray_DATA(
                                     reinterpret_cast<PyArrayObject*>(step_array)))
                               : nullptr;
@@ -758,12 +735,10 @@ PyObject* SplitRecords(PyObject*, PyObject* args) {
 
 PyMethodDef kMethods[] = {
     {"parse_columns", ParseColumns, METH_VARARGS,
-     "parse_columns(records, keys, kinds, field, lists, threads, sparse) -> (columns, error)\n\n"
+     "parse_columns(records, keys, kinds, field, lists, threads) -> (columns, error)\n\n"
      "The column of each key (bytes) of the given kind (1 bytes, 2 float, 3 int64) in the map "
-     "at field `field` of each record: (rows, counts, values, steps, uniform, indices, "
-     "widest): uniform is the count of every record if all hold the key with one count, else "
-     "-1; indices (for the keys flagged in `sparse`, else None) the [record, position] of "
-     "each value; widest the largest count. `lists`: the map's values "
+     "at field `field` of each record: (rows, counts, values, steps, uniform): uniform is the "
+     "count of every record if all hold the key with one count, else -1. `lists`: the map's values "
      "are FeatureLists (counts are per step, steps per row). `threads`: at most this many "
      "threads. error: None, ('data_loss', record, message) or ('kind', record, key index, "
      "kind found)."},

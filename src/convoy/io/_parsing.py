@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from convoy._values.tensors import RaggedTensor, SparseTensor
+from convoy._tensors import RaggedTensor, SparseTensor
 from convoy.errors import DataLossError, InvalidArgumentError
 from convoy.io import _native
 from convoy.io._features import (
@@ -46,8 +46,6 @@ class _Column(NamedTuple):
     values: np.ndarray
     steps: np.ndarray | None = None
     uniform: int = -1  # the count of every record when all hold the key with one count
-    indices: np.ndarray | None = None  # a VarLenFeature's [record, position] of each value
-    widest: int = 0  # the largest count
 
 
 class _Context(NamedTuple):
@@ -120,15 +118,12 @@ def _names(example_names: Any, batch: int) -> list[str] | None:
     return names
 
 
-def _read_columns(context: _Context, kinds: Mapping[str, int], field: int,
-                  sparse: frozenset[str] = frozenset()) -> dict[str, _Column]:
+def _read_columns(context: _Context, kinds: Mapping[str, int], field: int) -> dict[str, _Column]:
     """The column of each key of the map at ``field`` of every record: Example features or
-    SequenceExample context (1), or SequenceExample feature lists (2: slots are steps). Keys
-    in ``sparse`` come with their values' sparse indices."""
+    SequenceExample context (1), or SequenceExample feature lists (2: slots are steps)."""
     keys = list(kinds)
     columns, error = _native.parse_columns(context.records, [key.encode() for key in keys],
-                                           list(kinds.values()), field, field == 2, _threads,
-                                           [key in sparse for key in keys])
+                                           list(kinds.values()), field, field == 2, _threads)
     if error is not None:
         if error[0] == "data_loss":
             raise DataLossError(error[2])
@@ -217,9 +212,6 @@ def _dense(context: _Context, key: str, config: FixedLenFeature, column: _Column
 
 
 def _sparse(column: _Column, batch: int) -> SparseTensor:
-    if column.indices is not None:
-        return SparseTensor._unchecked(column.indices, column.values,
-                                       np.array([batch, column.widest], np.int64))
     counts = column.counts
     total = len(column.values)
     rows = np.repeat(column.records, counts)
@@ -465,36 +457,30 @@ def _outputs(context: _Context, features: Mapping[str, Any],
 
 
 class _Checked(NamedTuple):
-    """The checked ``features`` of a parse: the kind to read each key as, the keys read as
-    VarLenFeature; and the configs they were checked from (the check is reused while the same
-    dict holds the same configs)."""
+    """The checked ``features`` of a parse: the kind to read each key as; and the configs
+    they were checked from (reused while the same dict holds the same configs)."""
 
     kinds: dict[str, int]
-    sparse: frozenset[str]
-    keys: tuple[str, ...]
-    configs: tuple[Any, ...]
-    ids: tuple[int, ...]
+    items: list[tuple[str, Any]]
 
 
 _CHECKED: dict[int, tuple[Mapping[str, Any], _Checked]] = {}
 
 
-def _checked(features: Mapping[str, Any], what: str) -> _Checked:
+def _checked(features: Mapping[str, Any], what: str) -> dict[str, int]:
     """:func:`_requests` of ``features``, remembered for the dict (most pipelines parse every
     batch with one dict)."""
     seen = _CHECKED.get(id(features))
-    if seen is not None and seen[0] is features and seen[1].keys == tuple(features) and \
-            seen[1].ids == tuple(map(id, features.values())):
-        return seen[1]
+    if seen is not None and seen[0] is features:
+        checked = seen[1]
+        if len(checked.items) == len(features) and all(
+                a[0] == b[0] and a[1] is b[1] for a, b in zip(checked.items, features.items())):
+            return checked.kinds
     kinds = _requests(features, what)
-    configs = tuple(features.values())
-    checked = _Checked(kinds, frozenset(key for key, config in features.items()
-                                        if isinstance(config, VarLenFeature)),
-                       tuple(features), configs, tuple(map(id, configs)))
     if len(_CHECKED) >= 64:
         _CHECKED.clear()
-    _CHECKED[id(features)] = (features, checked)
-    return checked
+    _CHECKED[id(features)] = (features, _Checked(kinds, list(features.items())))
+    return kinds
 
 
 # --- the public functions ----------------------------------------------------------------------
@@ -503,7 +489,7 @@ def check_features(features: Any) -> dict[str, int]:
     """Checks the ``features`` of :func:`parse_example`; the kind to read each key as."""
     if not isinstance(features, Mapping) or not features:
         raise InvalidArgumentError("features must be a non-empty dict of feature configs")
-    return _checked(features, "features").kinds
+    return _checked(features, "features")
 
 
 def parse_example(serialized: Any, features: Mapping[str, Any], example_names: Any = None,
@@ -517,10 +503,9 @@ def parse_example(serialized: Any, features: Mapping[str, Any], example_names: A
     padded). ``serialized`` is a 1-D list or array of ``bytes``; ``example_names`` (one per
     record) name records in errors.
     """
-    check_features(features)
-    checked = _checked(features, "features")
+    kinds = check_features(features)
     context = _context(serialized, example_names)
-    return _outputs(context, features, _read_columns(context, checked.kinds, 1, checked.sparse))
+    return _outputs(context, features, _read_columns(context, kinds, 1))
 
 
 def parse_single_example(serialized: Any, features: Mapping[str, Any],

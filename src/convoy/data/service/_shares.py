@@ -26,7 +26,7 @@ from typing import Any
 
 from convoy import _threads
 from convoy._transport import rpc as _rpc
-from convoy._values.codec import Encoder, decode
+from convoy.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
 from convoy.errors import DeadlineExceededError, InvalidArgumentError
 

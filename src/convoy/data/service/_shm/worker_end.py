@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from convoy import _threads, monitoring
-from convoy._values.codec import Encoder
+from convoy.codec import Encoder
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.host import host_identity
 from convoy.data.service._common.wire import ELEMENTS, SHARED_MEMORY, SHARED_MEMORY_HEADER

@@ -1,1 +1,0 @@
-"""Values on the wire: tensors, nested structures, the codec, slices, pickling."""
