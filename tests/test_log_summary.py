@@ -1,4 +1,4 @@
-"""convoy._log_summary: repeated failures in one line per period, and the logs the
+"""convoy._base.log_summary: repeated failures in one line per period, and the logs the
 dispatcher writes for an operator (workers registered, jobs created, clients gone)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 import pytest
 
 import convoy as cv
-from convoy._log_summary import RepeatedFailures
+from convoy._base.log_summary import RepeatedFailures
 from convoy.testing import InProcessCluster
 
 log = logging.getLogger("convoy.test_log_summary")
@@ -20,7 +20,7 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def test_the_first_failure_is_logged_then_one_line_per_period(caplog, monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("convoy._log_summary.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("convoy._base.log_summary.time.monotonic", lambda: now[0])
     caplog.set_level(logging.INFO, logger=log.name)
     failures = RepeatedFailures(log, "heartbeat to D", period_s=10.0)
     failures.failed("refused")

@@ -1,5 +1,5 @@
-"""convoy._pickling.dumps: the user's own modules travel by value, installed ones by reference;
-errors name the part of an object that does not pickle."""
+"""convoy._values.pickling.dumps: the user's own modules travel by value, installed ones by
+reference; errors name the part of an object that does not pickle."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 import convoy
 import convoy.data
-from convoy._pickling import dumps, sent_by_value
+from convoy._values.pickling import dumps, sent_by_value
 from convoy.errors import InvalidArgumentError
 
 WHAT = "the thing cannot be sent"

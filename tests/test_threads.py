@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from convoy import _threads, monitoring
+from convoy import monitoring
+from convoy._base import threads as _threads
 from convoy._transport import stream as _stream
 from convoy.data import Dataset
 from convoy.data.service import DispatcherConfig, distribute
@@ -90,7 +91,7 @@ def test_a_thread_no_one_can_take_over_makes_the_process_not_live(monkeypatch, c
 
 
 def test_the_process_exits_non_zero_with_the_traceback() -> None:
-    script = ("import time; from convoy import _threads\n"
+    script = ("import time; from convoy._base import threads as _threads\n"
               "_threads.start('convoy-test', lambda: 1 / 0)\ntime.sleep(10)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=30)

@@ -45,8 +45,8 @@ from convoy import (  # noqa: E402
     strings,
     train,
 )
-from convoy._slices import IndexedSlices  # noqa: E402
-from convoy._tensors import RaggedTensor, SparseTensor  # noqa: E402
+from convoy._values.slices import IndexedSlices  # noqa: E402
+from convoy._values.tensors import RaggedTensor, SparseTensor  # noqa: E402
 from convoy.distribute.variables import Variable  # noqa: E402
 from convoy.nest import RaggedTensorSpec, SparseTensorSpec  # noqa: E402
 from convoy.ops import (  # noqa: E402

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import convoy
-from convoy import _fs, errors, monitoring
+from convoy import errors, monitoring
+from convoy._base import fs as _fs
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import LOOPBACK, MAX_REQUEST_BYTES
 from convoy.data.service._common.server_config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS

@@ -33,7 +33,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from convoy import _threads, errors
+from convoy import errors
+from convoy._base import threads as _threads
 
 __all__ = [
     "BUFFERED_BYTES",

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from convoy._tensors import RaggedTensor, SparseTensor
+from convoy._values.tensors import RaggedTensor, SparseTensor
 from convoy.errors import InvalidArgumentError
 
 __all__ = ["cast", "clip_by_value", "concat", "convert_to_tensor", "gather", "one_hot", "pad",

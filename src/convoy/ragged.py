@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy._tensors import RaggedTensor
+from convoy._values.tensors import RaggedTensor
 from convoy.errors import InvalidArgumentError
 from convoy.ops import convert_to_tensor
 

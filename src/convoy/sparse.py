@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy._tensors import SparseTensor
+from convoy._values.tensors import SparseTensor
 from convoy.errors import InvalidArgumentError
 from convoy.ops import convert_to_tensor
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from convoy import _threads
+from convoy._base import threads as _threads
 from convoy.data.service import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
 from convoy.errors import UnavailableError
 
@@ -367,7 +367,7 @@ def assert_equal(actual: Any, expected: Any, path: str = "") -> None:
     same entries; NaN equals NaN). The message names where they differ."""
     import numpy as np
 
-    from convoy._tensors import RaggedTensor, SparseTensor
+    from convoy._values.tensors import RaggedTensor, SparseTensor
 
     where = path or "the top level"
     if isinstance(expected, SparseTensor):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convoy._slices import IndexedSlices, combine_rows, put_rows, take_rows
+from convoy._values.slices import IndexedSlices, combine_rows, put_rows, take_rows
 from convoy.distribute._updates import _unique_rows, apply_update
 from convoy.errors import InvalidArgumentError
 

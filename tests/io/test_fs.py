@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from convoy import _fs
+from convoy._base import fs as _fs
 from convoy.errors import (
     AlreadyExistsError,
     NotFoundError,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy import _fs
+from convoy._base import fs as _fs
 from convoy.errors import DataLossError, NotFoundError
 
 pytestmark = pytest.mark.timeout(90)

@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from convoy import _fs
+from convoy._base import fs as _fs
 from convoy.data import Dataset
 from convoy.data.service import distribute
 from convoy.data.service._dispatch_server import _Handlers

@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from convoy import _threads, errors, monitoring
+from convoy import errors, monitoring
+from convoy._base import threads as _threads
 from convoy._transport.rpc import KEEPALIVE_MS
 from convoy._transport.security import Security
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import grpc
 
-from convoy import _threads, errors
+from convoy import errors
+from convoy._base import threads as _threads
 from convoy._transport.security import Authenticator
 
 

@@ -11,10 +11,10 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from convoy import _pickling
 from convoy._transport import rpc as _rpc
 from convoy._transport import security as _security
 from convoy._transport.rpc import Outcome
+from convoy._values import pickling as _pickling
 from convoy.distribute._transport import MethodStream
 from convoy.distribute._wire import (
     WORKER_METHODS,

@@ -19,9 +19,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from convoy import _threads, monitoring, nest
+from convoy import monitoring
+from convoy._base import threads as _threads
 from convoy._transport import rpc as _rpc
 from convoy._transport.rpc import Outcome
+from convoy._values import nest
 from convoy.distribute import _schedule_messages as msg
 from convoy.distribute._coordinator_calls import (
     Lane,

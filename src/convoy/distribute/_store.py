@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from convoy import monitoring
-from convoy._slices import combine_rows, put_rows, take_rows
 from convoy._transport.rpc import Outcome
+from convoy._values.slices import combine_rows, put_rows, take_rows
 from convoy.distribute import _wire
 from convoy.distribute._updates import apply_rule, checked_rule
 from convoy.errors import (

@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import Future, wait
 from typing import Any
 
-from convoy import _threads
+from convoy._base import threads as _threads
 from convoy._transport import rpc as _rpc
 from convoy._transport import security as _security
 from convoy._transport.channel import Channel

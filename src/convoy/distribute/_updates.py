@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy._slices import IndexedSlices, put_rows, take_rows
+from convoy._values.slices import IndexedSlices, put_rows, take_rows
 from convoy.errors import InvalidArgumentError
 
 Slot = Callable[[str, np.ndarray, float], np.ndarray]

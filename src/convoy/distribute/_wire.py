@@ -24,7 +24,7 @@ import cloudpickle
 
 from convoy._transport import rpc as _rpc
 from convoy._transport.rpc import Outcome
-from convoy.codec import Encoder, decode
+from convoy._values.codec import Encoder, decode
 from convoy.errors import DataLossError, InvalidArgumentError, UnknownError
 
 PS_SERVICE = "convoy.distribute.ParameterServer"

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from convoy import nest
+from convoy._values import nest
 from convoy.data import Dataset
 from convoy.distribute._scheduler import Closure, Scheduler
 from convoy.distribute._values import (

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy import _check
+from convoy._base import check as _check
 from convoy.errors import InvalidArgumentError
 
 __all__ = [

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from convoy import _check as check
 from convoy import monitoring
+from convoy._base import check
 from convoy._transport import rpc as _rpc
 from convoy._transport.framed import FramedServer
 from convoy._transport.security import MAX_REQUEST_BYTES, Security

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from convoy._slices import IndexedSlices, owned, put_rows, take_rows
+from convoy._values.slices import IndexedSlices, owned, put_rows, take_rows
 from convoy.distribute import _scope
 from convoy.distribute._arithmetic import ReadsAsArray
 from convoy.distribute._store_clients import LocalStore, execute_all, send_updates

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from convoy import nest
+from convoy._values import nest
 from convoy.errors import DataLossError, InvalidArgumentError, UnimplementedError
 from convoy.io import tensor_pb2
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from convoy import nest
-from convoy._tensors import RaggedTensor, SparseTensor
+from convoy._values import nest
+from convoy._values.tensors import RaggedTensor, SparseTensor
 from convoy.errors import DataLossError, InvalidArgumentError
 from convoy.io import tensor_pb2
 from convoy.io._tensor import decode_strings, dtype_enum, encode_strings, from_proto, to_proto

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from convoy import _fs
+from convoy._base import fs as _fs
 from convoy.errors import (
     AlreadyExistsError,
     ConvoyError,

@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from convoy._pickling import dumps as _dumps
-from convoy._slices import IndexedSlices
+from convoy._values.pickling import dumps as _dumps
+from convoy._values.slices import IndexedSlices
 from convoy.distribute._worker_calls import current_call
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
@@ -478,7 +478,7 @@ _unpickled_classes: dict[bytes, type] = {}
 
 def _pickled_class(cls: type) -> tuple[bytes, bytes]:
     """(digest, pickled class), made once per class; the class of a user's own module
-    travels by value (see :mod:`convoy._pickling`)."""
+    travels by value (see :mod:`convoy._values.pickling`)."""
     pickled = _pickled_classes.get(cls)
     if pickled is None:
         data = _dumps(cls, f"the class {cls.__qualname__} of a placed module cannot be sent "

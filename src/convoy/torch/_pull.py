@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from convoy._slices import IndexedSlices, put_rows
+from convoy._values.slices import IndexedSlices, put_rows
 from convoy.distribute._store_clients import execute_all
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError

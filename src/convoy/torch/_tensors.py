@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from convoy import nest
-from convoy._tensors import RaggedTensor, SparseTensor
+from convoy._values import nest
+from convoy._values.tensors import RaggedTensor, SparseTensor
 from convoy.errors import InvalidArgumentError
 
 #: numpy dtypes and the torch dtypes they become, one to one. torch 2.13 stores uint16,

@@ -40,7 +40,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load, load_file, save, save_file
 
-from convoy import _fs
+from convoy._base import fs as _fs
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import DataLossError, InvalidArgumentError, NotFoundError
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from convoy import _check as check
-from convoy._slices import IndexedSlices, owned, take_rows
+from convoy._base import check
+from convoy._values.slices import IndexedSlices, owned, take_rows
 from convoy.distribute._store_clients import LocalStore, send_updates
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError

@@ -17,10 +17,11 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from convoy import _threads, monitoring
+from convoy import monitoring
+from convoy._base import threads as _threads
 from convoy._transport import rpc as _rpc
 from convoy._transport.channel import Channel, Closed
-from convoy.codec import Encoder, decode
+from convoy._values.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client.coordinated_reader_state import (
     CoordinatedReaderState,

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from convoy import _threads
+from convoy._base import threads as _threads
 from convoy._transport import rpc as _rpc
-from convoy.codec import Encoder, decode
+from convoy._values.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
 from convoy.errors import DeadlineExceededError, InvalidArgumentError
 

@@ -26,12 +26,13 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from convoy import _threads, monitoring
-from convoy._log_summary import RepeatedFailures
+from convoy import monitoring
+from convoy._base import threads as _threads
+from convoy._base.log_summary import RepeatedFailures
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import LOOPBACK
-from convoy.codec import decode
-from convoy.data._persistence import _distributed_snapshot as layout
+from convoy._values.codec import decode
+from convoy.data import _distributed_snapshot as layout
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig

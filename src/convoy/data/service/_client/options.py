@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from convoy import _check as check
+from convoy._base import check
 from convoy._transport import rpc as _rpc
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import (

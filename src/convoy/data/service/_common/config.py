@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from convoy.codec import COMPRESSIONS
+from convoy._values.codec import COMPRESSIONS
 from convoy.errors import InvalidArgumentError
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from convoy import _check as check
+from convoy._base import check
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import MAX_REQUEST_BYTES, Security
 from convoy.errors import InvalidArgumentError

@@ -24,7 +24,7 @@ import re
 import struct
 from collections.abc import Iterator
 
-from convoy import _fs
+from convoy._base import fs as _fs
 from convoy.data.tfrecord import masked_crc32c, read_records
 from convoy.errors import AbortedError, NotFoundError
 

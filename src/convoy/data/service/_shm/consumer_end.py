@@ -13,7 +13,7 @@ import uuid
 import weakref
 from typing import Any
 
-from convoy.codec import decode
+from convoy._values.codec import decode
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.host import host_identity
 from convoy.data.service._common.wire import SHARED_MEMORY_HEADER as _HEADER

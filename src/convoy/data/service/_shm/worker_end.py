@@ -21,8 +21,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from convoy import _threads, monitoring
-from convoy.codec import Encoder
+from convoy import monitoring
+from convoy._base import threads as _threads
+from convoy._values.codec import Encoder
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.host import host_identity
 from convoy.data.service._common.wire import ELEMENTS, SHARED_MEMORY, SHARED_MEMORY_HEADER

@@ -1,0 +1,1 @@
+"""Process foundations under everything: threads, file systems, argument checks, log summaries."""

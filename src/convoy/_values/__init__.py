@@ -1,0 +1,1 @@
+"""Values on the wire: tensors, nested structures, the codec, slices, pickling."""

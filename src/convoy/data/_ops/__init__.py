@@ -1,1 +1,0 @@
-"""The transformations: ops with inputs (batch, map, shuffle, grouping, interleave, ...)."""
