@@ -167,7 +167,6 @@ def _save(path: Path | None, rows: list[dict[str, object]], repeats: int, second
         "repeats": repeats,
         "tensorflow": "tensorflow-cpu" if TF_PYTHON.exists() else None,
         "results": rows,
-        "notes": list(workloads.NOTES),  # figures a workload prints beside its result
         "failures": failures,
     }
     path.write_text(json.dumps(report, indent=1) + "\n")

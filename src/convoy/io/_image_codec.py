@@ -133,7 +133,7 @@ def decode_image(contents: Any, channels: int | None = None, dtype: Any = np.uin
     """A JPEG, PNG, GIF or BMP file by its content: ``[height, width, channels]`` (a GIF
     ``[frames, height, width, 3]``, or its first frame if not ``expand_animations``), in
     ``dtype`` (uint8, uint16, or a float type scaled to [0, 1])."""
-    from convoy.image import convert_image_dtype
+    from convoy._ops.image import convert_image_dtype
 
     count = _channels(channels, (0, 1, 3, 4))
     picture = _open(contents, ("JPEG", "PNG", "GIF", "BMP"))

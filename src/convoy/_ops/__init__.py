@@ -1,0 +1,1 @@
+"""Operations on values, TensorFlow's tf.* functions: array ops, image, strings, sparse, ragged."""
