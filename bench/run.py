@@ -36,7 +36,8 @@ TF_TIMEOUT_PER_REPEAT_S = 120.0
 
 
 #: Workloads also reported as a ratio to another convoy workload.
-RELATIVE = {"ps_embedding_module": "ps_embedding", "tfrecord_s3": "tfrecord_s3_raw"}
+RELATIVE = {"ps_embedding_module": "ps_embedding", "ps_dynamic_embedding": "ps_embedding_module",
+            "tfrecord_s3": "tfrecord_s3_raw"}
 
 
 class Summary:
@@ -99,7 +100,7 @@ def main() -> int:
     with_tf = TF_PYTHON.exists() and not args.no_tensorflow
     if not TF_PYTHON.exists():
         print("TensorFlow: not installed, run make bench-tf")
-    header = f"{'workload':<22}{'unit':<12}{'convoy':>12}{'range':>22}"
+    header = f"{'workload':<24}{'unit':<12}{'convoy':>12}{'range':>22}"
     if with_tf:
         header += f"{'tensorflow':>12}{'range':>22}{'ratio':>10}"
     print(header)
@@ -113,7 +114,7 @@ def main() -> int:
         for workload in selected:
             ours = _convoy(workload.convoy, min(args.repeats, workload.repeats or args.repeats))
             medians[workload.name] = ours.median
-            line = f"{workload.name:<22}{workload.unit:<12}{ours.cells()}"
+            line = f"{workload.name:<24}{workload.unit:<12}{ours.cells()}"
             row: dict[str, object] = {"workload": workload.name, "unit": workload.unit,
                                       "convoy": ours.as_json(), "tensorflow": None,
                                       "ratio": None}
@@ -167,6 +168,7 @@ def _save(path: Path | None, rows: list[dict[str, object]], repeats: int, second
         "repeats": repeats,
         "tensorflow": "tensorflow-cpu" if TF_PYTHON.exists() else None,
         "results": rows,
+        "notes": list(workloads.NOTES),  # figures a workload prints beside its result
         "failures": failures,
     }
     path.write_text(json.dumps(report, indent=1) + "\n")

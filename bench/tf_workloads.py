@@ -423,6 +423,31 @@ def parse_example_cpu(repeats: int) -> list[float]:
     return _repeat(run, repeats)
 
 
+def parse_sequence_example(repeats: int) -> list[float]:
+    """The file convoy's side wrote (workloads.parse_sequence_example_file), parsed by
+    tf.io."""
+    import tempfile
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    path = Path(tempfile.gettempdir()) / "convoy-bench" / "parse_sequence_example.tfrecord"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: run convoy's side of parse_sequence_example first")
+    context = {"id": tf.io.FixedLenFeature([], tf.int64),
+               "label": tf.io.FixedLenFeature([], tf.float32)}
+    sequence = {"tokens": tf.io.FixedLenSequenceFeature([], tf.int64),
+                "vectors": tf.io.FixedLenSequenceFeature([4], tf.float32),
+                "words": tf.io.VarLenFeature(tf.string)}
+
+    def run() -> float:
+        ds = tf.data.TFRecordDataset(str(path)).batch(256).map(
+            lambda records: tf.io.parse_sequence_example(records, context, sequence))
+        return _rate(ds, lambda parsed: int(parsed[0]["id"].shape[0]))
+
+    return _repeat(run, repeats)
+
+
 WORKLOADS: dict[str, Callable[[int], list[float]]] = {
     "local_batch256": local_batch256,
     "repeat_then_batch": repeat_then_batch,
@@ -444,6 +469,7 @@ WORKLOADS: dict[str, Callable[[int], list[float]]] = {
     "ps_embedding_tfstyle": ps_embedding_tfstyle,
     "parse_example": parse_example,
     "parse_example_cpu": parse_example_cpu,
+    "parse_sequence_example": parse_sequence_example,
 }
 
 

@@ -626,6 +626,61 @@ def parse_example_cpu() -> float:
     return total / (time.process_time() - started)
 
 
+SEQUENCE_RECORDS = 20_000
+SEQUENCE_STEPS = 20
+
+
+def parse_sequence_example_file() -> str:
+    """A TFRecord file of 20,000 SequenceExamples: context (an int64 id, a float32 label) and
+    3 feature lists of 20 steps (an int64 token, float32[4] and a variable-length bytes
+    list per step), written once with convoy's message classes; both sides read it."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.gettempdir()) / "convoy-bench" / "parse_sequence_example.tfrecord"
+    if path.exists():
+        return str(path)
+    path.parent.mkdir(exist_ok=True)
+    rng = np.random.default_rng(0)
+    io = cv.io
+    partial = path.with_suffix(".partial")
+    with cv.data.TFRecordWriter(partial) as writer:
+        for i in range(SEQUENCE_RECORDS):
+            context = io.Features(feature={
+                "id": io.Feature(int64_list=io.Int64List(value=[i])),
+                "label": io.Feature(float_list=io.FloatList(value=[float(rng.random())]))})
+            tokens = rng.integers(0, 50_000, size=SEQUENCE_STEPS)
+            vectors = rng.standard_normal((SEQUENCE_STEPS, 4)).astype(np.float32)
+            lists = {
+                "tokens": io.FeatureList(feature=[
+                    io.Feature(int64_list=io.Int64List(value=[t])) for t in tokens]),
+                "vectors": io.FeatureList(feature=[
+                    io.Feature(float_list=io.FloatList(value=v)) for v in vectors]),
+                "words": io.FeatureList(feature=[
+                    io.Feature(bytes_list=io.BytesList(
+                        value=[b"w%d" % w for w in range(int(rng.integers(0, 3)))]))
+                    for _ in range(SEQUENCE_STEPS)]),
+            }
+            writer.write(io.SequenceExample(
+                context=context, feature_lists=io.FeatureLists(feature_list=lists)
+            ).SerializeToString())
+    partial.rename(path)
+    return str(path)
+
+
+def parse_sequence_example() -> float:
+    """Records/s of TFRecordDataset(f).batch(256).map(parse_sequence_example)."""
+    io = cv.io
+    context = {"id": io.FixedLenFeature([], np.int64),
+               "label": io.FixedLenFeature([], np.float32)}
+    sequence = {"tokens": io.FixedLenSequenceFeature([], np.int64),
+                "vectors": io.FixedLenSequenceFeature([4], np.float32),
+                "words": io.VarLenFeature(bytes)}
+    ds = cv.data.TFRecordDataset(parse_sequence_example_file()).batch(256).map(
+        lambda records: io.parse_sequence_example(records, context, sequence))
+    return _rate(ds, lambda parsed: len(parsed[0]["id"]))
+
+
 ALL = [
     Workload("local_batch256", "batches/s", local_batch256),
     Workload("repeat_then_batch", "batches/s", repeat_then_batch),
@@ -651,6 +706,7 @@ ALL = [
     Workload("ps_embedding_tfstyle", "steps/s", ps_embedding_tfstyle),
     Workload("parse_example", "records/s", parse_example),
     Workload("parse_example_cpu", "records/CPU s", parse_example_cpu),
+    Workload("parse_sequence_example", "records/s", parse_sequence_example),
     Workload("tfrecord_s3_raw", "MB/s", tfrecord_s3_raw),
     Workload("tfrecord_s3", "MB/s", tfrecord_s3),
     Workload("dispatcher_scale_gc", "CPU ms", dispatcher_scale_gc),
