@@ -6,11 +6,15 @@ gives about 200 elements/s and the least workers that meet a demand of 600/s is 
 The trainer takes 600 elements/s (a paced loop), then 100/s, then the rest of the epoch as fast
 as it comes so that every id can be checked: DYNAMIC sharding delivers each exactly once.
 Convoy only: TensorFlow has no local cluster that scales itself.
+
+``CONVOY_BENCH_AUTOSCALE_POLICY=cachew`` runs it with Cachew's throughput hill climb
+(``ThroughputPolicy``) in place of ``adapt``'s policy, which follows the dispatcher's estimate.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 import sys
 import threading
 import time
@@ -101,11 +105,27 @@ def _hold(seconds: float, cluster: Any) -> tuple[int, int]:
     return most, len(cluster.events) - events
 
 
+def policy_name() -> str:
+    """The policy asked for: ``estimate`` (adapt's, the default) or ``cachew``."""
+    name = os.environ.get("CONVOY_BENCH_AUTOSCALE_POLICY", "estimate")
+    if name not in ("estimate", "cachew"):
+        raise ValueError(f"CONVOY_BENCH_AUTOSCALE_POLICY must be 'estimate' or 'cachew', got "
+                         f"{name!r}")
+    return name
+
+
 def run_autoscale() -> dict[str, float | None]:
     """One run: the figures of the workload (see :func:`report`)."""
+    from convoy.data.service._local_cluster import ThroughputPolicy
+
     trainer = _Trainer()
     with cv.data.service.LocalCluster(1) as cluster:
-        cluster.adapt(minimum=1, maximum=8)
+        if policy_name() == "cachew":
+            interval_s = 5.0  # adapt's default
+            cluster._follow(ThroughputPolicy(1, 8, cooldown_s=4 * interval_s,
+                                             settle_s=2 * interval_s), interval_s)
+        else:
+            cluster.adapt(minimum=1, maximum=8)
         reader = threading.Thread(target=trainer.read, args=(cluster.target,), daemon=True)
         reader.start()
         met = _until(lambda: trainer.recent_rate() >= MET_SHARE * HIGH_RATE, MET_TIMEOUT_S,
@@ -127,7 +147,7 @@ def run_autoscale() -> dict[str, float | None]:
             "shrink_s": shrunk,
             "events_per_min": (high_events + low_events) / ((STEADY_HIGH_S + STEADY_LOW_S) / 60),
             "lost": int((counts == 0).sum()), "repeated": int((counts - 1).clip(0).sum()),
-            "events": " ".join(log)}  # type: ignore[dict-item]
+            "events": " ".join(log), "policy": policy_name()}  # type: ignore[dict-item]
 
 
 def report(figures: dict[str, Any]) -> list[str]:
@@ -136,6 +156,7 @@ def report(figures: dict[str, Any]) -> list[str]:
         return "never" if value is None else f"{value:.1f} s"
 
     return [
+        f"autoscale: policy {figures['policy']}",
         f"autoscale: demand {HIGH_RATE:.0f}/s met (90%) after {seconds(figures['met_s'])} "
         "(target <= 30 s)",
         f"autoscale: workers at steady state {figures['high_workers']} at {HIGH_RATE:.0f}/s "

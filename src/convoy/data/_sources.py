@@ -84,10 +84,14 @@ class RangeOp(IndexSource):
 
 
 def to_tensor_structure(value: Any, argument: str) -> Any:
-    """Turn lists into arrays (as tf.data does) everywhere in a structure of tensors."""
+    """Turn lists into arrays (as tf.data does) everywhere in a structure of tensors, and
+    strings (``str`` UTF-8 encoded) into ``bytes``, in object arrays where they are arrays:
+    what TensorFlow's ``.numpy()`` gives for a ``tf.string`` tensor."""
+    if isinstance(value, (str, bytes, np.ndarray)):
+        return _bytes_strings(value)
     if isinstance(value, list):
         try:
-            return np.asarray(value)
+            return _bytes_strings(np.asarray(value))
         except ValueError as error:
             raise InvalidArgumentError(
                 f"{argument}: could not convert a list to one array ({error}); "
@@ -101,6 +105,19 @@ def to_tensor_structure(value: Any, argument: str) -> Any:
             else type(value)(children)
     if value is None:
         raise InvalidArgumentError(f"{argument} must not contain None")
+    return value
+
+
+def _bytes_strings(value: Any) -> Any:
+    """``value`` with strings as ``bytes`` (an object array of them for an array)."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes):
+        return bytes(value)  # np.bytes_ too
+    if value.dtype.kind in "SU":
+        from convoy._ops.array import _strings
+
+        value = _strings(value)
     return value
 
 

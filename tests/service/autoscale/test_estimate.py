@@ -1,4 +1,5 @@
-"""The worker estimate (TensorFlow's auto-scaler) against hand-computed cases; clocks passed in."""
+"""The worker estimate (TensorFlow's auto-scaler) against hand-computed cases and cases ported
+from TensorFlow's ``tensorflow/core/data/service/auto_scaler_test.cc``; clocks passed in."""
 
 from __future__ import annotations
 
@@ -49,15 +50,88 @@ def test_growth_bounded_as_tensorflow() -> None:
 
 def test_reports_expire_and_jobs_take_the_largest() -> None:
     estimate = WorkerEstimate(ttl_s=10.0)
-    estimate.report_consumer(1, 100, 1 / 600, waited_s=0.5, elapsed_s=1.0, now=0.0)
-    estimate.report_task(1, 7, 1 / 200, now=0.0)
-    estimate.report_consumer(2, 101, 1 / 100, waited_s=0.0, elapsed_s=1.0, now=0.0)
-    estimate.report_task(2, 8, 1 / 200, now=0.0)
+    estimate.report_consumer(1, 10, 100, 1 / 600, waited_s=0.5, elapsed_s=1.0, now=0.0)
+    estimate.report_task(1, 10, 7, 1 / 200, now=0.0)
+    estimate.report_consumer(2, 20, 101, 1 / 100, waited_s=0.0, elapsed_s=1.0, now=0.0)
+    estimate.report_task(2, 20, 8, 1 / 200, now=0.0)
     assert estimate.job_estimate(1, now=1.0) == 3
     assert estimate.job_estimate(2, now=1.0) == 1
     assert estimate.fleet_estimate(workers=1, now=1.0) == 3
     assert estimate.wait_fraction(now=1.0) == 0.5
     assert estimate.fleet_estimate(workers=1, now=20.0) is None  # all reports stale
+
+
+def test_a_blocked_task_keeps_its_last_time_while_its_worker_heartbeats() -> None:
+    # The broken case: once the consumer slowed, the tasks filled their buffers and measured
+    # nothing; their reports expired, the estimate became unknown, and the fleet never shrank.
+    estimate = WorkerEstimate(ttl_s=10.0)
+    estimate.report_task(1, 10, 7, 1 / 200, now=0.0)
+    for now in range(1, 31):  # blocked: heartbeats without a measurement
+        estimate.report_consumer(1, 10, 100, 1 / 100, waited_s=0.0, elapsed_s=1.0, now=now)
+        estimate.report_task(1, 10, 7, 0.0, now=now)
+    assert estimate.fleet_estimate(workers=4, now=30.0) == 1
+    # the worker went silent: its task stops counting after the ttl
+    estimate.report_consumer(1, 10, 100, 1 / 100, waited_s=0.0, elapsed_s=1.0, now=40.5)
+    assert estimate.fleet_estimate(workers=4, now=40.5) is None
+
+
+def test_a_released_consumer_stops_counting_at_once() -> None:
+    estimate = WorkerEstimate()
+    estimate.report_task(1, 10, 7, 1 / 200, now=0.0)
+    estimate.report_consumer(1, 10, 100, 1 / 600, waited_s=0.5, elapsed_s=1.0, now=0.0)
+    estimate.report_consumer(1, 10, 101, 1 / 200, waited_s=0.0, elapsed_s=1.0, now=0.0)
+    assert estimate.job_estimate(1, now=0.0) == 4
+    estimate.forget_consumer(100)
+    assert estimate.job_estimate(1, now=0.0) == 1
+    assert estimate.wait_fraction(now=0.0) == 0.0
+
+
+# ----- ported from auto_scaler_test.cc (times in seconds; one iteration unless named) -----
+def _one_iteration(task_times: list[float], consumer_times: list[float]) -> int | None:
+    estimate = WorkerEstimate()
+    for task_id, seconds in enumerate(task_times):
+        estimate.report_task(1, 10, task_id, seconds, now=0.0)
+    for client_id, seconds in enumerate(consumer_times):
+        estimate.report_consumer(1, 10, client_id, seconds, 0.0, 1.0, now=0.0)
+    return estimate.iteration_estimate(10, now=0.0)
+
+
+def test_tensorflow_expected_estimates() -> None:
+    assert _one_iteration([], []) is None                         # InitialState
+    assert _one_iteration([], [10e-6]) is None                    # NoRegisteredWorkers
+    assert _one_iteration([10e-6], []) is None                    # NoRegisteredConsumers
+    assert _one_iteration([0.2], [0.025]) == 8                    # ExpectedEstimate1
+    assert _one_iteration([0.2, 0.15], [0.025, 0.05]) == 11       # ExpectedEstimate2
+    assert _one_iteration([0.1, 0.2], [0.01, 0.02]) == 20         # ExpectedEstimate3
+
+
+def test_tensorflow_outliers_replaced() -> None:
+    # RemoveOutliersTPT: a consumer at 2,000,000/s counts as the median, 500/s: 1333.3 / 12.5
+    assert _one_iteration([0.08], [500e-9, 3e-3, 2e-3]) == 107
+    # RemoveOutliersPT: a task at 1,000,000/s counts as the median, 14.29/s: 3333.3 / 13.69
+    assert _one_iteration([0.08, 0.07, 1e-6], [300e-6]) == 244
+
+
+def test_tensorflow_the_largest_iteration_and_the_growth_bounds() -> None:
+    # MultipleIterationsAutoScalerTest.GetOptimalNumberOfWorkersExpectedEstimate2: the
+    # largest of 8, 11 and 20, whatever the job of each iteration
+    estimate = WorkerEstimate()
+    for iteration, job, tasks, consumers in ((0, 1, [0.2], [0.025]),
+                                             (1, 1, [0.2, 0.15], [0.025, 0.05]),
+                                             (2, 2, [0.1, 0.2], [0.01, 0.02])):
+        for task_id, seconds in enumerate(tasks):
+            estimate.report_task(job, iteration, 100 * iteration + task_id, seconds, now=0.0)
+        for client_id, seconds in enumerate(consumers):
+            estimate.report_consumer(job, iteration, 100 * iteration + client_id, seconds,
+                                     0.0, 1.0, now=0.0)
+    assert estimate.job_estimate(1, now=0.0) == 11
+    assert estimate.job_estimate(2, now=0.0) == 20
+    assert estimate.fleet_estimate(workers=20, now=0.0) == 20
+    # UpdateOptimalNumberOfWorkersMetric...: within 4x, 4x, 500 more, 100k at most
+    assert bounded(50, 15) == 50
+    assert bounded(10, 2) == 8
+    assert bounded(10_000, 1000) == 1500
+    assert bounded(200_000, 99_700) == 100_000
 
 
 def test_state_takes_reports_from_heartbeats() -> None:

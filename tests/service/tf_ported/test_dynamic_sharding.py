@@ -339,8 +339,8 @@ def test_flat_map_with_repeat(cluster3, name):
     """testFlatMapWithRepeat."""
     dataset = Dataset.range(5).flat_map(
         lambda _: Dataset.from_tensor_slices(["a", "b", "c"]).repeat(10))
-    results = sorted(str(x) for x in dynamic_job(dataset, cluster3, name))
-    assert results == sorted(["a", "b", "c"] * 50)
+    results = sorted(dynamic_job(dataset, cluster3, name))
+    assert results == sorted([b"a", b"b", b"c"] * 50)
 
 
 def test_multiple_registration(cluster2, name):

@@ -65,7 +65,8 @@ def config_args(config: Any, flags: dict[str, str]) -> list[str]:
 @dataclass
 class AdaptPolicy:
     """When to scale, from the dispatcher's estimate: up at once while consumers wait, down
-    once the estimate has stayed lower for ``cooldown_s``; within [minimum, maximum]."""
+    once the estimate has stayed lower for ``cooldown_s`` (an unknown estimate neither starts
+    nor stops that wait); within [minimum, maximum]."""
 
     minimum: int = 1
     maximum: int | None = None
@@ -74,15 +75,14 @@ class AdaptPolicy:
     _lower_since: float | None = None
     _lower_peak: int = 0  # the highest estimate during the cool-down: what it shrinks to
 
-    def decide(self, now: float, workers: int, optimal: int | None,
-               waited: float | None) -> tuple[int, str] | None:
-        """``(workers wanted, why)``, or None to stay at ``workers``."""
-        if workers < self.minimum:
-            return self.minimum, f"below the minimum {self.minimum}"
-        if self.maximum is not None and workers > self.maximum:
-            return self.maximum, f"above the maximum {self.maximum}"
-        if optimal is None:
-            self._lower_since = None
+    def decide(self, now: float, workers: int, optimal: int | None, waited: float | None,
+               throughput: float | None = None) -> tuple[int, str] | None:
+        """``(workers wanted, why)``, or None to stay at ``workers`` (``throughput`` is not
+        used: see :class:`ThroughputPolicy`)."""
+        out_of_bounds = _outside(workers, self.minimum, self.maximum)
+        if out_of_bounds is not None:
+            return out_of_bounds
+        if optimal is None:  # no evidence either way: a cool-down under way goes on
             return None
         target = self._bounded(optimal)
         numbers = f"estimate {optimal}, consumers waited {_share(waited)}"
@@ -109,6 +109,78 @@ class AdaptPolicy:
         return n if self.maximum is None else min(self.maximum, n)
 
 
+@dataclass
+class ThroughputPolicy:
+    """Cachew's policy (ATC '22), a hill climb on the consumers' throughput (elements per
+    second), kept to compare with :class:`AdaptPolicy`: from a wait of consumers it adds a
+    worker at a time while each step raises the throughput by more than ``grow_gain``; once
+    steady for ``cooldown_s`` it removes one at a time while each step loses less than
+    ``shrink_loss``, and steps back up after one that loses more (the next try then waits
+    twice as long). A change counts once ``settle_s`` has passed after it."""
+
+    minimum: int = 1
+    maximum: int | None = None
+    cooldown_s: float = 20.0
+    settle_s: float = 10.0
+    grow_gain: float = 0.07
+    shrink_loss: float = 0.03
+    wait_threshold: float = WAIT_THRESHOLD
+    _changed_at: float = float("-inf")
+    _direction: int = 0  # +1 growing, -1 shrinking, 0 steady
+    _before: float = 0.0  # the throughput before the last step
+    _backoff: float = 1.0
+
+    def decide(self, now: float, workers: int, optimal: int | None, waited: float | None,
+               throughput: float | None = None) -> tuple[int, str] | None:
+        """``(workers wanted, why)``, or None to stay at ``workers`` (``optimal`` is not
+        used)."""
+        out_of_bounds = _outside(workers, self.minimum, self.maximum)
+        if out_of_bounds is not None:
+            return out_of_bounds
+        if throughput is None or now - self._changed_at < self.settle_s:
+            return None
+        numbers = f"throughput {throughput:.0f}/s, {self._before:.0f}/s before"
+        at_most = self.maximum is not None and workers >= self.maximum
+        if self._direction > 0:
+            if throughput > (1 + self.grow_gain) * self._before and not at_most:
+                return self._step(now, +1, workers, throughput, f"grow on: {numbers}")
+            self._direction, self._changed_at = 0, now  # steady from here
+            return None
+        if self._direction < 0:
+            if throughput >= (1 - self.shrink_loss) * self._before:
+                if workers > self.minimum:
+                    return self._step(now, -1, workers, throughput, f"shrink on: {numbers}")
+                self._direction, self._changed_at = 0, now
+                return None
+            self._direction, self._backoff = 0, self._backoff * 2
+            self._changed_at = now
+            return workers + 1, f"step back up: {numbers}"
+        if waited is not None and waited > self.wait_threshold and not at_most:
+            self._backoff = 1.0
+            return self._step(now, +1, workers, throughput,
+                              f"grow: consumers waited {_share(waited)}")
+        if now - self._changed_at >= self.cooldown_s * self._backoff and workers > self.minimum:
+            return self._step(now, -1, workers, throughput,
+                              f"try shrinking: throughput {throughput:.0f}/s")
+        return None
+
+    def _step(self, now: float, direction: int, workers: int, throughput: float,
+              why: str) -> tuple[int, str]:
+        self._direction, self._before, self._changed_at = direction, throughput, now
+        return workers + direction, why
+
+
+Policy = AdaptPolicy | ThroughputPolicy
+
+
+def _outside(workers: int, minimum: int, maximum: int | None) -> tuple[int, str] | None:
+    if workers < minimum:
+        return minimum, f"below the minimum {minimum}"
+    if maximum is not None and workers > maximum:
+        return maximum, f"above the maximum {maximum}"
+    return None
+
+
 def _drain(workers: list[Any]) -> None:
     """SIGTERM every worker at once, so that they drain side by side (one after the other, a
     shrink by three took up to three drains), then wait for each; kill any still running
@@ -122,6 +194,14 @@ def _drain(workers: list[Any]) -> None:
             worker.process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             worker.kill()
+
+
+def _served(status: dict[str, Any]) -> int | None:
+    """The elements all iterations have served their consumers; None unless every one
+    counts them (DYNAMIC sharding with exactly-once delivery)."""
+    counts = [iteration["elements_served"] for job in status["jobs"]
+              for iteration in job["iterations"]]
+    return None if not counts or None in counts else sum(counts)
 
 
 def _share(waited: float | None) -> str:
@@ -181,25 +261,40 @@ class LocalCluster:
         if minimum < 0 or (maximum is not None and maximum < max(1, minimum)):
             raise InvalidArgumentError(f"adapt needs 0 <= minimum <= maximum, got {minimum}, "
                                        f"{maximum}")
+        self._follow(AdaptPolicy(minimum, maximum, cooldown_s=4 * interval_s), interval_s)
+
+    def _follow(self, policy: Policy, interval_s: float) -> None:
+        """Scale as ``policy`` decides from the dispatcher's status every ``interval_s``
+        (what :meth:`adapt` does with an :class:`AdaptPolicy`)."""
         self._stop_adapting()
-        policy = AdaptPolicy(minimum, maximum, cooldown_s=4 * interval_s)
         self._stop.clear()
         self._adapting = _threads.start("convoy-local-cluster-adapt", self._adapt_loop,
                                         policy, interval_s)
 
-    def _adapt_loop(self, policy: AdaptPolicy, interval_s: float) -> None:
+    def _adapt_loop(self, policy: Policy, interval_s: float) -> None:
         from convoy.cluster_status import dispatcher_status
 
+        served: tuple[float, int] | None = None  # (when, elements served by then)
         while not self._stop.wait(interval_s):
             try:
                 status = dispatcher_status(self.target, timeout_s=max(1.0, interval_s))
             except Exception as error:  # the dispatcher busy or restarting: next interval
                 log.warning("adapt: no status from the dispatcher: %s", error)
                 continue
+            now = time.monotonic()
             with self._lock:
                 workers = len(self._cluster.workers)
-            decision = policy.decide(time.monotonic(), workers, status["optimal_workers"],
-                                     status["consumer_wait_fraction"])
+            optimal, waited = status["optimal_workers"], status["consumer_wait_fraction"]
+            throughput = None
+            total = _served(status)
+            if total is not None and served is not None and now > served[0]:
+                throughput = (total - served[1]) / (now - served[0])
+            served = None if total is None else (now, total)
+            decision = policy.decide(now, workers, optimal, waited, throughput)
+            log.debug("adapt: %d workers, estimate %s, consumers waited %s, throughput %s: %s",
+                      workers, optimal, _share(waited),
+                      "unknown" if throughput is None else f"{throughput:.0f}/s",
+                      "stay" if decision is None else decision[1])
             if decision is not None and not self._stop.is_set():
                 self.scale(*decision)
 

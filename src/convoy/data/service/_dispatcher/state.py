@@ -373,8 +373,9 @@ class DispatcherState:
             )
         client.last_seen = event.now
         self.estimate.report_consumer(self.iterations[client.iteration_id].job_id,
-                                      client.client_id, event.target_time_s, event.waited_s,
-                                      event.elapsed_s, event.now)
+                                      client.iteration_id, client.client_id,
+                                      event.target_time_s, event.waited_s, event.elapsed_s,
+                                      event.now)
         self.runs.record_received(client.iteration_id, event.received)
         for task in self.runs.settled_tasks(event):
             self.runs.settle(task, client.client_id)
@@ -392,6 +393,7 @@ class DispatcherState:
         client = self.clients.get(event.client_id)
         if client is not None:
             self.runs.record_received(client.iteration_id, event.received)
+        self.estimate.forget_consumer(event.client_id)
         self.gc.forget_client(event.client_id)
 
     # ----- workers ------------------------------------------------------------------------------
@@ -436,13 +438,16 @@ class DispatcherState:
         return ev.WorkerInstructions(new_tasks, to_delete, paused)
 
     def _report_processing(self, event: ev.WorkerHeartbeat) -> None:
-        """Give the estimate the heartbeat's per-task processing times."""
-        for task_id, nanoseconds in event.processing:
+        """Give the estimate the heartbeat's per-task processing times; a running task that
+        made nothing since (blocked) keeps its last one."""
+        times = dict.fromkeys(event.current_tasks, 0)
+        times.update(event.processing)
+        for task_id, nanoseconds in times.items():
             task = self.tasks.get(task_id)
             iteration = self.iterations.get(task.iteration_id) if task is not None else None
             if iteration is not None:
-                self.estimate.report_task(iteration.job_id, task_id, nanoseconds / 1e9,
-                                          event.now)
+                self.estimate.report_task(iteration.job_id, iteration.iteration_id, task_id,
+                                          nanoseconds / 1e9, event.now)
 
     def optimal_workers(self, now: float, job_id: int | None = None) -> int | None:
         """The workers ``job_id`` needs, or (None) the whole fleet; None while unknown."""
