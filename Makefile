@@ -7,9 +7,10 @@ TORCH_VERSION ?= 2.13.0
 TF_VENV := .venv-tf
 TF_VERSION ?= 2.21.0
 
-.PHONY: test demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
+.PHONY: test fuzz demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
 
-$(STAMP): pyproject.toml
+# The compiled parser (convoy.io._native) is built by the editable install: its sources rebuild it.
+$(STAMP): pyproject.toml setup.py src/convoy/io/_native.cpp
 	$(PYTHON) -m venv $(VENV)
 	# The CPU build of PyTorch, pinned, first: an unpinned torch (torchdata asks for one)
 	# resolves to a multi-GB CUDA build.
@@ -24,6 +25,19 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The parsers' fuzz test, longer, against a build of the compiled parser with AddressSanitizer
+# and UndefinedBehaviorSanitizer (into build/fuzz; the installed one is left alone).
+FUZZ_EXAMPLES ?= 20000
+SANITIZER_RUNTIMES = $$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libubsan.so)
+
+fuzz: $(STAMP)
+	CONVOY_SANITIZE=1 $(PY) setup.py -q build_ext --build-lib build/fuzz --build-temp build/fuzz-temp
+	LD_PRELOAD="$(SANITIZER_RUNTIMES)" ASAN_OPTIONS=detect_leaks=0 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		CONVOY_FUZZ_NATIVE="$$(ls build/fuzz/convoy/io/_native*.so)" \
+		CONVOY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(PY) -m pytest -q -p no:xdist -p no:cacheprovider tests/io/test_parsing_fuzz.py
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

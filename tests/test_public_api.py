@@ -22,7 +22,7 @@ PUBLIC = {
                 "parse_sequence_example",
                 "parse_single_example", "parse_single_sequence_example", "parse_tensor",
                 "serialize_tensor", "gfile", "read_file", "write_file", "TFRecordOptions",
-                "TFRecordWriter"},
+                "TFRecordWriter", "set_parse_threads", "get_parse_threads"},
     convoy.data: {"AUTOTUNE", "INFINITE_CARDINALITY", "SHARD_HINT", "UNKNOWN_CARDINALITY",
                   "Dataset", "DatasetIterator", "DatasetSpec", "Options", "RaggedTensorSpec",
                   "SparseTensorSpec", "TFRecordDataset",

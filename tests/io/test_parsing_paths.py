@@ -173,26 +173,32 @@ def test_one_value_per_list(seed: int) -> None:
     assert out["i"].tolist() == [expected_values(r, "i", np.int64)[0] for r in records]
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _packed_ints_record(payload: bytes) -> bytes:
+    """An Example whose feature "i" is an Int64List of the packed varints ``payload``."""
+    entry = _field(1, b"i") + _field(2, _field(3, _field(1, payload)))
+    return _field(1, _field(1, entry))
+
+
 def test_packed_varints_every_way() -> None:
-    """decode_packed_varints reads ranges of one varint each as words and any others byte by
-    byte; both give what a plain decoder gives, and a varint cut short is an error."""
+    """Packed varints of every width, one or several per list (and empty lists), read as a
+    plain decoder reads them; a varint cut short or longer than 10 bytes is an error."""
     from convoy.errors import DataLossError
-    from convoy.io import _wire
 
     rng = np.random.default_rng(5)
     values = [0, 1, 127, 128, 2**56 - 1, 2**56, 2**63 - 1, -1, -(2**63), 300]
     for lists in ([[v] for v in values], [[v] for v in values] + [[], [1, 2, 3]],
                   [[int(v) for v in rng.choice(values, int(rng.integers(0, 4)))]
                    for _ in range(20)]):
-        payloads = [b"".join(_varint(v) for v in vs) for vs in lists]
-        buffer = _wire.join(payloads)
-        got, counts = _wire.decode_packed_varints(buffer.data, buffer.starts, buffer.ends)
-        assert counts.tolist() == [len(vs) for vs in lists]
-        assert _wire.as_int(got).tolist() == [v for vs in lists for v in vs]
-    for bad in ([b"\x81"], [b"\x01", b"\x80\x80"], [b"\xff" * 11]):
-        buffer = _wire.join(bad)
-        with pytest.raises(DataLossError):
-            _wire.decode_packed_varints(buffer.data, buffer.starts, buffer.ends)
+        records = [_packed_ints_record(b"".join(_varint(v) for v in vs)) for vs in lists]
+        got = io.parse_example(records, {"i": io.RaggedFeature(np.int64)})["i"]
+        assert got.to_list() == lists
+    for bad in (b"\x81", b"\x01\x80\x80", b"\xff" * 11):
+        with pytest.raises(DataLossError, match="varint"):
+            io.parse_example([_packed_ints_record(bad)], {"i": io.VarLenFeature(np.int64)})
 
 
 def test_records_alike_but_for_a_key() -> None:
@@ -203,3 +209,30 @@ def test_records_alike_but_for_a_key() -> None:
         records = [example({first: feature(np.int64, [1]), "z": feature(bytes, [b"x"])}),
                    example({second: feature(np.int64, [2]), "z": feature(bytes, [b"y"])})]
         check(records, {first: np.int64, second: np.int64, "z": bytes})
+
+
+def test_threads_split_a_batch_alike() -> None:
+    """A batch split over threads parses to what one thread gives (the split falls inside
+    runs of records of different layouts); the thread count is checked."""
+    from convoy.errors import InvalidArgumentError
+
+    rng = np.random.default_rng(11)
+    records = [example({key: feature(dtype, random_values(rng, dtype, int(rng.integers(0, 5))))
+                        for key, dtype in KEYS.items() if rng.random() < 0.7})
+               for _ in range(300)]
+    features = {key: io.VarLenFeature(dtype) for key, dtype in KEYS.items()}
+    before = io.get_parse_threads()
+    try:
+        io.set_parse_threads(1)
+        alone = io.parse_example(records, features)
+        io.set_parse_threads(3)
+        split = io.parse_example(records, features)
+    finally:
+        io.set_parse_threads(before)
+    for key in KEYS:
+        assert alone[key].indices.tolist() == split[key].indices.tolist()
+        assert alone[key].values.tolist() == split[key].values.tolist()
+    check(records, KEYS)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="threads must be an int >= 1"):
+            io.set_parse_threads(bad)

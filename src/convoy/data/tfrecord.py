@@ -48,7 +48,6 @@ _FOOTER_SIZE = _U32.size  # 4
 
 _BUFFER_SIZE = 256 * 1024
 _CHUNK_SIZE = 1024 * 1024  # records are read this many bytes at a time
-_GOOD_HEADERS = 4096  # record headers remembered as checked
 _NONZERO = re.compile(rb"[^\0]")
 # Reads larger than this are done in pieces, so a corrupt (but CRC-valid) huge length cannot
 # make us allocate its full size before finding out the file is shorter.
@@ -494,44 +493,13 @@ def _iter_runs(
     with stream:
         try:
             read_some = cast(io.BufferedReader, stream).read1
-            unpack_header = _HEADER.unpack_from
-            unpack_u32 = _U32.unpack_from
-            crc = google_crc32c.value
-            # Records of a file have few distinct lengths: a header (length and its CRC)
-            # checked once is known good.
-            good_headers: dict[bytes, int] = {}
-            good_header = good_headers.get
+            # convoy.io imports this module: its compiled part is imported once both exist.
+            from convoy.io._native import split_records  # framing and CRCs, compiled
+
             chunk = b""
             at = 0  # where the next record starts in chunk
             while True:
-                size = len(chunk)
-                run: list[bytes] = []
-                keep = run.append
-                error = ""
-                while at + _HEADER_SIZE <= size:
-                    header = chunk[at:at + _HEADER_SIZE]
-                    length = good_header(header)
-                    if length is None:  # a header not seen before: check its CRC
-                        length, length_crc = unpack_header(header)
-                        value = crc(header[:8])
-                        if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != \
-                                length_crc:
-                            error = "length CRC mismatch"
-                            break
-                        if len(good_headers) >= _GOOD_HEADERS:
-                            good_headers.clear()
-                        good_headers[header] = length
-                    stop = at + _HEADER_SIZE + length
-                    if stop + _FOOTER_SIZE > size:
-                        break
-                    data = chunk[at + _HEADER_SIZE:stop]
-                    value = crc(data)
-                    if (((value >> 15) | (value << 17)) + _MASK_DELTA) & 0xFFFFFFFF != \
-                            unpack_u32(chunk, stop)[0]:
-                        error = "data CRC mismatch"
-                        break
-                    keep(data)
-                    at = stop + _FOOTER_SIZE
+                run, at, error = split_records(chunk, at)
                 if run:  # the good records before any damage are delivered
                     pos += (_HEADER_SIZE + _FOOTER_SIZE) * len(run) + sum(map(len, run))
                     yield run

@@ -5,7 +5,9 @@ arrays, :class:`~convoy.SparseTensor` and :class:`~convoy.RaggedTensor` values, 
 ``FixedLenFeature``, ``VarLenFeature``, ``SparseFeature``, ``RaggedFeature`` and
 ``FixedLenSequenceFeature`` ask; ``parse_sequence_example`` and
 ``parse_single_sequence_example`` do the same for ``SequenceExample`` records. Byte strings
-come out as ``object`` arrays of ``bytes``. The message classes to write records
+come out as ``object`` arrays of ``bytes``. The parsers are compiled: each call releases the GIL
+and splits its batch over ``set_parse_threads(n)`` threads (by default the CPUs the process
+may use). The message classes to write records
 (``Example``, ``Features``, ...) are protobuf messages with TensorFlow's wire format; they are
 also ``convoy.train``'s. ``serialize_tensor``/``parse_tensor`` write and read the bytes
 ``tf.io.serialize_tensor`` does. ``gfile``, ``read_file`` and ``write_file`` reach files on
@@ -34,10 +36,12 @@ from convoy.io._image_codec import (
     encode_png,
 )
 from convoy.io._parsing import (
+    get_parse_threads,
     parse_example,
     parse_sequence_example,
     parse_single_example,
     parse_single_sequence_example,
+    set_parse_threads,
 )
 from convoy.io._tensor import parse_tensor, serialize_tensor
 from convoy.io.example_pb2 import (
@@ -79,6 +83,7 @@ __all__ = [
     "decode_png",
     "encode_jpeg",
     "encode_png",
+    "get_parse_threads",
     "gfile",
     "parse_example",
     "parse_sequence_example",
@@ -87,5 +92,6 @@ __all__ = [
     "parse_tensor",
     "read_file",
     "serialize_tensor",
+    "set_parse_threads",
     "write_file",
 ]

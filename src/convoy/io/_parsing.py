@@ -1,7 +1,8 @@
 """``parse_example`` and friends: serialized Examples and SequenceExamples to arrays.
 
-Records are read by :mod:`convoy.io._wire` a whole batch at a time. Each requested key
-becomes a *column*: the records it appears in, and for each of them its values (Example
+Records are read a whole batch at a time by compiled code (``convoy.io._native``), which
+releases the GIL and splits the batch over :func:`set_parse_threads` threads. Each requested
+key becomes a *column*: the records it appears in, and for each of them its values (Example
 features), or its steps and each step's values (SequenceExample feature lists). The outputs
 (dense arrays, :class:`~convoy.SparseTensor`, :class:`~convoy.RaggedTensor`) are cut from
 the columns.
@@ -10,18 +11,16 @@ the columns.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
-from itertools import accumulate
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from convoy._values.tensors import RaggedTensor, SparseTensor
 from convoy.errors import DataLossError, InvalidArgumentError
-from convoy.io import _wire
+from convoy.io import _native
 from convoy.io._features import (
-    BYTES,
-    FLOAT,
     INT64,
     KIND_NAMES,
     FixedLenFeature,
@@ -46,10 +45,13 @@ class _Column(NamedTuple):
     counts: np.ndarray
     values: np.ndarray
     steps: np.ndarray | None = None
+    uniform: int = -1  # the count of every record when all hold the key with one count
+    indices: np.ndarray | None = None  # a VarLenFeature's [record, position] of each value
+    widest: int = 0  # the largest count
 
 
 class _Context(NamedTuple):
-    buffer: _wire.Buffer
+    records: list[bytes]
     batch: int
     names: list[str] | None
 
@@ -57,7 +59,26 @@ class _Context(NamedTuple):
         return self.names[record] if self.names else "<unknown>"
 
 
-# --- reading the wire format -------------------------------------------------------------------
+# --- reading the records -----------------------------------------------------------------------
+
+_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+    (os.cpu_count() or 1)
+
+
+def set_parse_threads(threads: int) -> None:
+    """Sets how many threads each ``parse_example`` (and ``parse_sequence_example``) call
+    splits its batch over; by default the number of CPUs the process may use. 1 parses on the
+    calling thread alone (the GIL is released either way)."""
+    global _threads
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise InvalidArgumentError(f"threads must be an int >= 1, got {threads!r}")
+    _threads = threads
+
+
+def get_parse_threads() -> int:
+    """How many threads a ``parse_example`` call splits its batch over."""
+    return _threads
+
 
 def _records(serialized: Any) -> list[bytes]:
     if isinstance(serialized, (bytes, bytearray, memoryview, str)):
@@ -99,413 +120,26 @@ def _names(example_names: Any, batch: int) -> list[str] | None:
     return names
 
 
-def _messages(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, owners: np.ndarray,
-              number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The occurrences of message field ``number`` in the given messages: their starts, ends
-    and the owners of the messages holding them (repeated occurrences merge, as in
-    protobuf)."""
-    single = _wire.single_fields(data, starts, ends, number << 3 | 2)
-    if single is not None:  # the usual case: each message is that one field
-        return single[0], single[1], owners
-    fields = _wire.scan(data, starts, ends).select(number, 2)
-    return fields.start, fields.end, owners[fields.owner]
-
-
-def _lookup(context: _Context, starts: np.ndarray, ends: np.ndarray, owners: np.ndarray,
-            keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """For each key of the maps (string key -> message) in the given map-holding messages:
-    the records where it appears (sorted, the last entry of a key winning) and the starts and
-    ends of its value messages."""
-    data = context.buffer.data
-    if len(owners) == context.batch and (len(owners) < 2 or (owners[1:] > owners[:-1]).all()):
-        found = _lookup_alike(context, starts, ends, keys)
-        if found is not None:
-            return found
-    entries = _wire.scan(data, starts, ends).select(1, 2)
-    entry_record = owners[entries.owner]
-    key_start, key_end, value_start, value_end = _entries(data, entries.start, entries.end)
-    name_of = _match_keys(data, key_start, key_end - key_start, keys)
-    # Entries of wanted keys, grouped by key, records ascending; a key's last entry in a
-    # record wins (as when protobuf parses a map).
-    wanted = np.flatnonzero(name_of >= 0)
-    wanted = wanted[np.argsort(name_of[wanted], kind="stable")]
-    names, records = name_of[wanted], entry_record[wanted]
-    if len(wanted) > 1:
-        last = np.ones(len(wanted), bool)
-        last[:-1] = (names[1:] != names[:-1]) | (records[1:] != records[:-1])
-        if not last.all():
-            wanted, names, records = wanted[last], names[last], records[last]
-    bounds = np.searchsorted(names, np.arange(len(keys) + 1))
-    found = {}
-    for index, name in enumerate(keys):
-        part = wanted[bounds[index]:bounds[index + 1]]
-        found[name] = (records[bounds[index]:bounds[index + 1]], value_start[part],
-                       value_end[part])
-    return found
-
-
-def _lookup_alike(context: _Context, starts: np.ndarray, ends: np.ndarray,
-                  keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """:func:`_lookup` for one map per record where every record holds the same keys in the
-    same order (records written alike): the keys are compared across records one entry
-    position at a time. None when the records differ (or look malformed)."""
-    data, raw = context.buffer.data, context.buffer.raw
-    fields = _wire.uniform_fields(data, starts, ends, 0x0A)
-    if fields is None:
-        return None
-    begins, stops = fields
-    if begins.size:
-        # Each entry is the key field (tag, length, key), then the value field. The first
-        # record's entries give each position's key length; the first 8 bytes of every entry
-        # (tag, length and up to 6 bytes of key) must be those of the first record's.
-        key_length = data[begins[:, 0] + 1].astype(np.int64)
-        if key_length.max() >= 0x80 or (data[begins[:, 0]] != 0x0A).any():
-            return None
-        words = _wire.words(data)
-        keep = _wire.LOW_BYTES[np.minimum(key_length + 2, 8)][:, None]
-        head = words[begins] & keep
-        key_end = begins + (key_length + 2)[:, None]
-        if not (head == head[:, :1]).all() or (
-                key_length.max() > 6 and not _same_keys(data, begins + 2, key_length)):
-            return None
-        value_head = words[key_end]
-        value_length = ((value_head >> _8) & _LOW8).astype(np.int64)
-        if not ((value_head & _LOW8) == 0x12).all():
-            return None
-        value_start = key_end + 2
-        if value_length.max() >= 0x80:
-            length, after = _wire.read_varints(data, (key_end + 1).ravel(), stops.ravel())
-            value_start = after.reshape(stops.shape)
-            value_length = length.astype(np.int64).reshape(stops.shape)
-        if not (value_start + value_length == stops).all():
-            return None
-        key_start, key_length = begins + 2, key_length[:, None]
-    wanted = {key.encode(): key for key in keys}
-    found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    every = np.arange(context.batch, dtype=np.int64)
-    for position in range(len(begins)):  # a key's last entry wins, as in protobuf's maps
-        first = int(key_start[position, 0])
-        name = wanted.get(raw[first:first + int(key_length[position, 0])])
-        if name is not None:
-            found[name] = (every, value_start[position], stops[position])
-    nowhere = np.zeros(0, np.int64)
-    for key in keys:
-        found.setdefault(key, (nowhere, nowhere, nowhere))
-    return found
-
-
-def _same_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bool:
-    """Whether each row of keys ``data[starts[i, j]:starts[i, j] + lengths[i]]`` is one key,
-    compared 8 bytes at a time."""
-    words = _wire.words(data)
-    for offset in range(0, int(lengths.max(initial=0)), 8):
-        if int(starts.max()) + offset >= len(words):
-            return False
-        keep = _wire.LOW_BYTES[np.clip(lengths - offset, 0, 8)][:, None]
-        chunk = words[starts + offset] & keep
-        if not (chunk == chunk[:, :1]).all():
-            return False
-    return True
-
-
-def _entries(data: np.ndarray, starts: np.ndarray,
-             ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Where the key and the value of each map entry start and end (an entry without a key
-    has the empty key; without a value, an empty message)."""
-    count = len(starts)
-    if count and (starts + 2 < ends).all() and (data[starts] == 0x0A).all():
-        # The usual layout, key then value, each with a one-byte tag and length.
-        key_start = starts + 2
-        key_end = key_start + data[starts + 1]
-        if (data[starts + 1] < 0x80).all() and (key_end + 2 <= ends).all() and \
-                (data[key_end] == 0x12).all() and (data[key_end + 1] < 0x80).all():
-            value_start = key_end + 2
-            value_end = value_start + data[key_end + 1]
-            if (value_end == ends).all():
-                return key_start, key_end, value_start, value_end
-    parts = _wire.scan(data, starts, ends)
-    key_start = np.zeros(count, np.int64)
-    key_end = np.zeros(count, np.int64)
-    value_start = np.zeros(count, np.int64)
-    value_end = np.zeros(count, np.int64)
-    key = parts.select(1, 2)
-    key_start[key.owner], key_end[key.owner] = key.start, key.end
-    value = parts.select(2, 2)
-    value_start[value.owner], value_end[value.owner] = value.start, value.end
-    return key_start, key_end, value_start, value_end
-
-
-def _match_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                keys: list[str]) -> np.ndarray:
-    """For each map key ``data[starts[i]:starts[i] + lengths[i]]``, its index in ``keys``, or
-    -1. Keys are compared as zero-padded rows of 64-bit words (a number mixing the words finds
-    the candidate, the words confirm it)."""
-    encoded = [key.encode() for key in keys]
-    result = np.full(len(starts), -1, np.int64)
-    if not encoded or not len(starts):
-        return result
-    words = max(1, -(-max(map(len, encoded)) // 8))
-    width = 8 * words
-    table = np.zeros((len(keys), width), np.uint8)
-    for index, key in enumerate(encoded):
-        table[index, :len(key)] = np.frombuffer(key, np.uint8)
-    table_words = table.view("<u8")
-    table_lengths = np.array([len(key) for key in encoded], np.int64)
-    padded = data if int(starts.max()) + width <= len(data) else \
-        np.concatenate([data, np.zeros(width, np.uint8)])
-    rows = np.lib.stride_tricks.sliding_window_view(padded, width)[starts].view("<u8")
-    for word in range(words):  # zero the bytes after each key
-        keep = np.clip(lengths - 8 * word, 0, 8)
-        rows[:, word] &= _wire.LOW_BYTES[keep]
-    if words == 1:
-        codes, table_codes = rows[:, 0], table_words[:, 0]
-    else:
-        codes = (rows * _MIX[:words]).sum(axis=1, dtype=np.uint64)
-        table_codes = (table_words * _MIX[:words]).sum(axis=1, dtype=np.uint64)
-    order = np.argsort(table_codes)
-    position = np.minimum(np.searchsorted(table_codes[order], codes), len(keys) - 1)
-    index = order[position]
-    same = table_lengths[index] == lengths
-    if words == 1:
-        same &= table_codes[index] == codes
-    else:
-        same &= (table_words[index] == rows).all(axis=1)
-    result[same] = index[same]
-    return result
-
-
-_MIX = np.array([(0x9E3779B97F4A7C15 * (i + 1)) & 0xFFFFFFFFFFFFFFFF for i in range(64)],
-                np.uint64)
-
-
-def _feature_values(context: _Context, keys: list[str], slot_key: np.ndarray, kind: int,
-                    starts: np.ndarray, ends: np.ndarray,
-                    records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The values of the Feature messages ``data[starts[i]:ends[i]]`` (of key
-    ``keys[slot_key[i]]`` in record ``records[i]``), all of ``kind``: how many each holds,
-    and all of them. A Feature of no kind is empty."""
-    data = context.buffer.data
-    slots = len(starts)
-    short = _short_lists(data, starts, ends, kind << 3 | 2)
-    if short is not None:
-        begin, end, slot = short
-        one = np.arange(len(begin), dtype=np.int64)
-        items = _wire.Fields(one, one, np.full(len(one), 2), begin, end, one)
-        if kind == BYTES:
-            return _strings(context, items, slot, slots)
-        return _numbers(data, kind, items, slot, slots)
-    single = _wire.single_fields(data, starts, ends, kind << 3 | 2)
-    if single is not None:  # each Feature holds one list of the expected kind
-        return _list_values(context, kind, single[0], single[1],
-                            np.arange(slots, dtype=np.int64), slots)
-    fields = _wire.scan(data, starts, ends)
-    lists = fields.select(kind, 2)
-    if len(lists.owner) != len(fields):
-        rest = [k for k in (BYTES, FLOAT, INT64) if k != kind]
-        other = fields.others((rest[0], rest[1]), 2)
-        if len(other.owner):
-            slot = other.owner[0]
-            record = int(records[slot])
-            raise InvalidArgumentError(
-                f"Name: {context.name(record)}, Key: {keys[slot_key[slot]]}, Index: {record}.  "
-                f"Data types don't match. Data type: {KIND_NAMES[int(other.number[0])]} "
-                f"Expected type: {KIND_NAMES[kind]}"
-            )
-    return _list_values(context, kind, lists.start, lists.end, lists.owner, slots)
-
-
-def _short_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                 tag: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The usual Feature, read from the 8 bytes it starts with: the list field ``tag`` (one
-    for all, or each Feature's), then
-    (unless the list is empty) one packed field or byte string, both under 128 bytes long.
-    Where each such field's payload starts and ends, and which Feature holds it; None when
-    some Feature is otherwise."""
-    if not len(starts):
-        return None
-    head = _wire.words(data)[starts]
-    outer = ((head >> _8) & _LOW7).astype(np.int64)  # the list's length, if under 128
-    empty = outer == 0
-    if empty.any():
-        if not (np.where(empty, head & _TAG_MASK[0], head & _TAG_MASK[1])
-                == np.where(empty, tag, _INNER_TAG | tag)).all():
-            return None
-        slot = np.flatnonzero(~empty)
-        if not (starts[empty] + 2 == ends[empty]).all():
-            return None
-        starts, ends, head, outer = starts[slot], ends[slot], head[slot], outer[slot]
-    else:
-        if not ((head & _TAG_MASK[1]) == (_INNER_TAG | tag)).all():
-            return None
-        slot = np.arange(len(starts), dtype=np.int64)
-    inner = ((head >> _24) & _LOW7).astype(np.int64)
-    if not ((starts + 2 + outer == ends) & (inner + 2 == outer)).all():
-        return None
-    return starts + 4, ends, slot
-
-
-_8, _24 = np.uint64(8), np.uint64(24)
-_LOW7, _LOW8 = np.uint64(0x7F), np.uint64(0xFF)
-# Of a Feature's first bytes (tag, length, 0x0A, length): the bits to compare when its list is
-# empty, and when not; and the tag of the list's field.
-_TAG_MASK = (np.uint64(0x80FF), np.uint64(0x80FF80FF))
-_INNER_TAG = np.uint64(0x0A << 16)
-
-
-def _list_values(context: _Context, kind: int, starts: np.ndarray, ends: np.ndarray,
-                 list_slot: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """The values in the BytesList, FloatList or Int64List messages at ``starts``/``ends``
-    (each of slot ``list_slot[i]``): how many each slot holds, and all of them."""
-    data = context.buffer.data
-    wire_type = 0 if kind == INT64 else 2
-    nonempty = starts < ends
-    if not nonempty.all():  # empty lists hold no values
-        keep = np.flatnonzero(nonempty)
-        starts, ends, list_slot = starts[keep], ends[keep], list_slot[keep]
-    single = _wire.single_fields(data, starts, ends, 0x0A)
-    if single is not None:  # one field each: a packed list, or one byte string
-        one = np.arange(len(starts), dtype=np.int64)
-        items = _wire.Fields(one, one, np.full(len(one), 2), single[0], single[1], one)
-        if kind == BYTES:
-            return _strings(context, items, list_slot, slots)
-        return _numbers(data, kind, items, list_slot, slots)
-    found = _wire.scan(data, starts, ends)
-    items = found.select(1, 2) if kind == BYTES else \
-        found.select_any(1, (2, 5 if kind == FLOAT else wire_type))
-    slot = list_slot[items.owner]
-    if len(slot) > 1 and (slot[1:] < slot[:-1]).any():
-        # Values in slot order: the Features of different keys interleave in a record.
-        order = np.argsort(slot, kind="stable")
-        items = items.take(order)
-        list_slot = list_slot[items.owner]
-        items = items._replace(owner=np.arange(len(order), dtype=np.int64))
-    if kind == BYTES:
-        return _strings(context, items, list_slot, slots)
-    return _numbers(data, kind, items, list_slot, slots)
-
-
-def _strings(context: _Context, items: _wire.Fields, list_slot: np.ndarray,
-             slots: int) -> tuple[np.ndarray, np.ndarray]:
-    raw = context.buffer.raw
-    values = np.empty(len(items.owner), object)
-    values[:] = [raw[a:b] for a, b in zip(items.start.tolist(), items.end.tolist())]
-    return _per_slot(list_slot[items.owner], slots), values
-
-
-def _numbers(data: np.ndarray, kind: int, items: _wire.Fields, list_slot: np.ndarray,
-             slots: int) -> tuple[np.ndarray, np.ndarray]:
-    if kind == FLOAT:
-        return _floats(data, items, list_slot, slots)
-    return _ints(data, items, list_slot, slots)
-
-
-def _per_slot(owner: np.ndarray, slots: int, weights: np.ndarray | None = None) -> np.ndarray:
-    if weights is None:
-        return np.bincount(owner, minlength=slots).astype(np.int64)
-    return np.bincount(owner, weights=weights, minlength=slots).astype(np.int64)
-
-
-def _floats(data: np.ndarray, items: _wire.Fields, list_slot: np.ndarray,
-            slots: int) -> tuple[np.ndarray, np.ndarray]:
-    size = items.end - items.start
-    if (size % 4).any():
-        raise DataLossError("malformed record: a packed float list of a length not a "
-                            "multiple of 4")
-    values = _wire.little_floats(data, items.start, size // 4)
-    return _per_slot(list_slot[items.owner], slots, size // 4), values
-
-
-def _ints(data: np.ndarray, items: _wire.Fields, list_slot: np.ndarray,
-          slots: int) -> tuple[np.ndarray, np.ndarray]:
-    slot = list_slot[items.owner]
-    packed = items.wire_type == 2
-    if packed.all():
-        values, counts = _wire.decode_packed_varints(data, items.start, items.end)
-        return _per_slot(slot, slots, counts), _wire.as_int(values)
-    # Packed and unpacked pieces, merged in document order.
-    piece_counts = np.ones(len(slot), np.int64)
-    packed_values, piece_counts[packed] = _wire.decode_packed_varints(
-        data, items.start[packed], items.end[packed])
-    offsets = np.cumsum(piece_counts) - piece_counts
-    values = np.empty(int(piece_counts.sum()), np.uint64)
-    values[_wire.ranges(offsets[packed], piece_counts[packed])] = packed_values
-    values[offsets[~packed]] = items.value[~packed]
-    return _per_slot(slot, slots, piece_counts), _wire.as_int(values)
-
-
-def _columns(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
-             kinds: Mapping[str, int], sequence: bool) -> dict[str, _Column]:
-    """The column of each key: the Features of all keys of one kind are decoded together (for
-    feature lists, the Features of their steps)."""
-    columns = {}
-    groups = [(kind, keys) for kind in (BYTES, FLOAT, INT64)
-              if (keys := [key for key, wanted in kinds.items() if wanted == kind])]
-    decoded = None if sequence else _usual_features(context, found, groups)
-    for kind, keys in groups:
-        per_key = np.array([len(found[key][0]) for key in keys], np.int64)
-        steps, per_slot_key = None, per_key
-        if decoded:
-            counts, values = decoded[kind]
-        else:
-            counts, values, steps, per_slot_key = _kind_values(context, found, keys, kind,
-                                                               per_key, sequence)
-        # Each key's slots, values and lists, as bounds into the arrays of all keys.
-        slot_bounds = [0, *accumulate(per_slot_key.tolist())]
-        value_bounds = np.concatenate(([0], np.cumsum(counts)))[slot_bounds].tolist()
-        list_bounds = [0, *accumulate(per_key.tolist())]
-        for index, key in enumerate(keys):
-            key_steps = None if steps is None else \
-                steps[list_bounds[index]:list_bounds[index + 1]]
-            columns[key] = _Column(found[key][0],
-                                   counts[slot_bounds[index]:slot_bounds[index + 1]],
-                                   values[value_bounds[index]:value_bounds[index + 1]],
-                                   key_steps)
-    return columns
-
-
-def _kind_values(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
-                 keys: list[str], kind: int, per_key: np.ndarray, sequence: bool
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
-    """The values of the Features of ``keys`` (all of ``kind``): how many each slot holds and
-    all of them; and for feature lists, the steps of each and the slots of each key."""
-    records, starts, ends = (np.concatenate([found[key][i] for key in keys]) for i in range(3))
-    slot_key = np.repeat(np.arange(len(keys)), per_key)
-    steps, per_slot_key = None, per_key
-    if sequence:  # slots are the steps of the feature lists
-        lists = np.arange(len(records))
-        starts, ends, owner = _messages(context.buffer.data, starts, ends, lists, 1)
-        steps = np.bincount(owner, minlength=len(records)).astype(np.int64)
-        slot_key, records = slot_key[owner], records[owner]
-        per_slot_key = np.bincount(slot_key, minlength=len(keys))
-    counts, values = _feature_values(context, keys, slot_key, kind, starts, ends, records)
-    return counts, values, steps, per_slot_key
-
-
-def _usual_features(context: _Context, found: Mapping[str, tuple[np.ndarray, ...]],
-                    groups: list[tuple[int, list[str]]]
-                    ) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
-    """:func:`_feature_values` of each kind's keys where every Feature of every kind has the
-    usual layout (see :func:`_short_lists`), which is checked for all of them at once; None
-    otherwise."""
-    starts, ends = (np.concatenate([found[key][i] for _, keys in groups for key in keys])
-                    for i in (1, 2))
-    per_kind = [sum(len(found[key][0]) for key in keys) for _, keys in groups]
-    tags = np.repeat(np.array([kind << 3 | 2 for kind, _ in groups], np.uint64), per_kind)
-    short = _short_lists(context.buffer.data, starts, ends, tags)
-    if short is None:
-        return None
-    begin, end, slot = short
-    first_slots = np.cumsum([0, *per_kind])
-    cuts = np.searchsorted(slot, first_slots).tolist()
-    decoded = {}
-    for index, (kind, _) in enumerate(groups):
-        a, b = cuts[index], cuts[index + 1]
-        one = np.arange(b - a, dtype=np.int64)
-        items = _wire.Fields(one, one, np.full(len(one), 2), begin[a:b], end[a:b], one)
-        kind_slot, slots = slot[a:b] - first_slots[index], per_kind[index]
-        decoded[kind] = _strings(context, items, kind_slot, slots) if kind == BYTES else \
-            _numbers(context.buffer.data, kind, items, kind_slot, slots)
-    return decoded
+def _read_columns(context: _Context, kinds: Mapping[str, int], field: int,
+                  sparse: frozenset[str] = frozenset()) -> dict[str, _Column]:
+    """The column of each key of the map at ``field`` of every record: Example features or
+    SequenceExample context (1), or SequenceExample feature lists (2: slots are steps). Keys
+    in ``sparse`` come with their values' sparse indices."""
+    keys = list(kinds)
+    columns, error = _native.parse_columns(context.records, [key.encode() for key in keys],
+                                           list(kinds.values()), field, field == 2, _threads,
+                                           [key in sparse for key in keys])
+    if error is not None:
+        if error[0] == "data_loss":
+            raise DataLossError(error[2])
+        record, key = error[1], keys[error[2]]
+        raise InvalidArgumentError(
+            f"Name: {context.name(record)}, Key: {key}, Index: {record}.  "
+            f"Data types don't match. Data type: {KIND_NAMES[error[3]]} "
+            f"Expected type: {KIND_NAMES[kinds[key]]}"
+        )
+    assert columns is not None
+    return {key: _Column(*column) for key, column in zip(keys, columns)}
 
 
 # --- building the outputs ----------------------------------------------------------------------
@@ -555,7 +189,7 @@ def _dense(context: _Context, key: str, config: FixedLenFeature, column: _Column
     size = math.prod(shape)
     records, counts = column.records, column.counts
     batch = context.batch
-    if size and len(records) == batch and (counts == size).all():  # the usual case
+    if size and column.uniform == size:  # the usual case
         return column.values.reshape((batch, *shape))
     # A Feature with no kind (nothing in it) counts as missing.
     present = counts != 0 if size else np.ones(len(counts), bool)
@@ -583,6 +217,9 @@ def _dense(context: _Context, key: str, config: FixedLenFeature, column: _Column
 
 
 def _sparse(column: _Column, batch: int) -> SparseTensor:
+    if column.indices is not None:
+        return SparseTensor._unchecked(column.indices, column.values,
+                                       np.array([batch, column.widest], np.int64))
     counts = column.counts
     total = len(column.values)
     rows = np.repeat(column.records, counts)
@@ -807,18 +444,7 @@ def _requests(features: Mapping[str, Any] | None, what: str) -> dict[str, int]:
 
 def _context(serialized: Any, example_names: Any) -> _Context:
     records = _records(serialized)
-    return _Context(_wire.join(records), len(records), _names(example_names, len(records)))
-
-
-def _example_columns(context: _Context, kinds: Mapping[str, int],
-                     field: int = 1) -> dict[str, _Column]:
-    """The columns of Example features (field 1) or SequenceExample context (field 1) or
-    feature lists (field 2, then read with :func:`_sequence_columns`)."""
-    buffer = context.buffer
-    records = np.arange(context.batch, dtype=np.int64)
-    starts, ends, owners = _messages(buffer.data, buffer.starts, buffer.ends, records, field)
-    found = _lookup(context, starts, ends, owners, list(kinds))
-    return _columns(context, found, kinds, sequence=field == 2)
+    return _Context(records, len(records), _names(example_names, len(records)))
 
 
 def _outputs(context: _Context, features: Mapping[str, Any],
@@ -838,13 +464,46 @@ def _outputs(context: _Context, features: Mapping[str, Any],
     return out
 
 
+class _Checked(NamedTuple):
+    """The checked ``features`` of a parse: the kind to read each key as, the keys read as
+    VarLenFeature; and the configs they were checked from (the check is reused while the same
+    dict holds the same configs)."""
+
+    kinds: dict[str, int]
+    sparse: frozenset[str]
+    keys: tuple[str, ...]
+    configs: tuple[Any, ...]
+    ids: tuple[int, ...]
+
+
+_CHECKED: dict[int, tuple[Mapping[str, Any], _Checked]] = {}
+
+
+def _checked(features: Mapping[str, Any], what: str) -> _Checked:
+    """:func:`_requests` of ``features``, remembered for the dict (most pipelines parse every
+    batch with one dict)."""
+    seen = _CHECKED.get(id(features))
+    if seen is not None and seen[0] is features and seen[1].keys == tuple(features) and \
+            seen[1].ids == tuple(map(id, features.values())):
+        return seen[1]
+    kinds = _requests(features, what)
+    configs = tuple(features.values())
+    checked = _Checked(kinds, frozenset(key for key, config in features.items()
+                                        if isinstance(config, VarLenFeature)),
+                       tuple(features), configs, tuple(map(id, configs)))
+    if len(_CHECKED) >= 64:
+        _CHECKED.clear()
+    _CHECKED[id(features)] = (features, checked)
+    return checked
+
+
 # --- the public functions ----------------------------------------------------------------------
 
 def check_features(features: Any) -> dict[str, int]:
     """Checks the ``features`` of :func:`parse_example`; the kind to read each key as."""
     if not isinstance(features, Mapping) or not features:
         raise InvalidArgumentError("features must be a non-empty dict of feature configs")
-    return _requests(features, "features")
+    return _checked(features, "features").kinds
 
 
 def parse_example(serialized: Any, features: Mapping[str, Any], example_names: Any = None,
@@ -858,9 +517,10 @@ def parse_example(serialized: Any, features: Mapping[str, Any], example_names: A
     padded). ``serialized`` is a 1-D list or array of ``bytes``; ``example_names`` (one per
     record) name records in errors.
     """
-    kinds = check_features(features)
+    check_features(features)
+    checked = _checked(features, "features")
     context = _context(serialized, example_names)
-    return _outputs(context, features, _example_columns(context, kinds))
+    return _outputs(context, features, _read_columns(context, checked.kinds, 1, checked.sparse))
 
 
 def parse_single_example(serialized: Any, features: Mapping[str, Any],
@@ -923,11 +583,11 @@ def parse_sequence_example(serialized: Any, context_features: Mapping[str, Any] 
     parsed_context = {}
     if context_features:
         parsed_context = _outputs(context, context_features,
-                                  _example_columns(context, context_kinds, 1))
+                                  _read_columns(context, context_kinds, 1))
     parsed_lists: dict[str, Any] = {}
     lengths: dict[str, Any] = {}
     if sequence_features:
-        columns = _example_columns(context, sequence_kinds, 2)
+        columns = _read_columns(context, sequence_kinds, 2)
         for key, config in sequence_features.items():
             parsed_lists[key], step_counts = _sequence_output(context, key, config,
                                                               columns[config.value_key or key]
