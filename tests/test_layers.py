@@ -37,13 +37,19 @@ def modules(root: Path, package: str) -> dict[str, Path]:
     return found
 
 
-def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+def imports(name: str, path: Path, known: dict[str, Path], typing: bool = True) -> set[str]:
     """The modules ``name`` imports (anywhere in it): ``from p import m`` counts as ``p.m``
     when that is a service module, else as ``p`` (and, outside the service, as ``p.m`` too:
-    it may be a module)."""
+    it may be a module). ``typing=False`` leaves out the blocks under ``if TYPE_CHECKING:``,
+    which never run."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    if not typing:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -160,3 +166,81 @@ def test_cycles_are_found(tmp_path: Path) -> None:
     (service / "a.py").write_text("from convoy.data.service import b\n")
     (service / "b.py").write_text("import convoy.data.service.a\n")
     assert cycles(graph(tmp_path)) == [[f"{SERVICE}.a", f"{SERVICE}.b", f"{SERVICE}.a"]]
+
+
+# ----- convoy.data outside the service ----------------------------------------------------------
+DATA = "convoy.data"
+#: The layers of ``convoy.data``, lowest first: a module imports only modules of its own layer
+#: or lower ones, at run time (imports under ``if TYPE_CHECKING:`` do not count).
+DATA_LAYERS = (
+    ("_core", "tfrecord"),  # op bases, rows, options; the TFRecord format
+    ("_sources",),
+    ("_ops",),
+    ("_persistence",),
+    ("_sharding",),
+    ("_dataset", "_iterator", "_file_datasets"),  # the faces
+    ("service",),
+    ("experimental", ""),  # the public modules that gather the rest ("": the package)
+)
+
+
+def data_layer(module: str) -> int | None:
+    """The index in :data:`DATA_LAYERS` of ``module``; None outside ``convoy.data``."""
+    if module != DATA and not module.startswith(DATA + "."):
+        return None
+    first = module[len(DATA) + 1:].split(".")[0]
+    return next(i for i, names in enumerate(DATA_LAYERS) if first in names)
+
+
+def data_graph(root: Path = SOURCE) -> dict[str, set[str]]:
+    known = modules(root, DATA)
+    return {name: imports(name, path, known, typing=False) for name, path in known.items()}
+
+
+def data_violations(edges: dict[str, set[str]]) -> Iterator[str]:
+    for module, targets in sorted(edges.items()):
+        mine = data_layer(module)
+        for target in sorted(targets & edges.keys()):
+            theirs = data_layer(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                yield f"{module} imports {target}, a layer above it"
+
+
+def test_convoy_data_imports_only_down_its_layers() -> None:
+    edges = data_graph()
+    assert {data_layer(m) for m in edges} == set(range(len(DATA_LAYERS)))
+    assert list(data_violations(edges)) == []
+
+
+def test_convoy_data_has_no_import_cycle() -> None:
+    assert cycles(data_graph()) == []
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    ("_ops/_x.py", "from convoy.data._dataset import Dataset"),
+    ("_ops/_x.py", "def f():\n    from convoy.data._dataset import Dataset"),
+    ("_sharding/_x.py", "import convoy.data.service._worker"),
+    ("_core/_x.py", "from convoy.data._ops import _y"),
+])
+def test_the_data_contract_catches_what_it_forbids(tmp_path: Path, module: str,
+                                                   source: str) -> None:
+    data = tmp_path / DATA.replace(".", "/")
+    for room in ("_core", "_ops", "_sharding", "service/_worker"):
+        (data / room).mkdir(parents=True)
+        (data / room / "__init__.py").write_text("")
+    (data / "__init__.py").write_text("")
+    (data / "_dataset.py").write_text("")
+    (data / "_ops" / "_y.py").write_text("")
+    (data / module).write_text(source + "\n")
+    assert len(list(data_violations(data_graph(tmp_path)))) == 1
+
+
+def test_imports_under_type_checking_do_not_count(tmp_path: Path) -> None:
+    data = tmp_path / DATA.replace(".", "/")
+    (data / "_ops").mkdir(parents=True)
+    (data / "__init__.py").write_text("")
+    (data / "_dataset.py").write_text("")
+    (data / "_ops" / "_x.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from convoy.data._dataset import Dataset\n")
+    assert list(data_violations(data_graph(tmp_path))) == []

@@ -122,7 +122,7 @@ def test_the_dispatcher_marks_the_save_done_when_its_last_worker_cannot(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker that finished the last stream is lost before it writes ``DONE``: the
     dispatcher has written it already (TensorFlow's dispatcher writes it too)."""
-    from convoy.data import _distributed_snapshot as layout
+    from convoy.data._persistence import _distributed_snapshot as layout
     from convoy.data.service import _worker_server
 
     class LostBeforeDone:  # the worker's view of the layout, minus its final DONE
@@ -142,7 +142,7 @@ def test_the_dispatcher_marks_the_save_done_when_its_last_worker_cannot(
 
 def test_waiting_for_a_save_no_one_writes_ends_in_an_error_naming_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from convoy.data import _distributed_snapshot as layout
+    from convoy.data._persistence import _distributed_snapshot as layout
 
     monkeypatch.setattr(layout, "STALL_TIMEOUT_S", 0.5)
     (tmp_path / "saved").mkdir()
@@ -153,7 +153,7 @@ def test_waiting_for_a_save_no_one_writes_ends_in_an_error_naming_it(
 
 def test_waiting_for_metadata_no_one_writes_ends_in_an_error_naming_the_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from convoy.data import _distributed_snapshot as layout
+    from convoy.data._persistence import _distributed_snapshot as layout
 
     monkeypatch.setattr(layout, "STALL_TIMEOUT_S", 0.5)
     with pytest.raises(cv.errors.DeadlineExceededError, match="metadata to .*never"):
@@ -165,7 +165,7 @@ def test_a_load_waiting_when_the_metadata_appears_reads_it_as_what_it_is(
     """A load waiting for a save that has not started reads the distributed save's text
     metadata once it appears. (Its kind is decided from one reading of the file: reading it
     twice once took a file written between the two readings for ``save``'s binary record.)"""
-    from convoy.data import _distributed_snapshot as layout
+    from convoy.data._persistence import _distributed_snapshot as layout
 
     path = tmp_path / "saved"
     path.mkdir()

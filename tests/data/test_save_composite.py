@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.data import Dataset, RaggedTensorSpec, SparseTensorSpec, TensorSpec, _save
+from convoy.data import Dataset, RaggedTensorSpec, SparseTensorSpec, TensorSpec
+from convoy.data._persistence import _save
 from convoy.errors import DataLossError, InvalidArgumentError, UnimplementedError
 from convoy.io import struct_pb2
 from convoy.testing import assert_equal

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from convoy import nest
 from convoy.data import Dataset
-from convoy.data._sources import TensorSlicesOp
+from convoy.data._sources._basic import TensorSlicesOp
 from convoy.errors import InvalidArgumentError
 
 

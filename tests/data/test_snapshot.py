@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.data import _save
+from convoy.data._persistence import _load, _save
 from convoy.errors import InvalidArgumentError
 
 CPUS = os.cpu_count() or 1
@@ -193,7 +193,7 @@ def snapshot_contents(snapshot_dir: Path) -> list[int]:
     (fingerprint,) = os.listdir(snapshot_dir)
     metadata = _save.read_metadata(str(snapshot_dir / fingerprint))
     assert metadata is not None and metadata.finalized
-    op = _save.reader_op(str(snapshot_dir / fingerprint / metadata.run_id), "SNAPPY",
+    op = _load.reader_op(str(snapshot_dir / fingerprint / metadata.run_id), "SNAPPY",
                          cv.data.TensorSpec([], np.int64), lambda d: d.flat_map(lambda s: s))
     return [int(x) for x in cv.data.Dataset(op)]
 
@@ -246,7 +246,7 @@ def test_an_interrupted_write_restarts_cleanly(snapshot_dir: Path) -> None:
 # ----- the fingerprint ---------------------------------------------------------------------------
 FINGERPRINT = """
 import numpy as np, convoy as cv
-from convoy.data._snapshot import fingerprint
+from convoy.data._persistence._snapshot import fingerprint
 scale = np.array([{scale}])
 ds = cv.data.Dataset.range(10).map(lambda x: x * scale).batch(2)
 print(fingerprint(ds._op))

@@ -18,7 +18,7 @@ from hypothesis import strategies as hs
 from convoy._transport import rpc as _rpc
 from convoy.codec import decode
 from convoy.data import Dataset
-from convoy.data._op import seeded
+from convoy.data._core._op import seeded
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client import reader_events as rev
 from convoy.data.service._client.reader_state import ReaderConfig, ReaderState

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import convoy as cv
-from convoy.data._static_shard import shard_statically
+from convoy.data._sharding._static_shard import shard_statically
 from convoy.data.service import (
     DispatcherConfig,
     ShardingPolicy,

@@ -1,5 +1,9 @@
 """The public face of local pipelines: :class:`Dataset`, whose methods chain ops (each op in
-a module of its own)."""
+a module of its own).
+
+Long by design: one method per tf.data transformation, each checking its arguments and
+building its op, so the whole API reads in one place.
+"""
 
 from __future__ import annotations
 
@@ -12,34 +16,36 @@ import numpy as np
 
 from convoy._base import check
 from convoy._values import nest
-from convoy.data import _save
-from convoy.data._batch import BatchOp, PaddedBatchOp, UnbatchOp, refuse_composite
-from convoy.data._cache import CacheOp
-from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
-from convoy.data._faults import IgnoreErrorsOp
-from convoy.data._grouping import GroupByWindowOp, WindowOp
-from convoy.data._infinite import CounterOp, RandomOp
-from convoy.data._interleave import InterleaveOp
-from convoy.data._iterator import DatasetIterator
-from convoy.data._map import FilterOp, MapOp
-from convoy.data._op import (
+from convoy.data._core._op import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
     SHARD_HINT,
     UNKNOWN_CARDINALITY,
     Node,
     Op,
+    SameSpecOp,
     derive_key,
+    register_face,
 )
-from convoy.data._options import PIPELINE_DETERMINISTIC, Options
-from convoy.data._prefetch import PrefetchOp
-from convoy.data._ragged import RaggedBatchOp, SparseBatchOp
-from convoy.data._resample import rejection_resample
-from convoy.data._scan import ScanOp
-from convoy.data._shuffle import ShuffleOp
-from convoy.data._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
-from convoy.data._snapshot import SnapshotOp
-from convoy.data._sources import (
+from convoy.data._core._options import PIPELINE_DETERMINISTIC, Options
+from convoy.data._iterator import DatasetIterator
+from convoy.data._ops._batch import BatchOp, PaddedBatchOp, UnbatchOp, refuse_composite
+from convoy.data._ops._cache import CacheOp
+from convoy.data._ops._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._ops._faults import IgnoreErrorsOp
+from convoy.data._ops._grouping import GroupByWindowOp, WindowOp, bucket_by_sequence_length
+from convoy.data._ops._interleave import InterleaveOp
+from convoy.data._ops._map import FilterOp, MapOp
+from convoy.data._ops._prefetch import PrefetchOp
+from convoy.data._ops._ragged import RaggedBatchOp, SparseBatchOp
+from convoy.data._ops._resample import rejection_resample
+from convoy.data._ops._scan import ScanOp
+from convoy.data._ops._shuffle import ShuffleOp
+from convoy.data._ops._slicing import EnumerateOp, RepeatOp, ShardOp, SkipOp, TakeOp, TakeWhileOp
+from convoy.data._ops._unique import UniqueOp, check_unique_spec
+from convoy.data._persistence import _load, _save
+from convoy.data._persistence._snapshot import SnapshotOp
+from convoy.data._sources._basic import (
     ElementsOp,
     GeneratorOp,
     ListFilesOp,
@@ -48,11 +54,13 @@ from convoy.data._sources import (
     TensorsOp,
     to_tensor_structure,
 )
-from convoy.data._unique import UniqueOp, check_unique_spec
+from convoy.data._sources._infinite import CounterOp, RandomOp
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 
-class _OptionsOp(Op):
+class _OptionsOp(SameSpecOp):
+    passes_elements = True
+
     def __init__(self, input: Op, options: Options) -> None:
         self.inputs = (input,)
         self.options = options
@@ -69,27 +77,6 @@ class _OptionsOp(Op):
             return self.input.iterator(state, key)
         finally:
             PIPELINE_DETERMINISTIC.reset(token)
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
-
-
-class DatasetSpec:
-    """The spec of an element that is itself a dataset (``window`` makes them)."""
-
-    __slots__ = ("element_spec",)
-
-    def __init__(self, element_spec: Any) -> None:
-        self.element_spec = element_spec
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, DatasetSpec) and self.element_spec == other.element_spec
-
-    def __hash__(self) -> int:
-        return hash(repr(self.element_spec))
-
-    def __repr__(self) -> str:
-        return f"DatasetSpec({self.element_spec!r})"
 
 
 def _is_hint(value: Any) -> bool:
@@ -213,7 +200,7 @@ class Dataset:
              wait: bool = False) -> Dataset:
         """The dataset ``save`` (convoy's or TensorFlow's) wrote under ``path``; its element
         spec is read from there unless given."""
-        return Dataset(_save.load(path, element_spec, compression, reader_func, wait))
+        return Dataset(_load.load(path, element_spec, compression, reader_func, wait))
 
     @staticmethod
     def zip(*datasets: Any) -> Dataset:
@@ -524,7 +511,7 @@ class Dataset:
                                   name: str | None = None) -> Dataset:
         """Elements bucketed by ``element_length_func`` against ``bucket_boundaries`` and
         padded-batched, with ``bucket_batch_sizes[i]`` elements per batch of bucket ``i``."""
-        return _bucket_by_sequence_length(
+        return bucket_by_sequence_length(
             self, element_length_func, list(bucket_boundaries), list(bucket_batch_sizes),
             padded_shapes, padding_values, pad_to_bucket_boundary, no_padding, drop_remainder)
 
@@ -621,69 +608,4 @@ class Dataset:
         return Dataset(op)
 
 
-def _bucket_by_sequence_length(dataset: Dataset, element_length_func: Callable[..., Any],
-                               boundaries: list[int], batch_sizes: list[int],
-                               padded_shapes: Any, padding_values: Any,
-                               pad_to_bucket_boundary: bool, no_padding: bool,
-                               drop_remainder: bool) -> Dataset:
-    if len(batch_sizes) != len(boundaries) + 1:
-        raise InvalidArgumentError(
-            f"`len(bucket_batch_sizes)` must equal `len(bucket_boundaries) + 1` but "
-            f"`len(bucket_batch_sizes)={len(batch_sizes)}` and "
-            f"`len(bucket_boundaries)={len(boundaries)}`.")
-    lows = [np.iinfo(np.int32).min, *boundaries]
-    highs = [*boundaries, np.iinfo(np.int32).max]
-
-    def bucket_id(*element: Any) -> np.int64:
-        length = element_length_func(*element)
-        for i, (low, high) in enumerate(zip(lows, highs)):
-            if low <= length < high:
-                return np.int64(i)
-        raise InvalidArgumentError(
-            f"bucket_by_sequence_length: element length {length} is in no bucket")
-
-    def batching(key: np.int64, group: Dataset) -> Dataset:
-        size = batch_sizes[int(key)]
-        if no_padding:
-            return group.batch(size, drop_remainder=drop_remainder)
-        filler = None
-        if pad_to_bucket_boundary:
-            if int(key) >= len(batch_sizes) - 1:
-                raise InvalidArgumentError(
-                    "When pad_to_bucket_boundary=True, elements must have length < "
-                    "bucket_boundaries[-1].")
-            filler = boundaries[int(key)] - 1
-        shapes = padded_shapes
-        if shapes is None:
-            shapes = nest.map_structure(lambda s: None if s.shape is None else [None] * len(
-                s.shape), group.element_spec)
-        if filler is not None:
-            shapes = _boundary_shapes(group, shapes, filler)
-        return group.padded_batch(size, shapes, padding_values,
-                                  drop_remainder=drop_remainder)
-
-    return dataset.group_by_window(bucket_id, batching,
-                                   window_size_func=lambda key: batch_sizes[int(key)])
-
-
-def _boundary_shapes(group: Dataset, shapes: Any, filler: int) -> Any:
-    """``shapes`` with their unknown sizes set to ``filler``. A size is unknown where the
-    spec (or the given shape) says None, or where the group's elements differ from the
-    spec: a spec read off a first element knows sizes that vary."""
-    spec = group.element_spec
-    specs = nest.flatten(spec)
-    given = nest.flatten_up_to(spec, shapes) if nest.is_nested(spec) else [shapes]
-    columns = list(zip(*(nest.flatten(e) for e in group)))
-    out: list[Any] = []
-    for s, shape, column in zip(specs, given, columns):
-        if shape is None:
-            out.append(None)
-            continue
-        known = s.shape or (None,) * len(shape)
-        dims = []
-        for axis, (wanted, d) in enumerate(zip(shape, known)):
-            varies = d is None or any(np.shape(v)[axis] != d for v in column)
-            dims.append(filler if (wanted is None or wanted == -1) and varies
-                        else (d if wanted is None or wanted == -1 else wanted))
-        out.append(dims)
-    return out[0] if not nest.is_nested(spec) else nest.pack_sequence_as(spec, out)
+register_face(Dataset)

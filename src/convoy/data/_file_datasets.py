@@ -1,17 +1,20 @@
-"""The datasets that read files, as the public sees them: ``TextLineDataset`` and
-``TFRecordDataset`` (their ops are in :mod:`convoy.data._file_reader_ops`)."""
+"""The datasets that read files, as the public sees them: ``TextLineDataset``,
+``TFRecordDataset`` and ``FixedLengthRecordDataset`` (their ops are in
+:mod:`convoy.data._sources`)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from convoy._base import check
+from convoy.data._core._op import AUTOTUNE, Op
 from convoy.data._dataset import Dataset
-from convoy.data._file_reader_ops import FileReaderOp, TextLineOp, TFRecordOp
-from convoy.data._op import AUTOTUNE, Op
+from convoy.data._sources._file_reader_ops import FileReaderOp, TextLineOp, TFRecordOp
+from convoy.data._sources._fixed_length import FixedLengthRecordOp
 from convoy.errors import InvalidArgumentError
 
 
@@ -71,4 +74,25 @@ class TFRecordDataset(Dataset):
                  buffer_size: int | None = None, num_parallel_reads: int | None = None,
                  name: str | None = None) -> None:
         super().__init__(_reader_dataset(TFRecordOp, filenames, compression_type,
+                                         num_parallel_reads))
+
+
+class FixedLengthRecordDataset(Dataset):
+    """The ``record_bytes``-long records (as bytes) of one or more files, after each file's
+    ``header_bytes`` and before its ``footer_bytes``. ``buffer_size`` (TensorFlow's read
+    buffer) is accepted and has no effect: convoy reads in blocks of its own size."""
+
+    def __init__(self, filenames: Any, record_bytes: int, header_bytes: int | None = None,
+                 footer_bytes: int | None = None, buffer_size: int | None = None,
+                 compression_type: str | None = None, num_parallel_reads: int | None = None,
+                 name: str | None = None) -> None:
+        record = check.integer("record_bytes", record_bytes, 1)
+        header = check.optional_integer("header_bytes", header_bytes, 0) or 0
+        footer = check.optional_integer("footer_bytes", footer_bytes, 0) or 0
+        check.optional_integer("buffer_size", buffer_size, 0)
+
+        def make(files: Sequence[bytes | str], compression: str | None) -> FixedLengthRecordOp:
+            return FixedLengthRecordOp(files, compression, record, header, footer)
+
+        super().__init__(_reader_dataset(make, filenames, compression_type,  # type: ignore[arg-type]
                                          num_parallel_reads))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from convoy.data._optional import Optional
+from convoy.data._core._optional import Optional
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 
 if TYPE_CHECKING:

@@ -14,21 +14,21 @@ import numpy as np
 from convoy._base import check
 from convoy._values import nest
 from convoy.data import service  # tf.data.experimental.service: the same module
-from convoy.data._csv import csv_op, file_names, header_names, infer_defaults
-from convoy.data._dataset import Dataset
-from convoy.data._faults import AssertCardinalityOp
-from convoy.data._file_datasets import _file_list
-from convoy.data._iterator import DatasetIterator
-from convoy.data._op import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from convoy.data._optional import Optional
-from convoy.data._options import (
+from convoy.data._core._op import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from convoy.data._core._optional import Optional
+from convoy.data._core._options import (
     AutoShardPolicy,
     AutotuneOptions,
     DistributeOptions,
     OptimizationOptions,
     ThreadingOptions,
 )
-from convoy.data._sources import ElementsOp, to_tensor_structure
+from convoy.data._dataset import Dataset
+from convoy.data._file_datasets import _file_list
+from convoy.data._iterator import DatasetIterator
+from convoy.data._ops._faults import AssertCardinalityOp
+from convoy.data._sources._basic import ElementsOp, to_tensor_structure
+from convoy.data._sources._csv import csv_op, file_names, header_names, infer_defaults
 from convoy.errors import InvalidArgumentError
 from convoy.io._parsing import check_features, parse_example
 

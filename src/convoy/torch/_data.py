@@ -38,8 +38,8 @@ import torch.utils.data
 from convoy._base import check
 from convoy._values import pickling as _pickling
 from convoy.data import Dataset, DatasetIterator
-from convoy.data._op import Op, derive_key, seeded
-from convoy.data._shuffle import ShuffleOp
+from convoy.data._core._op import Op, derive_key, seeded
+from convoy.data._ops._shuffle import ShuffleOp
 from convoy.data.service._client.options import DEFAULT_SHARED_BUFFER, dispatcher_client
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._distribute import DataServiceOp

@@ -250,7 +250,7 @@ def test_dynamic_sharding_refuses_a_save_being_written(make_cluster: Any,
     """DYNAMIC cannot number the chunks of a save still being written: refused, naming it."""
     path = tmp_path / "saved"
     path.mkdir()
-    from convoy.data import _distributed_snapshot as layout
+    from convoy.data._persistence import _distributed_snapshot as layout
 
     layout.write_metadata(str(path), cv.data.TensorSpec([], np.int64), None)
     cluster = make_cluster(1)

@@ -19,7 +19,7 @@ from convoy._base import fs as _fs
 from convoy._base import threads as _threads
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import LOOPBACK
-from convoy.data import _distributed_snapshot as layout
+from convoy.data._persistence import _distributed_snapshot as layout
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import WIRE_COMPRESSIONS as _COMPRESSIONS
 from convoy.data.service._common.config import WIRE_TARGET_WORKERS as _TARGET_WORKERS

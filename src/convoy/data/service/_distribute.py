@@ -19,12 +19,12 @@ from convoy._base import check
 from convoy._transport import rpc as _rpc
 from convoy._values import pickling as _pickling
 from convoy._values.codec import validate_compression
+from convoy.data._core._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
 from convoy.data._dataset import Dataset
-from convoy.data._grouping import refuse_nested_datasets
-from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
-from convoy.data._sources import ListFilesOp
-from convoy.data._split import source_units, split_units
-from convoy.data._static_shard import check_file_sources
+from convoy.data._ops._grouping import refuse_nested_datasets
+from convoy.data._sharding._split import source_units, split_units
+from convoy.data._sharding._static_shard import check_file_sources
+from convoy.data._sources._basic import ListFilesOp
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client.options import (
     CrossTrainerCache,

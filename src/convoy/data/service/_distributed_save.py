@@ -1,7 +1,7 @@
 """distributed_save: a dataset written to disk by the data service's workers.
 
 The caller checks the arguments, writes the save's metadata (TensorFlow's distributed snapshot
-layout, :mod:`convoy.data._distributed_snapshot`), registers the dataset and asks the
+layout, :mod:`convoy.data._persistence._distributed_snapshot`), registers the dataset and asks the
 dispatcher to start the save; it returns then, as TensorFlow's does. Workers write the
 elements in streams; ``Dataset.load(path, wait=True)`` reads the save, waiting for it to be
 done.
@@ -13,11 +13,11 @@ import os
 
 from convoy._base import fs as _fs
 from convoy._transport import rpc as _rpc
-from convoy.data import _distributed_snapshot as layout
-from convoy.data import _save
+from convoy.data._core._op import INFINITE_CARDINALITY
 from convoy.data._dataset import Dataset
-from convoy.data._op import INFINITE_CARDINALITY
-from convoy.data._split import split_units
+from convoy.data._persistence import _distributed_snapshot as layout
+from convoy.data._persistence import _save
+from convoy.data._sharding._split import split_units
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._client.options import dispatcher_client, timeout_s
 from convoy.data.service._distribute import _Registration

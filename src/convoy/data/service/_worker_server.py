@@ -32,7 +32,7 @@ from convoy._base.log_summary import RepeatedFailures
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import LOOPBACK
 from convoy._values.codec import decode
-from convoy.data import _distributed_snapshot as layout
+from convoy.data._persistence import _distributed_snapshot as layout
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig

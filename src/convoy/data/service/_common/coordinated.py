@@ -11,7 +11,7 @@ iteration gets its first tasks (:func:`adds_tasks`).
 
 from __future__ import annotations
 
-from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
+from convoy.data._core._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._common.static_policy import is_static
 from convoy.errors import FailedPreconditionError, InvalidArgumentError

@@ -6,7 +6,8 @@ a fixed list of exact ``host:port`` addresses (as each worker reports its own): 
 index is its position in the list, and the number of workers its length. With a list, a
 worker not on it is refused at its heartbeat; without one, a static job is refused when it is
 created. A static job's tasks run on its listed workers only, each on the pipeline rewritten
-for its index (:mod:`convoy.data._static_shard`); a restarted worker starts its shard again.
+for its index (:mod:`convoy.data._sharding._static_shard`); a restarted worker starts its
+shard again.
 
 A consumer of a static job reads the workers on its own host (``target_workers="AUTO"``; "ANY"
 is refused, as in TensorFlow) and is done when they are, so each host reads its own shards
@@ -20,8 +21,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from convoy.data._op import Op
-from convoy.data._static_shard import shard_statically
+from convoy.data._core._op import Op
+from convoy.data._sharding._static_shard import shard_statically
 from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convoy.data._split import SplitSupplier
+from convoy.data._sharding._split import SplitSupplier
 from convoy.data.service._common.static_policy import task_shard
 from convoy.data.service._worker.round_robin import RoundRobinTask
 from convoy.data.service._worker.state import TaskDefinition

@@ -17,10 +17,10 @@ import cloudpickle
 
 from convoy._base import fs as _fs
 from convoy._values import nest
-from convoy.data import _distributed_snapshot as layout
-from convoy.data import _save
-from convoy.data._op import Op, seeded
-from convoy.data._split import SplitSupplier, read_splits
+from convoy.data._core._op import Op, seeded
+from convoy.data._persistence import _distributed_snapshot as layout
+from convoy.data._persistence import _save
+from convoy.data._sharding._split import SplitSupplier, read_splits
 from convoy.data.tfrecord import TFRecordWriter
 from convoy.errors import NotFoundError
 from convoy.io import struct_pb2

@@ -26,8 +26,8 @@ from convoy._base import threads as _threads
 from convoy._transport.channel import Channel, Closed
 from convoy._values import nest
 from convoy._values.codec import Encoder
-from convoy.data._op import Op, seeded
-from convoy.data._split import SplitSupplier, read_splits
+from convoy.data._core._op import Op, seeded
+from convoy.data._sharding._split import SplitSupplier, read_splits
 from convoy.data.service._common.pace import ProcessingPace
 from convoy.data.service._common.ranges import Skipper, runs
 from convoy.data.service._common.wire import NUMBERED, pack_numbers

@@ -7,15 +7,15 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
-from convoy.data._map import MapOp
-from convoy.data._op import INFINITE_CARDINALITY, Node, Op
+from convoy.data._core._op import INFINITE_CARDINALITY, Node, Op, SameSpecOp
+from convoy.data._ops._map import MapOp
 from convoy.errors import FailedPreconditionError, UnimplementedError
 
 _log = logging.getLogger("convoy.data")
 _END = object()
 
 
-class IgnoreErrorsOp(Op):
+class IgnoreErrorsOp(SameSpecOp):
     """The input's elements, skipping those whose computation raised.
 
     A sequential ``map`` right below reads on after its function raised. Any other error
@@ -23,6 +23,8 @@ class IgnoreErrorsOp(Op):
     after the error: the element that failed is consumed, as in tf.data. An input that fails
     again from the same state, with no element in between, ends the dataset.
     """
+
+    passes_elements = True
 
     def __init__(self, input: Op, log_warning: bool) -> None:
         self.inputs = (input,)
@@ -35,9 +37,6 @@ class IgnoreErrorsOp(Op):
         if isinstance(self.input, MapOp):
             return self.input.recoverable_iterator(state, key)
         return self.input.iterator(state, key)
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
 
 class _IgnoreErrorsNode(Node):
@@ -84,9 +83,11 @@ def _elements(n: int) -> str:
     return f"{n} element" if n == 1 else f"{n} elements"
 
 
-class AssertCardinalityOp(Op):
+class AssertCardinalityOp(SameSpecOp):
     """The input, with cardinality ``expected``; FailedPreconditionError when it has fewer
     or more elements."""
+
+    passes_elements = True
 
     def __init__(self, input: Op, expected: int) -> None:
         self.inputs = (input,)
@@ -98,9 +99,6 @@ class AssertCardinalityOp(Op):
     def iterator(self, state: Any, key: int) -> Node:
         state = state or {"input": None, "count": 0}
         return _CountNode(self, self.input.iterator(state["input"], key), state["count"])
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
     def _expected(self) -> str:
         if self.expected == INFINITE_CARDINALITY:

@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from convoy._values import nest
-from convoy.data._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op, draw_seed
+from convoy.data._core._op import (
+    INFINITE_CARDINALITY,
+    UNKNOWN_CARDINALITY,
+    Node,
+    Op,
+    SameSpecOp,
+    draw_seed,
+)
 from convoy.errors import InvalidArgumentError
 
 _END = object()
@@ -92,7 +99,7 @@ def _zip_rows(gens: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
 _FIRST = operator.itemgetter(0)
 
 
-class ConcatenateOp(Op):
+class ConcatenateOp(SameSpecOp):
     def __init__(self, first: Op, second: Op) -> None:
         self.inputs = (first, second)
 
@@ -114,11 +121,8 @@ class ConcatenateOp(Op):
             node.extra = 1
         yield from node.inputs[1].gen
 
-    def static_spec(self) -> Any:
-        return self.inputs[0].static_spec()
 
-
-class SampleOp(Op):
+class SampleOp(SameSpecOp):
     """Each element comes from input ``i`` with probability ``weights[i]``."""
 
     def __init__(self, inputs: tuple[Op, ...], weights: list[float], seed: int | None,
@@ -155,9 +159,6 @@ class SampleOp(Op):
                     break
                 node.extra["rng"] = rng.getstate()
                 yield element
-
-    def static_spec(self) -> Any:
-        return self.inputs[0].static_spec()
 
 
 class ChooseOp(Op):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from convoy._values import nest
-from convoy.data._op import INFINITE_CARDINALITY, Node, Op, draw_seed
+from convoy.data._core._op import INFINITE_CARDINALITY, Node, Op, draw_seed
 
 _CHUNK = 1024
 

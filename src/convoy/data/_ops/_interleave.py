@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from convoy.data._grouping import element_from_plain, plain_element
-from convoy.data._op import Node, Op, derive_key, first_element_spec
-from convoy.data._prefetch import PrefetchNode
+from convoy.data._core._op import Node, Op, derive_key, first_element_spec
+from convoy.data._ops._grouping import element_from_plain, plain_element
+from convoy.data._ops._prefetch import PrefetchNode
 
 _END = object()
 

@@ -17,9 +17,9 @@ import numpy as np
 from convoy._base import fs as _fs
 from convoy._values import nest
 from convoy._values.tensors import RaggedTensor, SparseTensor
-from convoy.data._composite import SparseRows, unbatched_spec
-from convoy.data._op import Node, Op, draw_seed
-from convoy.data._rows import RowNode, RowSource, SliceRows
+from convoy.data._core._composite import SparseRows, unbatched_spec
+from convoy.data._core._op import Node, Op, draw_seed
+from convoy.data._core._rows import RowNode, RowSource, SliceRows
 from convoy.errors import InvalidArgumentError, NotFoundError
 
 

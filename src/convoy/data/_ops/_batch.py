@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from convoy._values import nest
-from convoy.data._composite import (
+from convoy.data._core._composite import (
     COMPOSITE,
     batched_spec,
     ragged_row_components,
@@ -19,9 +19,8 @@ from convoy.data._composite import (
     unbatched_spec,
     unstack_composite,
 )
-from convoy.data._file_reader_ops import TFRecordOp
-from convoy.data._op import Node, Op, PassNode, derived_spec
-from convoy.data._rows import (
+from convoy.data._core._op import Node, Op, PassNode, derived_spec
+from convoy.data._core._rows import (
     Chunk,
     RowNode,
     RowSource,
@@ -30,6 +29,7 @@ from convoy.data._rows import (
     split_rows,
     widen,
 )
+from convoy.data._sources._file_reader_ops import TFRecordOp
 from convoy.errors import InvalidArgumentError
 
 _SCALARS = (int, float, bool, np.generic)

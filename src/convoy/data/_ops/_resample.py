@@ -12,15 +12,12 @@ batches of 32). Every random draw comes from ``Dataset.random`` with seeds deriv
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from convoy.data._op import draw_seed
+from convoy.data._core._op import draw_seed, face
 from convoy.errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from convoy.data._dataset import Dataset
 
 _ESTIMATION_BATCH = 32
 _SMOOTHING = 10
@@ -51,7 +48,7 @@ def _acceptance(initial: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np
     return accept.astype(np.float32), np.float32(low)
 
 
-def _estimated_initial(target: np.ndarray, classes: Dataset) -> Dataset:
+def _estimated_initial(target: np.ndarray, classes: Any) -> Any:
     """The running estimate of the class distribution, one row per input element."""
     num_classes = target.shape[0]
 
@@ -65,18 +62,16 @@ def _estimated_initial(target: np.ndarray, classes: Dataset) -> Dataset:
     return classes.batch(_ESTIMATION_BATCH).scan(start, update).unbatch()
 
 
-def _uniforms(seed: int) -> Dataset:
-    from convoy.data._dataset import Dataset
-
+def _uniforms(seed: int) -> Any:
+    Dataset = face()
     return Dataset.random(seed=seed, rerandomize_each_iteration=True).map(
         lambda value: np.float32(value) * _UNIFORM_SCALE)
 
 
-def rejection_resample(dataset: Dataset, class_func: Callable[..., Any], target_dist: Any,
-                       initial_dist: Any = None, seed: int | None = None) -> Dataset:
+def rejection_resample(dataset: Any, class_func: Callable[..., Any], target_dist: Any,
+                       initial_dist: Any = None, seed: int | None = None) -> Any:
     """``(class, element)`` pairs resampled towards ``target_dist``; see the module doc."""
-    from convoy.data._dataset import Dataset
-
+    Dataset = face()
     target = _distribution(target_dist, "target_dist")
     seed = draw_seed() if seed is None else seed
     filter_seed, mix_seed = seed, seed ^ 0x5DEECE66D

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from convoy._values.nest import spec_from_value
 
 if TYPE_CHECKING:
-    from convoy.data._rows import RowNode, RowSource
+    from convoy.data._core._rows import RowNode, RowSource
 
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
@@ -97,6 +97,9 @@ class Op:
     #: True for sources whose passes can be empty while later ones are not (the data service:
     #: another consumer may have taken a whole shared iteration).
     remote = False
+    #: True when every element is one of the input's elements, unchanged (fewer, reordered or
+    #: repeated): a walk asking what made an element looks through such ops.
+    passes_elements = False
 
     def reads_remote(self) -> bool:
         """Whether this op or any op upstream of it is a remote source."""
@@ -120,7 +123,7 @@ class Op:
 
     def row_source(self) -> RowSource | None:
         """The arrays this op's elements are rows of, when it can hand them on as row
-        numbers (see :mod:`convoy.data._rows`); None otherwise, the default."""
+        numbers (see :mod:`convoy.data._core._rows`); None otherwise, the default."""
         return None
 
     def row_iterator(self, state: Any, key: int) -> RowNode:
@@ -137,6 +140,41 @@ class Op:
     @property
     def input(self) -> Op:
         return self.inputs[0]
+
+
+class SameSpecOp(Op):
+    """An op whose elements fit its first input's spec."""
+
+    def static_spec(self) -> Any:
+        return self.inputs[0].static_spec()
+
+
+def through_passing(op: Op) -> Op:
+    """The first op at or upstream of ``op`` that does not pass its elements on unchanged."""
+    while op.passes_elements:
+        op = op.input
+    return op
+
+
+# The public face wrapping an op (convoy.data.Dataset), registered when its module is
+# imported: ops that hand datasets to user functions (window, load's reader_func) build them
+# through as_dataset, as the face's module imports every op module.
+_FACE: list[type] = []
+
+
+def register_face(face: type) -> None:
+    """Make ``face(op)`` what :func:`as_dataset` builds (called once, by the face's module)."""
+    _FACE[:] = [face]
+
+
+def face() -> type:
+    """The registered face: the class of datasets (``convoy.data.Dataset``)."""
+    return _FACE[0]
+
+
+def as_dataset(op: Op) -> Any:
+    """``op`` wrapped in the public face, a ``convoy.data.Dataset``."""
+    return _FACE[0](op)
 
 
 # Set while deriving a spec that must not run anything (see derived_spec).

@@ -8,16 +8,17 @@ from itertools import islice
 from typing import Any
 
 from convoy._values import nest
-from convoy.data._op import (
+from convoy.data._core._op import (
     INFINITE_CARDINALITY,
     SHARD_HINT,
     UNKNOWN_CARDINALITY,
     Node,
     Op,
+    SameSpecOp,
     derive_key,
     element_caller,
 )
-from convoy.data._rows import Chunk, RowNode, RowSource
+from convoy.data._core._rows import Chunk, RowNode, RowSource
 from convoy.errors import InvalidArgumentError
 
 
@@ -45,7 +46,9 @@ def _counting(op: Op, state: Any, key: int, start: int,
     return _CountingNode(op.input.iterator(state["input"], key), state["count"], run)
 
 
-class TakeOp(Op):
+class TakeOp(SameSpecOp):
+    passes_elements = True
+
     def __init__(self, input: Op, count: int) -> None:
         self.inputs = (input,)
         self.count = count
@@ -66,9 +69,6 @@ class TakeOp(Op):
 
     def row_iterator(self, state: Any, key: int) -> RowNode:
         return _counting_rows(self, state, key, self.count, _TakeRows)
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
 
 class _CountingRows(RowNode):
@@ -143,7 +143,9 @@ def _take(node: _CountingNode) -> Iterator[Any]:
             return
 
 
-class SkipOp(Op):
+class SkipOp(SameSpecOp):
+    passes_elements = True
+
     def __init__(self, input: Op, count: int) -> None:
         self.inputs = (input,)
         self.count = count
@@ -163,9 +165,6 @@ class SkipOp(Op):
     def row_iterator(self, state: Any, key: int) -> RowNode:
         return _counting_rows(self, state, key, self.count, _SkipRows)
 
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
-
 
 def _skip(node: _CountingNode) -> Iterator[Any]:
     upstream = node.input.gen
@@ -180,7 +179,9 @@ def _skip(node: _CountingNode) -> Iterator[Any]:
     yield from upstream
 
 
-class TakeWhileOp(Op):
+class TakeWhileOp(SameSpecOp):
+    passes_elements = True
+
     def __init__(self, input: Op, predicate: Callable[..., Any]) -> None:
         self.inputs = (input,)
         self.predicate = predicate
@@ -198,13 +199,12 @@ class TakeWhileOp(Op):
                 return
             yield element
 
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
-
-class ShardOp(Op):
+class ShardOp(SameSpecOp):
     """Every ``num_shards``-th element, starting at ``index``; with both SHARD_HINT, a
     placeholder that only the data service's HINT policy can run (it fills them in)."""
+
+    passes_elements = True
 
     def __init__(self, input: Op, num_shards: int, index: int) -> None:
         self.inputs = (input,)
@@ -242,9 +242,6 @@ class ShardOp(Op):
                 return
         yield from islice(upstream, self.num_shards - 1, None, self.num_shards)
 
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
-
 
 class EnumerateOp(Op):
     def __init__(self, input: Op, start: int) -> None:
@@ -269,8 +266,10 @@ def _enumerate(node: _CountingNode) -> Iterator[Any]:
         yield (index, element)
 
 
-class RepeatOp(Op):
+class RepeatOp(SameSpecOp):
     """The input again and again; every epoch is a new iteration with its own key."""
+
+    passes_elements = True
 
     def __init__(self, input: Op, count: int) -> None:
         self.inputs = (input,)
@@ -292,9 +291,6 @@ class RepeatOp(Op):
 
     def row_iterator(self, state: Any, key: int) -> RowNode:
         return _RepeatRows(self, state or {"epoch": 0, "input": None}, key)
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
 
 class _RepeatNode(Node):

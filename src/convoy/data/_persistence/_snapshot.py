@@ -2,9 +2,10 @@
 
 Under ``path`` a directory named by the pipeline's fingerprint holds ``snapshot.metadata``,
 ``dataset_spec.pb`` and ``<run_id>/<shard>.shard/<checkpoint>.snapshot`` files in the format
-of :mod:`convoy.data._save`. An iteration that finds a finalized snapshot reads it; any other
-starts a new run that writes each element as it yields it and finalizes the snapshot when the
-input ends (a run that stops early leaves an unfinalized run behind, as TensorFlow's does).
+of :mod:`convoy.data._persistence._save`. An iteration that finds a finalized snapshot reads
+it; any other starts a new run that writes each element as it yields it and finalizes the
+snapshot when the input ends (a run that stops early leaves an unfinalized run behind, as
+TensorFlow's does).
 
 Exactly once: an iterator checkpoint closes the current files and writes later elements to the
 next checkpoint files; restoring deletes what the run wrote after that checkpoint and goes on.
@@ -22,8 +23,8 @@ import numpy as np
 
 from convoy._base import fs as _fs
 from convoy._values import nest
-from convoy.data import _save
-from convoy.data._op import Node, Op
+from convoy.data._core._op import Node, Op, SameSpecOp
+from convoy.data._persistence import _load, _save
 from convoy.errors import DataLossError, InvalidArgumentError
 
 
@@ -32,7 +33,7 @@ def check_snapshot_compression(compression: Any) -> str | None:
     return "SNAPPY" if compression == "AUTO" else _save.check_compression(compression)
 
 
-class SnapshotOp(Op):
+class SnapshotOp(SameSpecOp):
     """``input`` computed once into ``path``/<fingerprint> and read from there afterwards."""
 
     def __init__(self, input: Op, path: Any, compression: Any,
@@ -50,13 +51,10 @@ class SnapshotOp(Op):
         self.hash = fingerprint(input)
         self.directory = os.path.join(os.fspath(path), self.hash)
         if reader_func is not None:  # refused now rather than when a snapshot is read
-            _save.reader_op(os.path.join(self.directory, "none"), None, (), reader_func)
+            _load.reader_op(os.path.join(self.directory, "none"), None, (), reader_func)
 
     def cardinality(self) -> int:
         return self.input.cardinality()
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
     def iterator(self, state: Any, key: int) -> Node:
         if state is None:
@@ -81,7 +79,7 @@ class _ReadNode(Node):
             raise DataLossError(f"the snapshot run {run_dir} does not exist any more")
         self.run_id = run_id
         structure = _save.read_spec(op.directory)
-        self.reader = _save.reader_op(run_dir, op.compression, structure,
+        self.reader = _load.reader_op(run_dir, op.compression, structure,
                                       op.reader_func).iterator(state, key)
         self.gen = self.reader.gen
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from convoy._values import nest
-from convoy.data._op import Node, Op
+from convoy.data._core._op import Node, Op, SameSpecOp
 from convoy.errors import InvalidArgumentError
 
 _SUPPORTED = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(object))
@@ -44,16 +44,15 @@ def _hashable(element: Any) -> Any:
     return element
 
 
-class UniqueOp(Op):
+class UniqueOp(SameSpecOp):
+    passes_elements = True
+
     def __init__(self, input: Op) -> None:
         self.inputs = (input,)
 
     def iterator(self, state: Any, key: int) -> Node:
         state = state or {"input": None, "seen": []}
         return _UniqueNode(self.input.iterator(state["input"], key), state["seen"])
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
 
 class _UniqueNode(Node):

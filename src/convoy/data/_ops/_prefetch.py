@@ -9,7 +9,7 @@ from typing import Any
 
 from convoy._base import threads as _threads
 from convoy._transport.channel import Channel
-from convoy.data._op import Node, Op, PassNode
+from convoy.data._core._op import Node, Op, PassNode, SameSpecOp
 
 
 def _produce(upstream: Iterator[Any], channel: Channel[Any], step: threading.Lock) -> None:
@@ -59,7 +59,9 @@ class PrefetchNode(Node):
             self.input.close()
 
 
-class PrefetchOp(Op):
+class PrefetchOp(SameSpecOp):
+    passes_elements = True
+
     def __init__(self, input: Op, buffer_size: int) -> None:
         self.inputs = (input,)
         self.buffer_size = buffer_size
@@ -73,6 +75,3 @@ class PrefetchOp(Op):
             return PassNode(input, input.gen)
         return PrefetchNode.restore(lambda s: self.input.iterator(s, key), state,
                                     self.buffer_size)
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()

@@ -10,9 +10,9 @@ import numpy as np
 
 from convoy._values import nest
 from convoy._values.tensors import RaggedTensor, SparseTensor
-from convoy.data._batch import BatchOp, stack
-from convoy.data._composite import batched_spec, stack_ragged
-from convoy.data._op import Node, Op, PassNode
+from convoy.data._core._composite import batched_spec, stack_ragged
+from convoy.data._core._op import Node, Op, PassNode
+from convoy.data._ops._batch import BatchOp, stack
 from convoy.errors import InvalidArgumentError
 
 

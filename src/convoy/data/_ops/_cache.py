@@ -8,17 +8,19 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from convoy._base import fs as _fs
-from convoy.data._op import Node, Op
-from convoy.data._sources import RangeIterNode
+from convoy.data._core._op import Node, Op, SameSpecOp
+from convoy.data._sources._basic import RangeIterNode
 from convoy.errors import FailedPreconditionError
 
 
-class CacheOp(Op):
+class CacheOp(SameSpecOp):
     """Replays its input from memory (``filename == ""``) or from ``filename``'s cache file.
 
     A pass that stops early records nothing; the memory cache is not pickled with the graph,
     but the state of an iterator replaying it holds its elements, so it restores anywhere.
     """
+
+    passes_elements = True
 
     def __init__(self, input: Op, filename: str) -> None:
         self.inputs = (input,)
@@ -34,9 +36,6 @@ class CacheOp(Op):
 
     def cardinality(self) -> int:
         return self.input.cardinality()
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
     def _complete(self) -> bool:
         return self._memory is not None if not self.filename else _fs.exists(self.path)

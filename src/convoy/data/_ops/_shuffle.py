@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from convoy.data._op import Node, Op, draw_seed
-from convoy.data._rows import Chunk, RowNode, RowSource, row_numbers
+from convoy.data._core._op import Node, Op, SameSpecOp, draw_seed
+from convoy.data._core._rows import Chunk, RowNode, RowSource, row_numbers
 
 
-class ShuffleOp(Op):
+class ShuffleOp(SameSpecOp):
     """Seeded per iteration: with ``reshuffle_each_iteration`` every iteration key gets its own
     order, otherwise every iteration repeats the first one's order.
 
@@ -22,6 +22,8 @@ class ShuffleOp(Op):
     The shuffle's iterators save their random state, so a restored iterator goes on as the
     saved one would have.
     """
+
+    passes_elements = True
 
     def __init__(self, input: Op, buffer_size: int, seed: int | None,
                  reshuffle_each_iteration: bool) -> None:
@@ -60,9 +62,6 @@ class ShuffleOp(Op):
                                 self._rng(key).getstate(), [])
         return _ShuffleRows(self.input.row_iterator(state["input"], key), self.buffer_size,
                             state["rng"], state["rows"])
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
 
 class _ShuffleNode(Node):

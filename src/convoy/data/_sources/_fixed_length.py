@@ -1,17 +1,14 @@
-"""``FixedLengthRecordDataset``: the records of files cut into pieces of one size, as
-TensorFlow's ``tf.data.FixedLengthRecordDataset`` (header and footer skipped, GZIP or ZLIB
-compressed or not), read through convoy's file layer so URLs work as paths do."""
+"""The reader of ``FixedLengthRecordDataset``: the records of files cut into pieces of one
+size, as TensorFlow's ``tf.data.FixedLengthRecordDataset`` (header and footer skipped, GZIP or
+ZLIB compressed or not), read through convoy's file layer so URLs work as paths do."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import IO, Any
+from typing import IO
 
-from convoy._base import check
 from convoy._base import fs as _fs
-from convoy.data._dataset import Dataset
-from convoy.data._file_datasets import _reader_dataset
-from convoy.data._file_reader_ops import FileReaderOp
+from convoy.data._sources._file_reader_ops import FileReaderOp
 from convoy.data.tfrecord import open_stream
 from convoy.errors import DataLossError, InvalidArgumentError
 
@@ -73,24 +70,3 @@ class FixedLengthRecordOp(FileReaderOp):
             f"({self.footer_bytes} bytes), input file \"{path}\" has body length {body} "
             f"bytes, which is not an exact multiple of the record length "
             f"({self.record_bytes} bytes).")
-
-
-class FixedLengthRecordDataset(Dataset):
-    """The ``record_bytes``-long records (as bytes) of one or more files, after each file's
-    ``header_bytes`` and before its ``footer_bytes``. ``buffer_size`` (TensorFlow's read
-    buffer) is accepted and has no effect: convoy reads in blocks of its own size."""
-
-    def __init__(self, filenames: Any, record_bytes: int, header_bytes: int | None = None,
-                 footer_bytes: int | None = None, buffer_size: int | None = None,
-                 compression_type: str | None = None, num_parallel_reads: int | None = None,
-                 name: str | None = None) -> None:
-        record = check.integer("record_bytes", record_bytes, 1)
-        header = check.optional_integer("header_bytes", header_bytes, 0) or 0
-        footer = check.optional_integer("footer_bytes", footer_bytes, 0) or 0
-        check.optional_integer("buffer_size", buffer_size, 0)
-
-        def make(files: Sequence[bytes | str], compression: str | None) -> FixedLengthRecordOp:
-            return FixedLengthRecordOp(files, compression, record, header, footer)
-
-        super().__init__(_reader_dataset(make, filenames, compression_type,  # type: ignore[arg-type]
-                                         num_parallel_reads))

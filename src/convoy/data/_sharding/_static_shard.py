@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from convoy.data._cache import CacheOp
-from convoy.data._file_reader_ops import FileReaderOp
-from convoy.data._interleave import InterleaveOp
-from convoy.data._op import Op
-from convoy.data._slicing import ShardOp
-from convoy.data._sources import ListFilesOp, TensorSlicesOp
-from convoy.data._split import op_name
+from convoy.data._core._op import Op
+from convoy.data._ops._cache import CacheOp
+from convoy.data._ops._interleave import InterleaveOp
+from convoy.data._ops._slicing import ShardOp
+from convoy.data._sharding._split import op_name
+from convoy.data._sources._basic import ListFilesOp, TensorSlicesOp
+from convoy.data._sources._file_reader_ops import FileReaderOp
 from convoy.errors import InvalidArgumentError
 
 _FILE_SOURCES = ("list_files, a file reader (TFRecordDataset, TextLineDataset) over a list of "

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from convoy._values import nest
-from convoy.data._op import Node, Op, first_element_spec
+from convoy.data._core._op import Node, Op, first_element_spec
 from convoy.errors import InvalidArgumentError
 
 

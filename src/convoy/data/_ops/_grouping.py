@@ -8,16 +8,19 @@ from typing import Any
 import numpy as np
 
 from convoy._values import nest
-from convoy.data._op import (
+from convoy.data._core._op import (
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
     Node,
     Op,
+    as_dataset,
     derive_key,
     element_caller,
+    face,
     first_element_spec,
+    through_passing,
 )
-from convoy.data._sources import ElementsOp
+from convoy.data._sources._basic import ElementsOp
 from convoy.errors import InvalidArgumentError
 
 _END = object()
@@ -154,6 +157,24 @@ class _GroupByWindowNode(Node):
             self.input.close()
 
 
+class DatasetSpec:
+    """The spec of an element that is itself a dataset (``window`` makes them)."""
+
+    __slots__ = ("element_spec",)
+
+    def __init__(self, element_spec: Any) -> None:
+        self.element_spec = element_spec
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DatasetSpec) and self.element_spec == other.element_spec
+
+    def __hash__(self) -> int:
+        return hash(repr(self.element_spec))
+
+    def __repr__(self) -> str:
+        return f"DatasetSpec({self.element_spec!r})"
+
+
 class WindowOp(Op):
     """Windows of ``size`` elements, ``stride`` apart, a new one every ``shift`` elements;
     each is the element structure with a dataset of that component's values at each leaf."""
@@ -180,8 +201,6 @@ class WindowOp(Op):
         return _WindowNode(self, state, key)
 
     def static_spec(self) -> Any:
-        from convoy.data._dataset import DatasetSpec
-
         spec = self.input.static_spec()
         if spec is None:
             return None
@@ -227,15 +246,13 @@ class _WindowNode(Node):
         self.input = None
 
     def _datasets(self, window: list[Any]) -> Any:
-        from convoy.data._dataset import Dataset
-
         first = window[0]
         if not nest.is_nested(first):
-            return Dataset(ElementsOp(window, self.spec))
+            return as_dataset(ElementsOp(window, self.spec))
         columns = zip(*map(nest.flatten, window), strict=True)
         specs = (nest.flatten(self.spec) if self.spec is not None
                  else [None] * len(nest.flatten(first)))
-        return nest.pack_sequence_as(first, [Dataset(ElementsOp(list(c), s))
+        return nest.pack_sequence_as(first, [as_dataset(ElementsOp(list(c), s))
                                              for c, s in zip(columns, specs)])
 
     def state_dict(self) -> Any:
@@ -262,18 +279,8 @@ def _window_upstream(op: Op) -> Op | None:
     Only ops that pass elements through unchanged are looked through: a function (``map``,
     ``flat_map`` ...) may turn the datasets into tensors.
     """
-    from convoy.data._cache import CacheOp
-    from convoy.data._prefetch import PrefetchOp
-    from convoy.data._shuffle import ShuffleOp
-    from convoy.data._slicing import RepeatOp, ShardOp, SkipOp, TakeOp
-
-    passing = (CacheOp, PrefetchOp, ShuffleOp, RepeatOp, ShardOp, SkipOp, TakeOp)
-    while True:
-        if isinstance(op, WindowOp):
-            return op
-        if not isinstance(op, passing) and type(op).__name__ != "_OptionsOp":
-            return None
-        op = op.input
+    op = through_passing(op)
+    return op if isinstance(op, WindowOp) else None
 
 
 _WINDOW_TAG = "__convoy_window__"
@@ -282,7 +289,7 @@ _WINDOW_TAG = "__convoy_window__"
 def plain_element(element: Any) -> Any:
     """``element`` with each window dataset in it replaced by the plain list of its elements
     (so an iterator's state holding an element is plain data)."""
-    from convoy.data._dataset import Dataset
+    Dataset = face()
 
     def plain(leaf: Any) -> Any:
         if isinstance(leaf, Dataset) and isinstance(leaf._op, ElementsOp):
@@ -299,10 +306,8 @@ def plain_element(element: Any) -> Any:
 
 def element_from_plain(state: Any) -> Any:
     """The inverse of :func:`plain_element`."""
-    from convoy.data._dataset import Dataset
-
     if isinstance(state, dict) and _WINDOW_TAG in state:
-        return Dataset(ElementsOp(list(state[_WINDOW_TAG])))
+        return as_dataset(ElementsOp(list(state[_WINDOW_TAG])))
     if isinstance(state, (tuple, list, dict)):
         children = state.values() if isinstance(state, dict) else state
         if any(isinstance(c, (tuple, list, dict)) for c in children):
@@ -312,3 +317,73 @@ def element_from_plain(state: Any) -> Any:
             return type(state)(*rebuilt) if hasattr(type(state), "_fields") \
                 else type(state)(rebuilt)
     return state
+
+
+def bucket_by_sequence_length(dataset: Any, element_length_func: Callable[..., Any],
+                               boundaries: list[int], batch_sizes: list[int],
+                               padded_shapes: Any, padding_values: Any,
+                               pad_to_bucket_boundary: bool, no_padding: bool,
+                               drop_remainder: bool) -> Any:
+    """``dataset.bucket_by_sequence_length(...)``: ``group_by_window`` on the bucket of each
+    element, each group padded-batched (composed from the dataset's own methods)."""
+    if len(batch_sizes) != len(boundaries) + 1:
+        raise InvalidArgumentError(
+            f"`len(bucket_batch_sizes)` must equal `len(bucket_boundaries) + 1` but "
+            f"`len(bucket_batch_sizes)={len(batch_sizes)}` and "
+            f"`len(bucket_boundaries)={len(boundaries)}`.")
+    lows = [np.iinfo(np.int32).min, *boundaries]
+    highs = [*boundaries, np.iinfo(np.int32).max]
+
+    def bucket_id(*element: Any) -> np.int64:
+        length = element_length_func(*element)
+        for i, (low, high) in enumerate(zip(lows, highs)):
+            if low <= length < high:
+                return np.int64(i)
+        raise InvalidArgumentError(
+            f"bucket_by_sequence_length: element length {length} is in no bucket")
+
+    def batching(key: np.int64, group: Any) -> Any:
+        size = batch_sizes[int(key)]
+        if no_padding:
+            return group.batch(size, drop_remainder=drop_remainder)
+        filler = None
+        if pad_to_bucket_boundary:
+            if int(key) >= len(batch_sizes) - 1:
+                raise InvalidArgumentError(
+                    "When pad_to_bucket_boundary=True, elements must have length < "
+                    "bucket_boundaries[-1].")
+            filler = boundaries[int(key)] - 1
+        shapes = padded_shapes
+        if shapes is None:
+            shapes = nest.map_structure(lambda s: None if s.shape is None else [None] * len(
+                s.shape), group.element_spec)
+        if filler is not None:
+            shapes = _boundary_shapes(group, shapes, filler)
+        return group.padded_batch(size, shapes, padding_values,
+                                  drop_remainder=drop_remainder)
+
+    return dataset.group_by_window(bucket_id, batching,
+                                   window_size_func=lambda key: batch_sizes[int(key)])
+
+
+def _boundary_shapes(group: Any, shapes: Any, filler: int) -> Any:
+    """``shapes`` with their unknown sizes set to ``filler``. A size is unknown where the
+    spec (or the given shape) says None, or where the group's elements differ from the
+    spec: a spec read off a first element knows sizes that vary."""
+    spec = group.element_spec
+    specs = nest.flatten(spec)
+    given = nest.flatten_up_to(spec, shapes) if nest.is_nested(spec) else [shapes]
+    columns = list(zip(*(nest.flatten(e) for e in group)))
+    out: list[Any] = []
+    for s, shape, column in zip(specs, given, columns):
+        if shape is None:
+            out.append(None)
+            continue
+        known = s.shape or (None,) * len(shape)
+        dims = []
+        for axis, (wanted, d) in enumerate(zip(shape, known)):
+            varies = d is None or any(np.shape(v)[axis] != d for v in column)
+            dims.append(filler if (wanted is None or wanted == -1) and varies
+                        else (d if wanted is None or wanted == -1 else wanted))
+        out.append(dims)
+    return out[0] if not nest.is_nested(spec) else nest.pack_sequence_as(spec, out)

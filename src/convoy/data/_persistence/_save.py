@@ -17,7 +17,7 @@ import collections
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,30 +26,26 @@ from google.protobuf.message import DecodeError
 from convoy._base import fs as _fs
 from convoy._values import nest
 from convoy._values.tensors import RaggedTensor
-from convoy.data._op import (
-    AUTOTUNE,
-    UNKNOWN_CARDINALITY,
-    Node,
+from convoy.data._core._op import (
     Op,
     derived_spec,
     element_caller,
+    through_passing,
 )
-from convoy.data._sources import IndexSource
-from convoy.data.tfrecord import TFRecordWriter, read_records
+from convoy.data._ops._batch import BatchOp
+from convoy.data.tfrecord import TFRecordWriter
 from convoy.errors import (
     DataLossError,
-    DeadlineExceededError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     UnimplementedError,
 )
 from convoy.io import snapshot_pb2, struct_pb2, tensor_pb2
-from convoy.io._tensor import STRING, dtype_enum, dtype_name, enum_dtype, from_proto
+from convoy.io._tensor import dtype_enum, enum_dtype
 from convoy.io._variant import (
     COMPOSITE_SPECS,
     component_dtype_enum,
-    decode_component,
     encode_component,
 )
 
@@ -338,17 +334,7 @@ def makes_batches(op: Op) -> bool:
     """Whether the elements of ``op`` are what a batch op made (ops that pass elements on
     unchanged looked through): their sparse and ragged components are written one value per
     batch row, as TensorFlow's batch leaves them."""
-    from convoy.data._batch import BatchOp
-    from convoy.data._cache import CacheOp
-    from convoy.data._map import FilterOp
-    from convoy.data._prefetch import PrefetchOp
-    from convoy.data._shuffle import ShuffleOp
-    from convoy.data._slicing import RepeatOp, ShardOp, SkipOp, TakeOp
-
-    passing = (CacheOp, FilterOp, PrefetchOp, ShuffleOp, RepeatOp, ShardOp, SkipOp, TakeOp)
-    while isinstance(op, passing) or type(op).__name__ == "_OptionsOp":
-        op = op.inputs[0]
-    return isinstance(op, BatchOp)
+    return isinstance(through_passing(op), BatchOp)
 
 
 def promised_spec(dataset: Any) -> Any:
@@ -401,198 +387,3 @@ def _relax_leaf(spec: Any, value: Any) -> Any:
     if isinstance(spec, nest.SparseTensorSpec):
         return nest.SparseTensorSpec(shape, spec.dtype)
     return nest.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
-
-
-# ----- reading ---------------------------------------------------------------------------------
-def _leaf(array: np.ndarray) -> Any:
-    """A component as convoy's elements hold it: scalars as numpy scalars (bytes for
-    strings), everything else as an array."""
-    if array.ndim:
-        return array
-    return array.item() if array.dtype == STRING else array[()]
-
-
-class ShardReaderOp(Op):
-    """The elements in one shard directory: its checkpoint files in order, each element
-    ``n`` consecutive records (one per component) packed into ``structure``."""
-
-    def __init__(self, shard_dir: str, compression: str | None, structure: Any) -> None:
-        self.shard_dir = shard_dir
-        self.compression = compression
-        self.structure = structure
-
-    def static_spec(self) -> Any:
-        return self.structure
-
-    def iterator(self, state: Any, key: int) -> Node:
-        return _ShardReaderNode(self, *(state or (0, 0)))
-
-
-class _ShardReaderNode(Node):
-    __slots__ = ("checkpoint", "offset")
-
-    def __init__(self, op: ShardReaderOp, checkpoint: int, offset: int) -> None:
-        self.checkpoint = checkpoint
-        self.offset = offset
-        self.gen = self._run(op)
-
-    def _run(self, op: ShardReaderOp) -> Iterator[Any]:
-        while _fs.exists(path := checkpoint_file(op.shard_dir, self.checkpoint)):
-            for element, offset in read_elements(path, op.compression, op.structure,
-                                                 self.offset):
-                self.offset = offset
-                yield element
-            self.checkpoint += 1
-            self.offset = 0
-
-    def state_dict(self) -> Any:
-        return (self.checkpoint, self.offset)
-
-
-def read_elements(path: str, compression: str | None, structure: Any,
-                  offset: int = 0) -> Iterator[tuple[Any, int]]:
-    """``(element, offset after it)`` for each element of one file: ``n`` consecutive
-    TensorProto records (one per component) packed into ``structure``."""
-    _check_not_gzip(path, compression)
-    specs = nest.flatten(structure)
-    width = len(specs)
-    parse = tensor_pb2.TensorProto.FromString
-    components: list[Any] = []
-    for record, after in read_records(path, compression, offset):
-        try:
-            spec = specs[len(components)]
-            components.append(decode_component(parse(record), spec)
-                              if isinstance(spec, COMPOSITE_SPECS)
-                              else _leaf(from_proto(parse(record))))
-        except DecodeError:
-            raise DataLossError(f"a record of {path} is not a TensorProto") from None
-        if len(components) == width:
-            yield nest.pack_sequence_as(structure, components), after
-            components = []
-    if components:
-        raise DataLossError(
-            f"{path} ends inside an element ({len(components)} of {width} components)")
-
-
-def _check_not_gzip(path: str, compression: str | None) -> None:
-    if compression is None:
-        with _fs.open_file(path, "rb") as file:
-            if file.read(2) == _GZIP_MAGIC:
-                raise InvalidArgumentError(
-                    f"{path} is GZIP-compressed: pass compression='GZIP' to read it")
-
-
-class ShardsOp(IndexSource):
-    """A dataset of datasets: one reading each shard directory, in name order."""
-
-    def __init__(self, shard_dirs: list[str], compression: str | None, structure: Any) -> None:
-        self.shard_dirs = shard_dirs
-        self.compression = compression
-        self.structure = structure
-
-    def num_elements(self) -> int:
-        return len(self.shard_dirs)
-
-    def element_at(self, index: int) -> Any:
-        from convoy.data._dataset import Dataset
-
-        return Dataset(ShardReaderOp(self.shard_dirs[index], self.compression, self.structure))
-
-
-def default_reader_func(datasets: Any) -> Any:
-    """TensorFlow's default: the shards interleaved, one element from each in turn."""
-    return datasets.interleave(lambda shard: shard, cycle_length=os.cpu_count() or 1,
-                               num_parallel_calls=AUTOTUNE)
-
-
-def reader_op(run_dir: str, compression: str | None, structure: Any,
-              reader_func: Callable[[Any], Any] | None) -> Op:
-    """The op of ``reader_func`` applied to the dataset of the run's shard datasets."""
-    from convoy.data._dataset import Dataset
-
-    shard_dirs = _fs.glob_below(run_dir, "*.shard")
-    result = (reader_func or default_reader_func)(
-        Dataset(ShardsOp(shard_dirs, compression, structure)))
-    if not isinstance(result, Dataset):
-        raise InvalidArgumentError(
-            f"reader_func must return a Dataset, got {type(result).__name__}")
-    return result._op
-
-
-class LoadOp(Op):
-    """A saved dataset: ``reader_func`` over its shards; known spec and cardinality."""
-
-    def __init__(self, path: str, spec: Any, compression: str | None,
-                 reader_func: Callable[[Any], Any] | None,
-                 metadata: snapshot_pb2.SnapshotMetadataRecord) -> None:
-        self.path = path
-        self.spec = spec
-        self.num_elements = metadata.num_elements if metadata.finalized else UNKNOWN_CARDINALITY
-        self.reader = reader_op(os.path.join(path, metadata.run_id), compression, spec,
-                                reader_func)
-
-    def cardinality(self) -> int:
-        return self.num_elements
-
-    def static_spec(self) -> Any:
-        return self.spec
-
-    def iterator(self, state: Any, key: int) -> Node:
-        return self.reader.iterator(state, key)
-
-
-def load(path: Any, element_spec: Any = None, compression: Any = None,
-         reader_func: Callable[[Any], Any] | None = None, wait: bool = False) -> Op:
-    """The op reading the dataset saved under ``path``."""
-    directory = os.fspath(path)
-    if reader_func is not None and not callable(reader_func):
-        raise InvalidArgumentError(f"reader_func must be callable, got {reader_func!r}")
-    from convoy.data import _distributed_snapshot as distributed
-
-    # The file is read once and its kind decided from those bytes: a save may write it
-    # between two reads.
-    started = time.monotonic()
-    while (data := read_metadata_bytes(directory)) is None and wait:
-        if time.monotonic() - started > distributed.STALL_TIMEOUT_S:
-            raise DeadlineExceededError(
-                f"load(wait=True) waited {distributed.STALL_TIMEOUT_S:.0f} s for a save to "
-                f"write its metadata to {directory}: was the save started at this path?")
-        time.sleep(distributed.POLL_INTERVAL_S)
-    metadata = None
-    if data is not None:
-        written = distributed.parse_metadata(data)
-        if written is not None:  # what distributed_save writes
-            return distributed.load(directory, written, element_spec, compression,
-                                    reader_func)
-        metadata = parse_metadata(data, directory)
-    compression = check_compression(compression)
-    if metadata is None:
-        raise NotFoundError(f"Could not find metadata file [{directory}]")
-    if metadata.version != FILE_FORMAT_VERSION:
-        raise UnimplementedError(
-            f"{directory} holds snapshot file format version {metadata.version}; only "
-            f"version {FILE_FORMAT_VERSION} (what Dataset.save writes) is supported")
-    spec = read_spec(directory) if element_spec is None else element_spec
-    _check_spec(spec, metadata, directory)
-    return LoadOp(directory, spec, compression, reader_func, metadata)
-
-
-def _check_spec(spec: Any, metadata: snapshot_pb2.SnapshotMetadataRecord, path: str) -> None:
-    leaves = nest.flatten(spec)
-    for leaf in leaves:
-        if not isinstance(leaf, (nest.TensorSpec, *COMPOSITE_SPECS)):
-            raise InvalidArgumentError(
-                f"element_spec must be a structure of TensorSpec, SparseTensorSpec and "
-                f"RaggedTensorSpec, found {leaf!r}")
-    saved = list(metadata.dtype)
-    given = [component_dtype_enum(leaf) for leaf in leaves]
-    if metadata.dtype and saved != given:
-        raise InvalidArgumentError(
-            f"element_spec has dtypes {[_enum_name(d) for d in given]} but the dataset saved "
-            f"at {path} has {[_enum_name(d) for d in saved]}")
-
-
-def _enum_name(value: int) -> str:
-    """A component's DataType as named in errors (variant: a sparse or ragged component)."""
-    return "variant" if value == tensor_pb2.DT_VARIANT else dtype_name(enum_dtype(value))
-

@@ -18,8 +18,8 @@ import numpy as np
 
 from convoy._base import fs as _fs
 from convoy._values import nest
-from convoy.data._file_reader_ops import FileReaderOp
-from convoy.data._op import Node
+from convoy.data._core._op import Node
+from convoy.data._sources._file_reader_ops import FileReaderOp
 from convoy.data.tfrecord import open_stream
 from convoy.errors import InvalidArgumentError, NotFoundError
 

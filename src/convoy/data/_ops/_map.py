@@ -10,15 +10,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import starmap
 from typing import Any
 
-from convoy.data._op import (
+from convoy.data._core._op import (
     AUTOTUNE,
     Node,
     Op,
     PassNode,
+    SameSpecOp,
     element_caller,
     first_element_spec,
 )
-from convoy.data._options import PIPELINE_DETERMINISTIC
+from convoy.data._core._options import PIPELINE_DETERMINISTIC
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -171,7 +172,9 @@ class ParallelMapNode(Node):
         self.input.close()
 
 
-class FilterOp(Op):
+class FilterOp(SameSpecOp):
+    passes_elements = True
+
     def __init__(self, input: Op, predicate: Callable[..., Any]) -> None:
         self.inputs = (input,)
         self.predicate = predicate
@@ -179,6 +182,3 @@ class FilterOp(Op):
     def iterator(self, state: Any, key: int) -> Node:
         input = self.input.iterator(state, key)
         return PassNode(input, filter(element_caller(self.predicate), input.gen))
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()

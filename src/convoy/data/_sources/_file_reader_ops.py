@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from convoy._values import nest
-from convoy.data._op import Node, Op
+from convoy.data._core._op import Node, Op
 from convoy.data.tfrecord import open_stream, read_record_runs, read_records
 
 

@@ -37,14 +37,14 @@ from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
 
-from convoy.data._cache import CacheOp
-from convoy.data._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
-from convoy.data._distributed_snapshot import GrowingChunksOp
-from convoy.data._file_reader_ops import FileReaderOp
-from convoy.data._op import INFINITE_CARDINALITY, Node, Op, derive_key
-from convoy.data._slicing import RepeatOp
-from convoy.data._snapshot import SnapshotOp
-from convoy.data._sources import GeneratorOp, IndexSource
+from convoy.data._core._op import INFINITE_CARDINALITY, Node, Op, SameSpecOp, derive_key
+from convoy.data._ops._cache import CacheOp
+from convoy.data._ops._combine import ChooseOp, ConcatenateOp, SampleOp, ZipOp
+from convoy.data._ops._slicing import RepeatOp
+from convoy.data._persistence._load import GrowingChunksOp
+from convoy.data._persistence._snapshot import SnapshotOp
+from convoy.data._sources._basic import GeneratorOp, IndexSource
+from convoy.data._sources._file_reader_ops import FileReaderOp
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 
 #: ``supplier(repetition)`` yields the splits of one pass over the pipeline's units.
@@ -270,7 +270,7 @@ class _Shift:
         self.offset = 0
 
 
-class _PassOp(Op):
+class _PassOp(SameSpecOp):
     """Each iteration starts the next pass over the pipeline's units."""
 
     def __init__(self, input: Op, feed: _Feed, units: int) -> None:
@@ -288,9 +288,6 @@ class _PassOp(Op):
         _refuse_state(state)
         self.feed.next_pass()
         return self.input.iterator(None, key)
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
 
 class _ReaderOp(Op):
@@ -326,7 +323,7 @@ def _unit_reader(source: Op) -> Callable[[int, int, int], Iterator[Any]]:
     return lambda a, b, key: source.iterator(None, key).gen
 
 
-class _EpochsOp(Op):
+class _EpochsOp(SameSpecOp):
     """``repeat(count)`` inside a combining op (endless if ``count < 0``): epoch ``e`` reads
     the units ``e * stride`` further on. Epochs without units on this worker are skipped, and
     the repeat ends when this worker's splits do."""
@@ -364,9 +361,6 @@ class _EpochsOp(Op):
             finally:
                 node.close()
             epoch += 1
-
-    def static_spec(self) -> Any:
-        return self.input.static_spec()
 
 
 def _refuse_state(state: Any) -> None:

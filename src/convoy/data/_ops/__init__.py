@@ -1,0 +1,1 @@
+"""The transformations: ops with inputs (batch, map, shuffle, grouping, interleave, ...)."""
