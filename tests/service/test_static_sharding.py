@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import convoy as cv
-from convoy.data._sharding._static_shard import shard_statically
+from convoy.data._core._op import Op
 from convoy.data.service import (
     DispatcherConfig,
     ShardingPolicy,
@@ -26,6 +26,7 @@ from convoy.data.service import (
     distribute,
 )
 from convoy.data.service._client.local_tasks import LocalTasks, is_local_address
+from convoy.data.service._common.static_policy import task_shard
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 from convoy.testing import InProcessCluster, ProcessCluster, free_port, free_ports
 
@@ -82,6 +83,13 @@ def read_by_worker(cluster: Listed, dataset: cv.data.Dataset, policy: ShardingPo
             distribute(processing_mode=policy, service=cluster.target)).as_numpy_iterator():
         by_worker.setdefault(cluster.worker_index(int(task_id)), []).append(decode(element))
     return by_worker
+
+
+def shard(op: Op, policy: ShardingPolicy, num_workers: int, worker_index: int) -> Op:
+    """``op`` as the worker ``worker_index`` of ``num_workers`` runs it under ``policy``."""
+    rewrite = task_shard(policy, num_workers, worker_index)
+    assert rewrite is not None, f"{policy.name} is not static"
+    return rewrite(op)
 
 
 def record(raw: bytes) -> tuple[int, int]:
@@ -246,23 +254,23 @@ def test_a_restarted_worker_keeps_its_index() -> None:
 
 def test_the_rewrite_checks_its_arguments() -> None:
     op = cv.data.Dataset.range(4)._op
-    with pytest.raises(InvalidArgumentError, match="'OFF' is not a static sharding policy"):
-        shard_statically(op, "OFF", 2, 0)
+    assert task_shard(ShardingPolicy.OFF, 2, 0) is None
+    assert task_shard(ShardingPolicy.DYNAMIC, 2, 0) is None
     with pytest.raises(InvalidArgumentError, match=r"worker_index must be in \[0, "
                                                    r"num_workers=2\), got 2"):
-        shard_statically(op, "DATA", 2, 2)
-    assert list(cv.data.Dataset(shard_statically(op, "DATA", 2, 1))) == [1, 3]
+        shard(op, ShardingPolicy.DATA, 2, 2)
+    assert list(cv.data.Dataset(shard(op, ShardingPolicy.DATA, 2, 1))) == [1, 3]
 
 
 def test_file_sharding_shards_every_input_of_a_combining_op(files: list[str]) -> None:
     readers = [cv.data.TFRecordDataset(files[:4]), cv.data.TFRecordDataset(files[4:])]
-    sharded = shard_statically(readers[0].concatenate(readers[1])._op, "FILE", 2, 1)
+    sharded = shard(readers[0].concatenate(readers[1])._op, ShardingPolicy.FILE, 2, 1)
     assert [record(r)[0] for r in cv.data.Dataset(sharded)][::4] == [1, 3, 5]
     # one input without files: FILE refuses it, FILE_OR_DATA shards the output instead
     mixed = readers[0].concatenate(cv.data.Dataset.from_tensors(b"9/9"))._op
     with pytest.raises(InvalidArgumentError, match="`from_tensors` is not a source of files"):
-        shard_statically(mixed, "FILE", 2, 1)
-    assert len(list(cv.data.Dataset(shard_statically(mixed, "FILE_OR_DATA", 2, 1)))) == 8
+        shard(mixed, ShardingPolicy.FILE, 2, 1)
+    assert len(list(cv.data.Dataset(shard(mixed, ShardingPolicy.FILE_OR_DATA, 2, 1)))) == 8
 
 
 def test_a_file_cache_above_the_shard_is_refused(files: list[str], tmp_path: Any) -> None:
@@ -270,14 +278,14 @@ def test_a_file_cache_above_the_shard_is_refused(files: list[str], tmp_path: Any
     cached_files = cv.data.TFRecordDataset(files).cache(cache)._op
     with pytest.raises(InvalidArgumentError, match="FILE sharding cannot shard the input of "
                                                    "`cache` to a file"):
-        shard_statically(cached_files, "FILE", 2, 0)
+        shard(cached_files, ShardingPolicy.FILE, 2, 0)
     # FILE_OR_DATA shards the output instead, which every worker caches whole
-    assert len(list(cv.data.Dataset(shard_statically(cached_files, "FILE_OR_DATA", 2, 0)))) == 14
+    assert len(list(cv.data.Dataset(shard(cached_files, ShardingPolicy.FILE_OR_DATA, 2, 0)))) == 14
     hinted = cv.data.Dataset.range(4).shard(cv.data.SHARD_HINT, cv.data.SHARD_HINT)
     with pytest.raises(InvalidArgumentError, match="HINT sharding cannot shard the input of "
                                                    "`cache` to a file"):
-        shard_statically(hinted.cache(cache)._op, "HINT", 2, 0)
-    assert list(cv.data.Dataset(shard_statically(hinted.cache("")._op, "HINT", 2, 1))) == [1, 3]
+        shard(hinted.cache(cache)._op, ShardingPolicy.HINT, 2, 0)
+    assert list(cv.data.Dataset(shard(hinted.cache("")._op, ShardingPolicy.HINT, 2, 1))) == [1, 3]
 
 
 @pytest.mark.parametrize("address, local", [

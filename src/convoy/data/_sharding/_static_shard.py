@@ -44,14 +44,14 @@ class NotShardableByFileError(InvalidArgumentError):
     """FILE sharding found a source that is not one of files, or a file cache above one."""
 
 
-def shard_statically(op: Op, policy: str, num_workers: int, worker_index: int) -> Op:
-    """``op`` rewritten to produce worker ``worker_index``'s shard under the static
-    ``policy`` ("FILE", "DATA", "FILE_OR_DATA" or "HINT"); raises InvalidArgumentError
-    naming what cannot be sharded."""
-    rewrite = POLICIES.get(policy)
-    if rewrite is None:
-        raise InvalidArgumentError(
-            f"{policy!r} is not a static sharding policy; expected one of {sorted(POLICIES)}")
+#: A static policy's rewrite: ``(op, num_workers, worker_index)`` to that worker's shard.
+Rewrite = Callable[[Op, int, int], Op]
+
+
+def shard_statically(op: Op, rewrite: Rewrite, num_workers: int, worker_index: int) -> Op:
+    """``op`` rewritten by ``rewrite`` (:func:`shard_files`, :func:`shard_data`,
+    :func:`shard_files_or_data` or :func:`fill_shard_hints`) to produce worker
+    ``worker_index``'s shard; raises InvalidArgumentError naming what cannot be sharded."""
     if not 0 <= worker_index < num_workers:
         raise InvalidArgumentError(
             f"worker_index must be in [0, num_workers={num_workers}), got {worker_index}")
@@ -86,12 +86,6 @@ def fill_shard_hints(op: Op, num_workers: int, worker_index: int) -> Op:
     if _caches_to_file(op) and _has_hint(op.input):
         raise InvalidArgumentError(_CACHE_REFUSAL.format(policy="HINT"))
     return op.with_inputs(inputs)
-
-
-POLICIES: dict[str, Callable[[Op, int, int], Op]] = {
-    "FILE": shard_files, "DATA": shard_data, "FILE_OR_DATA": shard_files_or_data,
-    "HINT": fill_shard_hints,
-}
 
 
 def check_file_sources(op: Op) -> None:

@@ -22,13 +22,22 @@ import functools
 from collections.abc import Callable
 
 from convoy.data._core._op import Op
-from convoy.data._sharding._static_shard import shard_statically
+from convoy.data._sharding._static_shard import (
+    Rewrite,
+    fill_shard_hints,
+    shard_data,
+    shard_files,
+    shard_files_or_data,
+    shard_statically,
+)
 from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
-#: The static sharding policies.
-STATIC_POLICIES = frozenset({ShardingPolicy.FILE, ShardingPolicy.DATA,
-                             ShardingPolicy.FILE_OR_DATA, ShardingPolicy.HINT})
+#: The static sharding policies, each with the rewrite that makes a worker's shard.
+REWRITES: dict[ShardingPolicy, Rewrite] = {
+    ShardingPolicy.FILE: shard_files, ShardingPolicy.DATA: shard_data,
+    ShardingPolicy.FILE_OR_DATA: shard_files_or_data, ShardingPolicy.HINT: fill_shard_hints}
+STATIC_POLICIES = frozenset(REWRITES)
 
 
 def is_static(policy: ShardingPolicy) -> bool:
@@ -70,9 +79,10 @@ def check_listed_worker(worker_addresses: tuple[str, ...] | None, address: str) 
 def task_shard(policy: ShardingPolicy, num_workers: int, worker_index: int
                ) -> Callable[[Op], Op] | None:
     """What rewrites a task's pipeline into its shard (None: the policy is not static)."""
-    if not is_static(policy):
+    rewrite = REWRITES.get(policy)
+    if rewrite is None:
         return None
-    return functools.partial(shard_statically, policy=policy_name(policy), num_workers=num_workers,
+    return functools.partial(shard_statically, rewrite=rewrite, num_workers=num_workers,
                              worker_index=worker_index)
 
 
