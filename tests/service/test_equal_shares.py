@@ -81,13 +81,18 @@ def test_a_consumer_that_fails_or_goes_silent_is_named():
         shares.report(report(0, workers=2, worker=0, now=13.0, first=False))
 
 
-def test_full_consumers_take_more_only_when_none_can_go_on():
+def test_full_consumers_take_more_only_when_none_can_go_on_and_a_caller_waits():
     shares = EqualShares()
     shares.report(report(0, fetched=16, full=True))
     assert not shares.report(report(0, fetched=16, full=True)).more  # rank 1 not here yet
     assert not shares.report(report(1, fetched=3)).more
     assert shares.report(report(0, fetched=16, full=True)).more is False  # rank 1 may go on
     shares.report(report(1, fetched=3, exhausted=True))
+    assert not shares.report(report(0, fetched=16, full=True)).more  # no caller waits
+    rank1 = report(1, fetched=3, exhausted=True, wants=True, first=False)
+    assert shares.report(rank1).allowed == 3  # all it took (floor(19 / 2) would allow 9)
+    assert not shares.report(report(0, fetched=16, full=True)).more  # it has 3 to hand out
+    shares.report(dataclasses.replace(rank1, yielded=3))  # handed out, its caller waits
     assert shares.report(report(0, fetched=16, full=True)).more
 
 

@@ -170,6 +170,46 @@ def test_consumers_of_a_shared_job_resume_together(num_workers: int) -> None:
     assert sorted(trained + results["a"] + results["b"]) == [10 * i for i in range(1500)]
 
 
+@pytest.mark.timeout(180)
+def test_a_consumer_saved_at_the_end_of_a_shared_job_rejoins_its_resume() -> None:
+    """A consumer that read the shared job to its end saves a position the job's resume
+    waits for: restored, it joins the resumed job and yields nothing, and the consumer saved
+    mid-way yields exactly what it had not (before, the resumed job waited for it forever)."""
+    import threading
+
+    with InProcessCluster(num_workers=2) as cluster:
+        def shared(name: str) -> cv.data.Dataset:
+            return _pipeline(1000).apply(cv.data.service.distribute(
+                "dynamic", cluster.target, job_name=name))
+
+        a, b = iter(shared("run-1")), iter(shared("run-1"))
+        trained = _values(next(b) for _ in range(100))
+        state_b = b.state_dict()
+        trained += _values(a)  # to the job's end (b holds what it fetched ahead)
+        state_a = pickle.loads(pickle.dumps(a.state_dict()))
+        assert state_a["root"]["finished"] and state_a["root"]["consumers"] == 2, state_a
+        b.close()
+        results: dict[str, list[int]] = {}
+
+        def resume(key: str, state: Any) -> None:
+            it = iter(shared("run-2"))
+            it.load_state_dict(state)
+            results[key] = _values(it)
+            results[key + " saved"] = it.state_dict()
+
+        threads = [threading.Thread(target=resume, args=(k, s), daemon=True)
+                   for k, s in (("a", state_a), ("b", state_b))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=90)
+        assert not any(t.is_alive() for t in threads), (
+            f"the resumed consumers did not end within 90 s: {sorted(results)} ended")
+    assert results["a"] == []
+    assert sorted(trained + results["b"]) == [10 * i for i in range(1000)]
+    assert results["a saved"]["root"]["finished"] and results["b saved"]["root"]["finished"]
+
+
 def test_a_shared_off_job_refuses_to_restore() -> None:
     with InProcessCluster(num_workers=1) as cluster:
         def shared() -> cv.data.Dataset:

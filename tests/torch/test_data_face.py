@@ -4,7 +4,6 @@ PyTorch's DataLoader by loader workers and torch.distributed ranks, epoch after 
 from __future__ import annotations
 
 import collections
-import os
 import re
 import subprocess
 import sys
@@ -368,16 +367,15 @@ with open(out, "w") as f:
 
 
 @pytest.mark.timeout(240)
-def test_ddp_ranks_share_one_job(cluster, tmp_path):
+def test_ddp_ranks_share_one_job(cluster, tmp_path, ranks):
     import json
 
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(RANK_SCRIPT))
     port = str(free_port())
-    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), cluster.target, port,
-                               str(tmp_path / f"rank{rank}.json")], env=os.environ.copy())
-             for rank in range(2)]
-    for process in ranks:
+    started = [ranks.start(str(script), str(rank), cluster.target, port,
+                           str(tmp_path / f"rank{rank}.json")) for rank in range(2)]
+    for process in started:
         assert process.wait(timeout=200) == 0
     seen = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     for name, n in (("service", 400), ("local", 100)):
@@ -411,7 +409,7 @@ with open(out, "w") as f:
 
 
 @pytest.mark.timeout(300)
-def test_ddp_ranks_take_equal_shares_of_a_distributed_epoch(cluster, tmp_path):
+def test_ddp_ranks_take_equal_shares_of_a_distributed_epoch(cluster, tmp_path, ranks):
     """The docs' DDP loop (docs/pytorch.md) on 3 gloo ranks, 2 loader workers each, every step an
     all-reduce: every rank takes as many steps; every element is read once but for fewer
     than 3 batches left over ("drop"), or at least once with fewer than 3 batches of copies
@@ -424,12 +422,11 @@ def test_ddp_ranks_take_equal_shares_of_a_distributed_epoch(cluster, tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(EQUAL_SHARES_RANK))
     port = str(free_port())
-    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), str(code), port,
-                               str(tmp_path / f"rank{rank}.json")], env=os.environ.copy(),
-                              stdout=subprocess.PIPE, text=True)
-             for rank in range(3)]
-    outputs = [process.communicate(timeout=240)[0] for process in ranks]
-    assert [process.returncode for process in ranks] == [0, 0, 0], outputs
+    started = [ranks.start(str(script), str(rank), str(code), port,
+                           str(tmp_path / f"rank{rank}.json"), stdout=subprocess.PIPE, text=True)
+               for rank in range(3)]
+    outputs = [process.communicate(timeout=240)[0] for process in started]
+    assert [process.returncode for process in started] == [0, 0, 0], outputs
     steps = [[re.fullmatch(rf"rank {rank}: (\d+) steps", line) for line in out.splitlines()]
              for rank, out in enumerate(outputs)]
     assert all(len(lines) == 2 and all(lines) for lines in steps), outputs

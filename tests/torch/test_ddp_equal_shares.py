@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,24 +83,24 @@ def cluster():
         yield cluster
 
 
-def _run(script: Path, cluster: InProcessCluster, tmp_path: Path, args: list[str]) -> list[int]:
+def _run(script: Path, cluster: InProcessCluster, tmp_path: Path, ranks: Any,
+         args: list[str]) -> list[int]:
     """Run both ranks; their exit codes. (Their output goes to files: a killed rank's loader
     workers may outlive it a moment, holding a pipe open.)"""
     port = str(free_port())
     logs = [tmp_path / f"rank{rank}.log" for rank in range(2)]
-    ranks = []
+    started = []
     for rank in range(2):
         with open(logs[rank], "a") as log:
-            ranks.append(subprocess.Popen(
-                [sys.executable, str(script), str(rank), cluster.target, port,
-                 str(tmp_path / f"rank{rank}.json"), *args],
-                env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT))
+            started.append(ranks.start(str(script), str(rank), cluster.target, port,
+                                       str(tmp_path / f"rank{rank}.json"), *args,
+                                       stdout=log, stderr=subprocess.STDOUT))
     codes = []
-    for process, log_path in zip(ranks, logs):
+    for process, log_path in zip(started, logs):
         try:
             codes.append(process.wait(timeout=100))
         finally:
-            process.kill()
+            ranks.end(process)  # with what is left of its loader workers
         if codes[-1] not in (0, -9, 3):
             sys.stderr.write(log_path.read_text()[-3000:])
     return codes
@@ -113,20 +113,17 @@ def _read(path: Path) -> dict[str, list[list[int]]]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("stop", [0, 4, pytest.param(44, marks=pytest.mark.skip(
-    reason="known limitation (issue 29, docs): saved 7 steps before the end of an epoch of "
-    "51, after some readers saw the job's end, a resumed rank may wait for readers that never "
-    "rejoin (seen with 2 persistent workers): their saved job position says 'finished'"))])
+@pytest.mark.parametrize("stop", [0, 4, 44])
 @pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
-def test_ddp_ranks_step_alike_and_resume(cluster, tmp_path, workers, persistent, stop):
+def test_ddp_ranks_step_alike_and_resume(cluster, tmp_path, ranks, workers, persistent, stop):
     """``stop``: the step of epoch 1 after which the ranks stop (0: they do not)."""
     pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(RANK))
     args = [str(workers), str(int(persistent)), str(stop)]
     if stop:
-        assert _run(script, cluster, tmp_path, args) == [-9, 3]
-    assert _run(script, cluster, tmp_path, args) == [0, 0]
+        assert _run(script, cluster, tmp_path, ranks, args) == [-9, 3]
+    assert _run(script, cluster, tmp_path, ranks, args) == [0, 0]
     for epoch in map(str, range(EPOCHS)):
         mine = [_read(tmp_path / f"rank{rank}.json.before").get(epoch, [])
                 + _read(tmp_path / f"rank{rank}.json").get(epoch, []) for rank in range(2)]

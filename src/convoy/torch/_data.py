@@ -44,7 +44,7 @@ from convoy.data.service._client.options import DEFAULT_SHARED_BUFFER, dispatche
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._distribute import DataServiceOp
 from convoy.data.service._shares import Share, equal_share, share_state
-from convoy.errors import InvalidArgumentError
+from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from convoy.torch._tensors import to_torch
 
 EqualShares = bool | Literal["drop", "pad"]
@@ -104,6 +104,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         self._passes = torch.zeros(MAX_READERS, dtype=torch.int64).share_memory_()
         self._seed = random.getrandbits(63)
         self._pass: tuple[int, DatasetIterator | Share | None] = (-1, None)  # being read
+        self._ended: DatasetIterator | Share | None = None  # the reading of the pass that ended
         self._resume: dict[str, Any] | None = None  # from load_state_dict, for the next pass
 
     def set_epoch(self, epoch: int) -> None:
@@ -117,8 +118,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         if resume is not None:  # the pass that was saved, from where it stopped
             epoch = resume["epoch"]
             self._passes[slot] = resume["passes"]
-            if resume.get("ended"):
-                return
+            if resume.get("ended") and resume["iterator"] is None and resume["share"] is None:
+                return  # (else it rejoins the resumed job at its end, reading nothing)
         else:
             epoch = int(self._epoch)
             if epoch < 0:
@@ -133,7 +134,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             self._pass = (epoch, iterator)
             for element in iterator:
                 yield to_torch(element)
-            self._pass = (epoch, None)  # ended
+            self._pass, self._ended = (epoch, None), iterator
 
     def state_dict(self) -> dict[str, Any]:
         """This reader's position as plain data: its pass (epoch) and where in it, for
@@ -142,12 +143,22 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         this reader took ahead of its caller (a few), and once the shares are settled at the
         end of the epoch, waits for those handed over to it."""
         epoch, reading = self._pass
+        # a loader worker's pass that ended resumes at its end: the others' may go on, in
+        # the job's resumed iteration, which waits for every reader of the job to rejoin
+        ended = reading is None and epoch >= 0 and torch.utils.data.get_worker_info() is not None
+        if ended and self.distributed:
+            reading = self._ended
         share = reading if isinstance(reading, Share) else None
         iterator = reading if isinstance(reading, DatasetIterator) else None
-        # a loader worker's pass that ended resumes at its end: the others' may go on
-        ended = reading is None and epoch >= 0 and torch.utils.data.get_worker_info() is not None
-        return {"epoch": epoch, "passes": int(self._passes[_slot()]),
-                "iterator": None if iterator is None else iterator.state_dict(),
+        saved = None
+        if iterator is not None:
+            try:
+                saved = iterator.state_dict()
+            except (UnimplementedError, FailedPreconditionError):
+                if not ended:
+                    raise
+                # (a reading that cannot be saved resumes at its end alone)
+        return {"epoch": epoch, "passes": int(self._passes[_slot()]), "iterator": saved,
                 "share": None if share is None else share_state(share), "ended": ended}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -190,7 +201,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         for element in equal_share(lambda: DatasetIterator(dataset, key, share.iterator_state),
                                    dispatcher_client(op.options.service), share):
             yield to_torch(element)
-        self._pass = (epoch, None)  # ended
+        self._pass, self._ended = (epoch, None), share
 
     def _epoch_dataset(self, epoch: int) -> Dataset:
         info = torch.utils.data.get_worker_info()

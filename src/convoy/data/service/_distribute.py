@@ -33,7 +33,13 @@ from convoy.data.service._client.options import (
     read_options,
     timeout_s,
 )
-from convoy.data.service._client.resume import coordinated_state, resume_point, saved_state
+from convoy.data.service._client.resume import (
+    STATE_VERSION,
+    Returned,
+    coordinated_state,
+    resume_point,
+    saved_state,
+)
 from convoy.data.service._common.config import ShardingPolicy, policy_name
 from convoy.data.service._reader import Reader
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -232,8 +238,9 @@ class DataServiceOp(Op):
 
     def iterator(self, state: Any, key: int) -> Node:
         options, resume = self.options, None
-        if isinstance(state, dict) and state.get("finished"):
-            return _EmptyNode()  # saved at its end
+        finished = isinstance(state, dict) and bool(state.get("finished"))
+        if finished and not ("iteration" in state and options.job_name):
+            return _EmptyNode(FINISHED)  # saved at its end, alone in its job
         if state is not None:  # a new job, started where the saved reading stopped
             self.check_resumable()
             resume = resume_point(state, self.fingerprint(), policy_name(
@@ -252,6 +259,11 @@ class DataServiceOp(Op):
         except BaseException:
             dispatcher.close()
             raise
+        if finished:  # at the end of a shared job: the other consumers resume with it
+            assert resume is not None
+            point = Reader.join_at_end(dispatcher, options, dataset_id, resume)
+            return _EmptyNode({**saved_state(self.fingerprint(), state["mode"], point,
+                                             Returned()), "finished": True})
         return _ServiceNode(Reader.open(dispatcher, options, dataset_id, repetition, resume),
                             self)
 
@@ -297,16 +309,21 @@ class DataServiceOp(Op):
             return self.dataset_id
 
 
+#: The state of a reading at its end that resumes alone (not one of a shared job).
+FINISHED = {"version": STATE_VERSION, "finished": True}
+
+
 class _EmptyNode(Node):
-    """A reading restored at its end."""
+    """A reading restored at its end; ``state`` is where it is."""
 
-    __slots__ = ()
+    __slots__ = ("_state",)
 
-    def __init__(self) -> None:
+    def __init__(self, state: dict[str, Any]) -> None:
         self.gen = iter(())
+        self._state = state
 
     def state_dict(self) -> Any:
-        return {"version": 1, "finished": True}
+        return self._state
 
 
 def _ops(op: Op) -> Any:
@@ -329,10 +346,13 @@ class _ServiceNode(Node):
     def state_dict(self) -> Any:
         """This consumer's position as plain data (see :mod:`._client.resume`)."""
         self._op.check_resumable()
-        if self._reader.finished:
-            return {"version": 1, "finished": True}
-        point, returned = self._reader.position()
         mode = policy_name(self._op.options.processing_mode)
+        if self._reader.finished:
+            # a shared job's consumer keeps its last position: the job resumes with it
+            final = self._reader.final
+            return FINISHED if final is None else {
+                **saved_state(self._op.fingerprint(), mode, *final), "finished": True}
+        point, returned = self._reader.position()
         consumer = self._op.coordinated_consumer()
         if consumer is not None:
             return coordinated_state(self._op.fingerprint(), mode, point,

@@ -53,6 +53,7 @@ from convoy.data.service._client.reader_events import (
 )
 from convoy.data.service._client.reader_state import ReaderConfig, ReaderState
 from convoy.data.service._client.resume import Returned
+from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._common.pace import ConsumerPace
 from convoy.data.service._common.ranges import runs
 from convoy.data.service._common.static_policy import is_static, reads_local_workers
@@ -90,6 +91,8 @@ BYTES_PER_CALL = 16 << 20
 GET_ELEMENTS_DEADLINE_S = ELEMENT_WAIT_S + 10.0
 #: How long a report of an unreachable worker waits for the dispatcher's own check.
 REPORT_TIMEOUT_S = 15.0
+#: How long a reading at its end waits for its last position (see Reader._keep_final).
+FINAL_POSITION_TIMEOUT_S = 5.0
 #: What a GetElements call fails with when its worker is away (gone, stopping, not answering),
 #: as TensorFlow's client sees it: the worker is retried, not the reading failed.
 WORKER_AWAY = (UnavailableError, DeadlineExceededError, CancelledError, AbortedError)
@@ -144,6 +147,8 @@ class Reader:
         self._gives_back = bool(options.job_name and options.num_consumers is None
                                 and not options.trainer_id)
         self._left: list[_Batch] = []  # batches not returned, once closed
+        #: a shared job read to its end: its position then (the others resume with it)
+        self.final: tuple[pb.GetResumePointResponse, Returned] | None = None
         self._last_heard = time.monotonic()  # the latest answer of the dispatcher or a worker
         self._pace = ConsumerPace()  # the consumer's pace, for the dispatcher's estimate
         #: Batches of elements as (task id, their numbers, elements), in the order they arrived.
@@ -158,16 +163,9 @@ class Reader:
         (where a saved reading stopped, given its ``resume`` point: then the job is new).
         The reader owns ``dispatcher`` from then on (it is closed if opening fails)."""
 
-        def call(method: str, request: Any) -> Any:
-            return _rpc.retry(lambda: dispatcher.call(method, request), options.timeout_s,
-                              f"{method} at dispatcher {dispatcher.address}")
-
         try:
-            job = call("GetOrCreateJob", pb.GetOrCreateJobRequest(
-                dataset_id=dataset_id, job_name=options.job_name,
-                options=options.job_options()))
-            iteration = call("GetOrCreateIteration", pb.GetOrCreateIterationRequest(
-                job_id=job.job_id, repetition=repetition, resume=resume))
+            job, iteration = _join_iteration(dispatcher, options, dataset_id, repetition,
+                                             resume)
         except BaseException:
             dispatcher.close()
             raise
@@ -189,6 +187,27 @@ class Reader:
             _threads.start("convoy-client-reader", reader._read_loop,
                            on_error=reader._thread_failed)
         return reader
+
+    @staticmethod
+    def join_at_end(dispatcher: _rpc.Client, options: ReadOptions, dataset_id: str,
+                    resume: pb.ResumePoint) -> pb.GetResumePointResponse:
+        """Join the resumed iteration of a shared job as a consumer saved at the job's end,
+        and leave at once: the iteration waits for every consumer that saved the job. Its
+        position in that iteration; ``dispatcher`` is closed."""
+        try:
+            _, iteration = _join_iteration(dispatcher, options, dataset_id, 0, resume)
+            request = pb.GetResumePointRequest(client_id=iteration.client_id)
+            point: pb.GetResumePointResponse = _rpc.retry(
+                lambda: dispatcher.call("GetResumePoint", request), options.timeout_s,
+                f"GetResumePoint at dispatcher {dispatcher.address}")
+            try:
+                dispatcher.call("ReleaseClient", pb.ReleaseClientRequest(
+                    client_id=iteration.client_id), timeout=2)
+            except ConvoyError:
+                pass  # the dispatcher forgets silent clients by itself
+            return point
+        finally:
+            dispatcher.close()
 
     def elements(self) -> Iterator[Any]:
         """The iteration's elements, for the consumer; raises the error that ended it. The
@@ -220,8 +239,26 @@ class Reader:
                 self._batch = None
                 self.returned.commit(task_id, numbers, len(batch))
             self._ended = True
+            self._keep_final()
         finally:
             self.close()
+
+    def _keep_final(self) -> None:
+        """Keep the position of a shared job's reading at its end, while the dispatcher still
+        knows this consumer: a state saved from it joins the job's resumed iteration, which
+        waits for every consumer of the saved job. Without it (the dispatcher did not answer
+        at once), such a state resumes alone."""
+        if not (self._gives_back and self._options.processing_mode is ShardingPolicy.DYNAMIC):
+            return
+        try:
+            point = self._dispatcher.call("GetResumePoint", pb.GetResumePointRequest(
+                client_id=self._client_id), timeout=FINAL_POSITION_TIMEOUT_S)
+        except ConvoyError as error:
+            log.warning("Could not keep the position of job %s at its end: %s (a state saved "
+                        "now resumes without joining the job's other consumers)",
+                        self._options.job_name, error)
+            return
+        self.final = point, self.returned
 
     def _next_batch(self) -> _Batch:
         """The next batch for the consumer. Its wait is as long as the reading moves: every
@@ -488,6 +525,22 @@ class Reader:
                 if self._gives_back:
                     self._left.append((task_id, numbered, elements))
         return ElementsArrived(task_id, len(elements), numbered)
+
+
+def _join_iteration(dispatcher: _rpc.Client, options: ReadOptions, dataset_id: str,
+                    repetition: int, resume: pb.ResumePoint | None) -> tuple[Any, Any]:
+    """Get (or create) the job reading ``dataset_id`` and its iteration ``repetition``: the
+    dispatcher's answers to both."""
+
+    def call(method: str, request: Any) -> Any:
+        return _rpc.retry(lambda: dispatcher.call(method, request), options.timeout_s,
+                          f"{method} at dispatcher {dispatcher.address}")
+
+    job = call("GetOrCreateJob", pb.GetOrCreateJobRequest(
+        dataset_id=dataset_id, job_name=options.job_name, options=options.job_options()))
+    iteration = call("GetOrCreateIteration", pb.GetOrCreateIterationRequest(
+        job_id=job.job_id, repetition=repetition, resume=resume))
+    return job, iteration
 
 
 def answer_elements(segments: SegmentReader, worker: str, status: bytes,

@@ -252,12 +252,14 @@ def _pump(open_elements: Callable[[], AbstractContextManager[Any]],
 def _join_at_end(open_elements: Callable[[], AbstractContextManager[Any]],
                  share: Share) -> None:
     """Read the job from a position saved at its end: a resumed shared job waits for all the
-    consumers that saved it."""
+    consumers that saved it, so this one joins it (and reads nothing)."""
     with open_elements() as elements:
         if next(elements, _END) is not _END:
             raise InvalidArgumentError(
                 f"the equal share of {share.request.key} was saved at the end of the job, "
                 "but its reader resumed from that position yields more")
+        with share.cond:  # its position in the resumed job, for a state saved again
+            share.iterator_state = elements.state_dict()
 
 
 def _room(share: Share) -> bool:

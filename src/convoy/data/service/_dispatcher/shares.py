@@ -259,10 +259,12 @@ class EqualShares:
 
     # ----- the end: the shares settled, surplus handed over -------------------------------------
     def _stuck(self, it: _Iteration, c: _Consumer) -> bool:
-        """Whether ``c`` must take more ahead of its caller, every consumer having come and
-        each having either seen the end or taken all it may: only then can the end be seen
-        (the elements it takes may be another rank's share, handed over once settled)."""
+        """Whether ``c`` must take more ahead of its caller: a caller waits for more than it
+        may hand out, every consumer has come, and each has either seen the end or taken all
+        it may, so only more taken ahead lets the end be seen (the elements ``c`` takes may
+        be another rank's share, handed over once settled)."""
         return (c.full and self._present(it)
+                and any(o.wanting for o in it.consumers.values())
                 and all(o.exhausted or o.full for o in it.consumers.values()))
 
     def _present(self, it: _Iteration) -> bool:
