@@ -173,6 +173,33 @@ def test_shutdown_cancels_running_functions_and_ends_the_threads(cluster, make):
     again.shutdown()
 
 
+# ===== one function per worker at a time, the next sent ahead =================================
+
+def worker_and_span(seconds):
+    began = time.monotonic()
+    time.sleep(seconds)
+    return worker_context().task_index, began, time.monotonic()
+
+
+@pytest.mark.timeout(120)
+def test_one_function_runs_per_worker_and_none_waits_behind_a_long_one(cluster, make):
+    strategy, coordinator = make(cluster)
+    long = coordinator.schedule(worker_and_span, (4.0,))
+    time.sleep(0.3)  # it runs
+    started = time.monotonic()
+    short = [coordinator.schedule(worker_and_span, (0.05,)) for _ in range(8)]
+    ran = coordinator.fetch(short)
+    # sent ahead behind the long one, a function is withdrawn for the free worker
+    assert time.monotonic() - started < 3.0
+    assert not long.done()
+    long_worker = coordinator.fetch(long)[0]
+    assert {worker for worker, _, _ in ran} == {1 - long_worker}
+    # never two at once on a worker
+    spans = sorted((began, ended) for _, began, ended in ran)
+    assert all(began >= ended for (_, ended), (began, _) in zip(spans, spans[1:]))
+    coordinator.join()
+
+
 # ===== per-worker resources ====================================================================
 
 def resource_counts(coordinator, num_workers=2):

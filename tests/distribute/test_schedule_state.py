@@ -35,10 +35,12 @@ from convoy.distribute._schedule_messages import (
     Start,
     Take,
     Wake,
+    Withdraw,
     WorkerBack,
     WorkerLost,
 )
 from convoy.distribute._schedule_state import DOWN, FAILED, REBUILDING, UP, ScheduleState
+from convoy.distribute._wire import WithdrawnError
 from convoy.errors import (
     CancelledError,
     FailedPreconditionError,
@@ -388,6 +390,54 @@ def test_events_that_do_not_fit_are_refused():
     assert state.running == {(0, 0): (1,)} and state.in_flight == 1
 
 
+def test_one_at_a_time_sends_ahead_only_while_every_worker_is_busy():
+    state = ScheduleState(2, 1, send_ahead=True)
+    state.apply(Start(("p0", "p1")))
+    schedule(state, 1, 2, 3, 4)
+    assert state.apply(Take(0, 0)) == [Run(0, 0, (1,))]
+    # worker 1 runs nothing yet: worker 0's second lane leaves the queue to it
+    assert state.apply(Take(0, 1)) == []
+    assert of(Run, state.apply(Take(1, 0))) == [Run(1, 0, (2,))]
+    assert state.apply(Take(1, 1)) == [Run(1, 1, (3,))]
+    assert 1 in state.ahead
+    # worker 0's waiting lane is woken once both run something (or takes after its timeout)
+    assert state.apply(Take(0, 1)) == [Run(0, 1, (4,))]
+
+
+def test_a_run_sent_ahead_is_withdrawn_for_a_worker_that_runs_nothing():
+    state = ScheduleState(2, 1, send_ahead=True)
+    state.apply(Start(("p0", "p1")))
+    schedule(state, 1, 2, 3)
+    state.apply(Take(0, 0))
+    state.apply(Take(1, 0))
+    assert state.apply(Take(0, 1)) == [Run(0, 1, (3,))]  # sent ahead, behind closure 1
+    state.apply(Finished(1, 0, (Outcome(2),)))
+    # worker 1 finds nothing queued: worker 0's Run sent ahead is asked back
+    assert state.apply(Take(1, 0)) == [Withdraw(0, 1, (3,))]
+    assert state.apply(Take(1, 1)) == []  # asked once
+    instructions = state.apply(Finished(0, 1, (Outcome(error=WithdrawnError("back")),)))
+    assert not resolved(instructions) and list(state.queue) == [3]
+    assert of(Wake, instructions)
+    assert state.apply(Take(1, 0)) == [Run(1, 0, (3,))]
+    state.apply(Finished(1, 0, (Outcome(3),)))
+    # one that started meanwhile answers as it ran
+    assert resolved(state.apply(Finished(0, 0, (Outcome(1),)))) == {1: Outcome(1)}
+    assert state.settled and state.error is None
+
+
+def test_a_withdrawn_run_is_cancelled_once_an_error_is_pending():
+    state = ScheduleState(2, 1, send_ahead=True)
+    state.apply(Start(("p0", "p1")))
+    schedule(state, 1, 2, 3)
+    state.apply(Take(0, 0))
+    state.apply(Take(1, 0))
+    state.apply(Take(0, 1))
+    state.apply(Finished(1, 0, (Outcome(error=ValueError("boom")),)))
+    outcomes = resolved(state.apply(Finished(0, 1, (Outcome(error=WithdrawnError("x")),))))
+    assert type(outcomes[3].error) is CancelledError and "boom" in str(outcomes[3].error)
+    assert not state.queue
+
+
 # ----- any interleaving ------------------------------------------------------------------------
 class Interleavings(RuleBasedStateMachine):
     """Plays the coordinator's threads and the workers in any order: schedules, takes,
@@ -401,16 +451,19 @@ class Interleavings(RuleBasedStateMachine):
         self.state: ScheduleState | None = None
 
     @rule(workers=st.integers(1, 3), lanes=st.integers(1, 2), batch=st.integers(1, 3),
-          answered=st.lists(st.booleans(), min_size=3, max_size=3))
+          answered=st.lists(st.booleans(), min_size=3, max_size=3), send_ahead=st.booleans())
     @precondition(lambda self: self.state is None)
-    def start(self, workers, lanes, batch, answered):
-        self.state = ScheduleState(workers, batch)
+    def start(self, workers, lanes, batch, answered, send_ahead):
+        if send_ahead:  # as the scheduler runs it: two lanes of one closure per Run
+            lanes, batch = 2, 1
+        self.state = ScheduleState(workers, batch, send_ahead)
         self.lanes = [(w, lane) for w in range(workers) for lane in range(lanes)]
         self.incarnation = {w: f"p{w}" for w in range(workers)}
         self.held: dict[str, set[int]] = {}  # the resources each process holds
         self.runs: dict[tuple[int, int], tuple[int, ...]] = {}  # Runs on the wire
         self.abandoned: set[tuple[int, int]] = set()  # ... given up by the state
         self.cancels: set[tuple[tuple[int, int], tuple[int, ...]]] = set()  # grace periods
+        self.withdraws: set[tuple[tuple[int, int], tuple[int, ...]]] = set()  # asked back
         self.waiting: set[tuple[int, int]] = set()  # lanes that took nothing, not woken
         self.ready = set(self.lanes)  # lanes that take next (started, woken or done)
         self.probes: dict[int, str | None] = {}
@@ -437,6 +490,10 @@ class Interleavings(RuleBasedStateMachine):
             elif kind is Run:
                 lane = (instruction.worker, instruction.lane)
                 assert lane not in self.runs
+                if self.state.send_ahead and self.busy(instruction.worker):
+                    # sent ahead only while every worker that is up runs something
+                    assert all(self.busy(w) for w, record in enumerate(self.state.workers)
+                               if record.status == UP)
                 self.runs[lane] = instruction.closure_ids
                 self.lost -= set(instruction.closure_ids)
             elif kind is Probe:
@@ -456,12 +513,22 @@ class Interleavings(RuleBasedStateMachine):
                 assert self.runs.get(lane) == instruction.closure_ids
                 assert lane not in self.abandoned
                 self.abandoned.add(lane)
+            elif kind is Withdraw:
+                lane = (instruction.worker, instruction.lane)
+                assert self.state.send_ahead
+                assert self.runs.get(lane) == instruction.closure_ids
+                assert lane not in self.abandoned
+                assert (lane, instruction.closure_ids) not in self.withdraws
+                self.withdraws.add((lane, instruction.closure_ids))
             elif kind is Free:
                 assert not set(instruction.resource_ids) & set(self.state.resources)
                 self.held.get(self.incarnation[instruction.worker], set()).difference_update(
                     instruction.resource_ids)
             else:
                 assert kind in (RaiseError, Build), instruction
+
+    def busy(self, worker):
+        return any(lane[0] == worker and lane not in self.abandoned for lane in self.runs)
 
     def holds(self, worker, resource_ids):
         self.held.setdefault(self.incarnation[worker], set()).update(resource_ids)
@@ -568,6 +635,21 @@ class Interleavings(RuleBasedStateMachine):
             assert isinstance(self.state.error, ValueError) and not self.state.queue
 
     @rule(data=st.data())
+    @precondition(lambda self: self.started() and self.withdraws)
+    def answer_withdraw(self, data):
+        # given back if it had not started (and is still on the wire), else it runs on
+        lane, ids = data.draw(st.sampled_from(sorted(self.withdraws)))
+        self.withdraws.discard((lane, ids))
+        if self.runs.get(lane) != ids or lane in self.abandoned:
+            return
+        del self.runs[lane]
+        self.ready.add(lane)
+        self.carry_out(self.state.apply(Finished(*lane, tuple(
+            Outcome(error=WithdrawnError("withdrawn")) for _ in ids))))
+        if self.state.error is None and not self.state.closed:
+            assert set(ids) <= set(self.state.queue)
+
+    @rule(data=st.data())
     @precondition(lambda self: self.started() and self.runs)
     def lose_run(self, data):
         lane = data.draw(st.sampled_from(sorted(self.runs)))
@@ -629,8 +711,10 @@ class Interleavings(RuleBasedStateMachine):
         # no lost wakeup: while a lane of a worker that is up waits, lanes are woken (or
         # about to take) for every queued closure
         assert set(state.idle) == self.waiting
-        if state.queue and any(state.workers[w].status == UP for w, _ in self.waiting):
+        if state.queue and any(state._may_take(w) for w, _ in self.waiting):
             assert sum(state.workers[w].status == UP for w, _ in self.ready) >= len(state.queue)
+        if state.send_ahead:
+            assert set(state.ahead) <= {w for w, runs in enumerate(state.runs_of) if runs == 2}
         # a worker up as the process that runs holds every resource
         for w, record in enumerate(state.workers):
             if (record.status == UP and record.incarnation == self.incarnation[w]

@@ -1,6 +1,7 @@
 """The worker's side of scheduled calls, against a real ``convoy server`` worker: a Run's calls
-run at once, a failing call cancels the others of its Run, and ``Cancel`` stops a call at its
-next variable operation (or before it starts).
+run at once, a failing call cancels the others of its Run, ``Cancel`` stops a call at its
+next variable operation (or before it starts), and one-at-a-time Runs wait for each other (and
+are withdrawn while they wait).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from convoy.distribute._coordinator_calls import call_message
 from convoy.distribute._wire import (
     WORKER_METHODS,
     WORKER_SERVICE,
+    WithdrawnError,
     decode_one,
     encode,
     load_outcomes,
@@ -169,4 +171,85 @@ def test_on_finish_callbacks_run_in_order_in_the_call_s_thread_when_it_ends(
     record = run(take_record, key).unwrap()
     assert [what for what, _ in record] == ["body", "first", "second"]
     assert len({thread for _, thread in record}) == 1
+    client.close()
+
+
+# ----- one-at-a-time Runs (pipelining 1: the next Run is sent while one runs) -------------------
+def spans(seconds):
+    """A scheduled function that sleeps: when it started and ended (this host's clock)."""
+    began = time.monotonic()
+    time.sleep(seconds)
+    return began, time.monotonic()
+
+
+class Answers:
+    """Runs sent from threads of their own, their outcomes kept by name."""
+
+    def __init__(self, client):
+        self.client, self.outcomes, self.threads = client, {}, {}
+
+    def send(self, name, calls, one_at_a_time=True):
+        def run():
+            self.outcomes[name] = load_outcomes(self.client.stream("Run").call(
+                run_request(calls, one_at_a_time)))
+
+        thread = self.threads[name] = threading.Thread(target=run, name=f"run-{name}")
+        thread.start()
+
+    def wait(self, name, timeout_s=20):
+        self.threads[name].join(timeout=timeout_s)
+        assert not self.threads[name].is_alive(), f"timed out waiting for Run {name}'s answer"
+        return self.outcomes[name]
+
+
+@pytest.mark.timeout(60)
+def test_one_at_a_time_runs_start_once_the_one_running_has_ended(ps_and_worker):
+    client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    answers = Answers(client)
+    base = random.randrange(2**60)
+    for i in range(3):
+        answers.send(i, [call_message(spans, (0.3,), {}, base + i)])
+    ran = sorted(answers.wait(i)[0].value for i in range(3))
+    for (_, ended), (began, _) in zip(ran, ran[1:]):
+        assert began >= ended
+    # a Run that is not one at a time does not wait for them
+    answers.send("first", [call_message(spans, (1.0,), {}, base + 3)])
+    time.sleep(0.2)
+    answers.send("free", [call_message(no_op, (), {})], one_at_a_time=False)
+    assert answers.wait("free", 0.7) == [Outcome("ran")]
+    answers.wait("first")
+    client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_waiting_run_is_withdrawn_and_a_cancelled_one_gives_the_turn_up(ps_and_worker, table):
+    _, name = table
+    ps = ps_and_worker.cluster["ps"][0]
+    client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    answers = Answers(client)
+    base = random.randrange(2**60)
+    answers.send("beating", [call_message(beat_until_cancelled, (ps, name), {}, base)])
+    time.sleep(0.3)
+    answers.send("waiting", [call_message(no_op, (), {}, base + 1)])
+    time.sleep(0.3)
+    assert "waiting" not in answers.outcomes  # behind the beating one
+    assert decode_one(client.call("Withdraw", encode([base + 1]))) == 1
+    [withdrawn] = answers.wait("waiting", 5)
+    assert type(withdrawn.error) is WithdrawnError
+    # one withdrawn before it arrives never runs; one running is not withdrawn
+    assert decode_one(client.call("Withdraw", encode([base + 2, base]))) == 0
+    answers.send("late", [call_message(no_op, (), {}, base + 2)])
+    assert type(answers.wait("late", 5)[0].error) is WithdrawnError
+    # cancelled, the beating one stops, and the next starts at once
+    answers.send("next", [call_message(no_op, (), {}, base + 3)])
+    client.call("Cancel", encode([base]))
+    assert isinstance(answers.wait("beating", 10)[0].error, CancelledError)
+    assert answers.wait("next", 10) == [Outcome("ran")]
+    # one that never looks at its cancellation gives the turn up all the same
+    answers.send("deaf", [call_message(spans, (5.0,), {}, base + 4)])
+    time.sleep(0.3)
+    answers.send("after", [call_message(no_op, (), {}, base + 5)])
+    client.call("Cancel", encode([base + 4]))
+    assert answers.wait("after", 3) == [Outcome("ran")]
+    answers.wait("deaf")
     client.close()

@@ -122,10 +122,13 @@ class WorkerLink:
 
 class Lane:
     """One lane of a worker: a Run in flight at a time, on a stream that :meth:`abandon` can
-    cut short from another thread."""
+    cut short from another thread; ``one_at_a_time``: its Runs wait on the worker for those of
+    the worker's other lanes (see :func:`~convoy.distribute._wire.run_request`)."""
 
-    def __init__(self, worker: WorkerLink, index: int, wakeup: threading.Condition) -> None:
+    def __init__(self, worker: WorkerLink, index: int, wakeup: threading.Condition,
+                 one_at_a_time: bool = False) -> None:
         self.worker, self.index, self.wakeup = worker, index, wakeup
+        self.one_at_a_time = one_at_a_time
         self._lock = threading.Lock()
         self._stream: MethodStream | None = None  # None: the next Run opens one
         self._calling: MethodStream | None = None  # the stream of the Run in its call
@@ -145,7 +148,7 @@ class Lane:
     def run(self, calls: list[Call]) -> list[Outcome]:
         """Run ``calls`` at once on the lane's stream; raises UnavailableError if the worker
         cannot be reached."""
-        return self.worker.outcomes(calls, self._call(run_request(calls)))
+        return self.worker.outcomes(calls, self._call(run_request(calls, self.one_at_a_time)))
 
     def _call(self, request: bytes) -> bytes | memoryview:
         with self._lock:

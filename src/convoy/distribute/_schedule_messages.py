@@ -152,6 +152,15 @@ class Abandon:
 
 
 @dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Ask the worker to give back the lane's Run sent ahead, unless it started: it answers
+    its closures as withdrawn (WithdrawnError), and they are queued again."""
+    worker: int
+    lane: int
+    closure_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Probe:
     """Ping the worker until it answers as a process other than ``unless``."""
     worker: int
@@ -184,5 +193,5 @@ class RaiseError:
     error: BaseException
 
 
-Instruction = (Run | Resolve | Wake | CancelRunning | Abandon | Probe | Rebuild | Build | Free
-               | RaiseError)
+Instruction = (Run | Resolve | Wake | CancelRunning | Abandon | Withdraw | Probe | Rebuild | Build
+               | Free | RaiseError)

@@ -22,6 +22,14 @@ it comes, is dropped. Shutting down abandons every Run at once.
 
 Per-worker resources (datasets, iterators) are built on every worker that is up, rebuilt on a
 new process of a worker before it takes work, and freed on the workers once dropped.
+
+With ``send_ahead`` (one function per worker at a time, as TensorFlow), each worker has two
+lanes whose Runs the worker runs one after the other: the second is sent while the first runs,
+so the worker starts it without waiting for the coordinator's round trip. A lane sends ahead
+only while every worker that is up has a Run in flight (queued work goes to an idle worker
+first), and a worker that finds nothing queued has a Run sent ahead to another withdrawn
+(:class:`Withdraw`): unless it started meanwhile, it comes back as withdrawn and is queued
+again, at the head.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from dataclasses import dataclass, field
 from convoy._transport.events import Handlers
 from convoy._transport.rpc import Outcome
 from convoy.distribute import _schedule_messages as msg
+from convoy.distribute._wire import WithdrawnError
 from convoy.errors import CancelledError, FailedPreconditionError, InvalidArgumentError
 
 UP, DOWN, REBUILDING, FAILED = "up", "down", "rebuilding", "failed"
@@ -49,8 +58,12 @@ class WorkerRecord:
 class ScheduleState:
     """What the coordinator knows of its closures and workers. Mutate only via :meth:`apply`."""
 
-    def __init__(self, num_workers: int, batch: int) -> None:
+    def __init__(self, num_workers: int, batch: int, send_ahead: bool = False) -> None:
         self.batch = batch  # closures per Run at most
+        self.send_ahead = send_ahead
+        self.runs_of = [0] * num_workers  # Runs in ``running`` per worker
+        self.ahead: dict[int, Lane] = {}  # worker -> its lane whose Run was sent ahead
+        self.withdrawing: set[Lane] = set()  # lanes asked to give their Run back
         self.workers = [WorkerRecord() for _ in range(num_workers)]
         self.queue: deque[int] = deque()
         self.running: dict[Lane, tuple[int, ...]] = {}  # lane -> closures
@@ -100,10 +113,10 @@ class ScheduleState:
         if lane in self.running or lane in self.abandoned:
             raise InvalidArgumentError(f"lane {lane} already has a Run in flight")
         self.woken.discard(lane)
-        if not self.queue or self.workers[event.worker].status != UP:
+        if not self.queue or not self._may_take(event.worker):
             if not self.closed:
                 self.idle[lane] = None
-            return []
+            return [] if self.queue else self._withdraw_for(event.worker)
         self.idle.pop(lane, None)
         up = sum(record.status == UP for record in self.workers)
         # Leave the other workers that are up their share of a short queue.
@@ -111,7 +124,32 @@ class ScheduleState:
         ids = tuple(self.queue.popleft() for _ in range(count))
         self.running[lane] = ids
         self.in_flight += count
-        return [msg.Run(event.worker, event.lane, ids)]
+        if self.runs_of[event.worker]:
+            self.ahead[event.worker] = lane
+        self.runs_of[event.worker] += 1
+        run: list[msg.Instruction] = [msg.Run(event.worker, event.lane, ids)]
+        # one more worker busy: lanes of the others may send ahead now
+        return run + self._wakes() if self.send_ahead else run
+
+    def _may_take(self, worker: int) -> bool:
+        """Whether a free lane of ``worker`` takes queued work now."""
+        if self.workers[worker].status != UP:
+            return False
+        if not self.send_ahead or not self.runs_of[worker]:
+            return True
+        return all(self.runs_of[w] for w, record in enumerate(self.workers)
+                   if record.status == UP)
+
+    def _withdraw_for(self, worker: int) -> list[msg.Instruction]:
+        """``worker`` found nothing queued: ask for a Run sent ahead to another back."""
+        if (not self.send_ahead or self.runs_of[worker] or self.error is not None
+                or self.closed or self.workers[worker].status != UP):
+            return []
+        for lane in self.ahead.values():
+            if lane not in self.withdrawing:
+                self.withdrawing.add(lane)
+                return [msg.Withdraw(*lane, self.running[lane])]
+        return []
 
     def _on_Finished(self, event: msg.Finished) -> list[msg.Instruction]:
         lane = (event.worker, event.lane)
@@ -123,9 +161,20 @@ class ScheduleState:
             raise InvalidArgumentError(f"lane {lane} did not run {len(event.outcomes)} "
                                        f"closures")
         self._release(lane)
-        instructions: list[msg.Instruction] = [
-            msg.Resolve(closure_id, outcome) for closure_id, outcome in zip(ids, event.outcomes)]
-        errors = [outcome.error for outcome in event.outcomes if outcome.error is not None]
+        back = [closure_id for closure_id, outcome in zip(ids, event.outcomes)
+                if type(outcome.error) is WithdrawnError]
+        if back:
+            if self.error is not None or self.closed:
+                instructions = [msg.Resolve(closure_id, self._cancelled()) for closure_id in back]
+            else:
+                self.queue.extendleft(reversed(back))
+                instructions = self._wakes()
+            pairs = [(closure_id, outcome) for closure_id, outcome in zip(ids, event.outcomes)
+                     if type(outcome.error) is not WithdrawnError]
+        else:
+            instructions, pairs = [], list(zip(ids, event.outcomes))
+        instructions += [msg.Resolve(closure_id, outcome) for closure_id, outcome in pairs]
+        errors = [outcome.error for _, outcome in pairs if outcome.error is not None]
         if errors and self.error is None:
             # the first failure, before the cancellations it caused among its Run-mates
             instructions += self._fail(next(
@@ -161,6 +210,9 @@ class ScheduleState:
     def _release(self, lane: Lane) -> tuple[int, ...]:
         ids = self.running.pop(lane)
         self.in_flight -= len(ids)
+        self.runs_of[lane[0]] -= 1
+        self.ahead.pop(lane[0], None)  # it was this lane's Run, or it runs now
+        self.withdrawing.discard(lane)
         return ids
 
     def _abandon(self, lane: Lane) -> list[msg.Instruction]:
@@ -215,7 +267,7 @@ class ScheduleState:
         for worker, lane in list(self.idle):
             if len(wakes) >= wanted:
                 break
-            if self.workers[worker].status == UP:
+            if self._may_take(worker):
                 del self.idle[(worker, lane)]
                 self.woken.add((worker, lane))
                 wakes.append(msg.Wake(worker, lane))

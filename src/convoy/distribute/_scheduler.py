@@ -40,7 +40,8 @@ from convoy.errors import FailedPreconditionError, UnavailableError
 log = logging.getLogger(__name__)
 
 #: Lanes (threads) per worker, each with one Run in flight carrying up to pipelining / lanes
-#: functions.
+#: functions. At pipelining 1 the worker runs its lanes' Runs one at a time: the second is
+#: sent ahead (see :mod:`convoy.distribute._schedule_state`).
 LANES_PER_WORKER = 2
 #: How often a lost worker is probed.
 PROBE_INTERVAL_S = 0.5
@@ -95,11 +96,12 @@ class Scheduler:
         monitoring.export("coordinator")
         self._workers = [WorkerLink(i, address) for i, address in enumerate(addresses)]
         # Several functions share a Run: on a busy cluster per-call costs dominate small steps.
-        lanes = min(pipelining, LANES_PER_WORKER)
-        self._state = ScheduleState(len(self._workers), -(-pipelining // lanes))
+        send_ahead = pipelining == 1
+        lanes = LANES_PER_WORKER if send_ahead else min(pipelining, LANES_PER_WORKER)
+        self._state = ScheduleState(len(self._workers), -(-pipelining // lanes), send_ahead)
         self._lock = threading.Lock()  # guards _state and _closures
         self._progress = threading.Condition(self._lock)  # settled, or an error pending
-        self._lanes = {(w.index, i): Lane(w, i, threading.Condition(self._lock))
+        self._lanes = {(w.index, i): Lane(w, i, threading.Condition(self._lock), send_ahead)
                        for w in self._workers for i in range(lanes)}
         self._closures: dict[int, Closure] = {}
         self._resource_calls: dict[int, Call] = {}
@@ -209,6 +211,9 @@ class Scheduler:
                 lane = self._lanes[(instruction.worker, instruction.lane)]
                 lane.abandon(instruction.closure_ids)
                 send_without_waiting(lane.worker.client, "Cancel", instruction.closure_ids)
+            elif isinstance(instruction, msg.Withdraw):
+                send_without_waiting(self._workers[instruction.worker].client, "Withdraw",
+                                     instruction.closure_ids)
             elif isinstance(instruction, msg.Free):
                 send_without_waiting(self._workers[instruction.worker].client, "Free",
                                       instruction.resource_ids)

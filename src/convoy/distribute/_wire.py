@@ -7,8 +7,8 @@ Every message is one codec element (pickle protocol 5, arrays out of band):
   (its results or its error);
 - a worker's ``Run`` takes a non-empty list of :data:`Call` and answers each one's pickled
   Outcome, so a function's own failure is told apart from the worker's (the call's status);
-- ``Cancel`` and ``Free`` take a list of ids (calls, per-worker resources) and answer an int;
-  ``Ping`` takes None and answers the worker's incarnation.
+- ``Cancel``, ``Withdraw`` and ``Free`` take a list of ids (calls, per-worker resources) and
+  answer an int; ``Ping`` takes None and answers the worker's incarnation.
 
 Both ``Execute`` and ``Run`` carry several callers' work per message when there is a queue: the
 fixed cost of a call would otherwise dominate small training steps.
@@ -25,7 +25,7 @@ import cloudpickle
 from convoy._transport import rpc as _rpc
 from convoy._transport.rpc import Outcome
 from convoy._values.codec import Encoder, decode
-from convoy.errors import DataLossError, InvalidArgumentError, UnknownError
+from convoy.errors import CancelledError, DataLossError, InvalidArgumentError, UnknownError
 
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
@@ -43,11 +43,12 @@ PS_TRANSPORTS = ("framed", "grpc")
 #: plain values (see :func:`convoy.distribute.server.Server.status`).
 STATUS = _rpc.Method("Status", None, None)
 #: A worker's ``Run`` runs calls; ``Ping`` answers its incarnation; ``Cancel`` cancels calls by
-#: id; ``Free`` deletes per-worker resources by id; ``FramedPort`` answers the port of its
-#: framed transport for ``Run``, or None.
+#: id; ``Withdraw`` takes back calls of one-at-a-time Runs that have not started, by id;
+#: ``Free`` deletes per-worker resources by id; ``FramedPort`` answers the port of its framed
+#: transport for ``Run``, or None.
 WORKER_METHODS = [_rpc.Method("Run", None, None, streamed=True), _rpc.Method("Ping", None, None),
-                  _rpc.Method("Cancel", None, None), _rpc.Method("Free", None, None),
-                  _rpc.Method("FramedPort", None, None)]
+                  _rpc.Method("Cancel", None, None), _rpc.Method("Withdraw", None, None),
+                  _rpc.Method("Free", None, None), _rpc.Method("FramedPort", None, None)]
 
 #: One call of a ``Run``: (the function's digest, the cloudpickled function, its cloudpickled
 #: ``(args, kwargs)``, the id a ``Cancel`` names it by, or None: it cannot be cancelled).
@@ -107,18 +108,27 @@ def is_call(call: Any) -> bool:
             and (call[3] is None or type(call[3]) is int))
 
 
-def run_request(calls: list[Call]) -> bytes:
-    """A worker ``Run`` request: calls the worker runs at once."""
-    return encode(calls)
+class WithdrawnError(CancelledError):
+    """The outcome of a call withdrawn before it started: the coordinator runs it elsewhere."""
 
 
-def load_run_request(request: bytes | memoryview) -> list[Any]:
-    """The calls of a ``Run`` request (each call is checked as it runs)."""
+def run_request(calls: list[Call], one_at_a_time: bool = False) -> bytes:
+    """A worker ``Run`` request: calls the worker runs at once; ``one_at_a_time``: only once
+    no other such Run runs there (it may wait, and be withdrawn meanwhile)."""
+    return encode((calls, True) if one_at_a_time else calls)
+
+
+def load_run_request(request: bytes | memoryview) -> tuple[list[Any], bool]:
+    """The calls of a ``Run`` request (each call is checked as it runs), and whether it runs
+    one at a time."""
     calls = decode_one(request)
+    one_at_a_time = type(calls) is tuple and len(calls) == 2 and calls[1] is True
+    if one_at_a_time:
+        calls = calls[0]
     if type(calls) is not list or not calls:
         raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
                                    f"{type(calls).__name__}")
-    return calls
+    return calls, one_at_a_time
 
 
 def run_answer(outcomes: list[bytes]) -> bytes:

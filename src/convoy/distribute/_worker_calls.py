@@ -5,8 +5,14 @@ variable updates may be queued without waiting, its whole-variable reads are rea
 :mod:`convoy.distribute._readahead`), and once the coordinator cancels it, its next variable
 operation raises CancelledError (:func:`raise_if_cancelled`); modules that keep state per
 call free it with :meth:`RunningCall.on_finish`. A worker server's
-:class:`CallRunner` answers its ``Run`` and ``Cancel``; a function is unpickled once per
-worker, by digest.
+:class:`CallRunner` answers its ``Run``, ``Cancel`` and ``Withdraw``; a function is unpickled
+once per worker, by digest.
+
+A one-at-a-time Run (a coordinator's at ``pipelining=1``) starts once no other such Run holds
+the worker's turn: the coordinator sends the next while one runs, and the worker starts it as
+soon as that one's updates have landed, so a step reads parameters as fresh as TensorFlow's. A
+Run whose calls are cancelled gives the turn up (it stops at its next variable operation, or
+is abandoned); one still waiting for the turn can be withdrawn, and answers WithdrawnError.
 """
 
 from __future__ import annotations
@@ -102,6 +108,10 @@ class CallRunner:
         self._running: dict[int, RunningCall] = {}  # call id -> the call running under it
         self._cancelled_early: OrderedDict[int, None] = OrderedDict()  # before they started
         self._functions: OrderedDict[bytes, Callable[..., Any]] = OrderedDict()  # by digest
+        self._turn = threading.Condition(self._lock)  # one-at-a-time Runs wait on it
+        self._turn_holder: list[RunningCall] | None = None  # the calls of the Run holding it
+        self._waiting: set[int] = set()  # ids of calls waiting for the turn
+        self._withdrawn: OrderedDict[int, None] = OrderedDict()  # waiting, or not arrived yet
         self.running = 0  # calls running now (for Status)
         self.done = 0  # calls that ended, with a result or an error
 
@@ -109,27 +119,82 @@ class CallRunner:
         """A worker's ``Run``: the request's calls, all at once; answers each one's pickled
         :class:`Outcome`. A call that fails cancels the others (as the coordinator would once
         it hears, which is when they end)."""
-        calls = _wire.load_run_request(request)
+        calls, one_at_a_time = _wire.load_run_request(request)
         mates = [RunningCall() for _ in calls]
-        others = [self._pool.submit(self._pickled_outcome, call, running, mates)
-                  for call, running in zip(calls[1:], mates[1:], strict=True)]
-        return _wire.run_answer([self._pickled_outcome(calls[0], mates[0], mates),
-                                 *(future.result() for future in others)])
+        if one_at_a_time:
+            withdrawn = self._take_turn(calls, mates)
+            if withdrawn is not None:
+                return withdrawn
+        try:
+            others = [self._pool.submit(self._pickled_outcome, call, running, mates)
+                      for call, running in zip(calls[1:], mates[1:], strict=True)]
+            return _wire.run_answer([self._pickled_outcome(calls[0], mates[0], mates),
+                                     *(future.result() for future in others)])
+        finally:
+            if one_at_a_time:
+                self._give_turn(mates)
+
+    def _take_turn(self, calls: list[Any], mates: list[RunningCall]) -> bytes | None:
+        """Wait for the turn of one-at-a-time Runs; the answer if the calls were withdrawn
+        meanwhile. Calls cancelled meanwhile start at once (to answer CancelledError)."""
+        ids = [call[3] for call in calls if _wire.is_call(call) and call[3] is not None]
+        with self._turn:
+            self._waiting.update(ids)
+            try:
+                while True:
+                    if any(self._withdrawn.pop(i, 0) is None for i in ids):
+                        outcome = _wire.pickle_outcome(Outcome(error=_wire.WithdrawnError(
+                            "withdrawn before it started, to run on another worker")))
+                        return _wire.run_answer([outcome] * len(calls))
+                    if any(i in self._cancelled_early for i in ids):
+                        return None
+                    if self._turn_holder is None:
+                        self._turn_holder = mates
+                        return None
+                    self._turn.wait()
+            finally:
+                self._waiting.difference_update(ids)
+
+    def _give_turn(self, mates: list[RunningCall]) -> None:
+        with self._turn:
+            if self._turn_holder is mates:
+                self._turn_holder = None
+                self._turn.notify_all()
+
+    def withdraw(self, request: bytes) -> bytes:
+        """A worker's ``Withdraw``: calls of these ids that wait for the turn (or have not
+        arrived yet) answer WithdrawnError instead of running; answers how many were
+        waiting."""
+        found = 0
+        with self._turn:
+            for call_id in _wire.load_ids(request, "Withdraw", "call"):
+                found += call_id in self._waiting
+                if call_id in self._waiting or call_id not in self._running:
+                    self._withdrawn[call_id] = None
+                    while len(self._withdrawn) > _CANCELLED_KEPT:
+                        self._withdrawn.popitem(last=False)
+            self._turn.notify_all()
+        return _wire.encode(found)
 
     def cancel(self, request: bytes) -> bytes:
         """A worker's ``Cancel``: mark the calls of these ids cancelled (one not started yet
         is cancelled as it starts); answers how many of them were running."""
         found = 0
-        with self._lock:
+        with self._turn:
             for call_id in _wire.load_ids(request, "Cancel", "call"):
                 running = self._running.get(call_id)
                 if running is not None:
                     running.cancelled = True
                     found += 1
+                    # it stops at its next variable operation, or is abandoned: the next
+                    # one-at-a-time Run need not wait for it
+                    if self._turn_holder is not None and running in self._turn_holder:
+                        self._turn_holder = None
                     continue
                 self._cancelled_early[call_id] = None
                 while len(self._cancelled_early) > _CANCELLED_KEPT:
                     self._cancelled_early.popitem(last=False)
+            self._turn.notify_all()
         return _wire.encode(found)
 
     def _pickled_outcome(self, call: Any, running: RunningCall,

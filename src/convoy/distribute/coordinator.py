@@ -2,11 +2,15 @@
 
 ``schedule`` queues a function and returns a :class:`RemoteValue` at once. Each worker runs up
 to ``pipelining`` functions at once, taken from the shared queue a few per call, so many small
-steps flow without waiting for each other. A worker that cannot be reached has its functions
-put back at the head of the queue for another worker (so a function runs at least once); the
-worker is probed until it answers again, its per-worker resources (datasets, iterators) are
-rebuilt if it is a new process, and it takes work again. A worker whose resources cannot be
-rebuilt takes no work until it restarts again, and its error is raised like a function's.
+steps flow without waiting for each other. At the default, one, a busy worker is sent its next
+function while the current one runs, and starts it once that one's updates have landed (still
+one at a time, as TensorFlow, without the coordinator's round trip in between); a function sent
+ahead that has not started is taken back for a worker that runs nothing. A worker that cannot
+be reached has its functions put back at the head of the queue for another worker (so a
+function runs at least once); the worker is probed until it answers again, its per-worker
+resources (datasets, iterators) are rebuilt if it is a new process, and it takes work again. A
+worker whose resources cannot be rebuilt takes no work until it restarts again, and its error
+is raised like a function's.
 
 The first error a function raises is raised by the next ``schedule``, ``join`` or ``done``
 (then cleared). The functions queued behind it are cancelled, and so are those still running,

@@ -126,6 +126,7 @@ class Server(_rpc.ServerBase):
             "Run": calls.run,
             "Ping": lambda _: encode(self.incarnation),
             "Cancel": calls.cancel,
+            "Withdraw": calls.withdraw,
             "Free": self.context.free,
             "FramedPort": lambda _: encode(run_port),
         }
