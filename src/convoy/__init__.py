@@ -47,6 +47,7 @@ from convoy import (  # noqa: E402
 )
 from convoy._values.slices import IndexedSlices  # noqa: E402
 from convoy._values.tensors import RaggedTensor, SparseTensor  # noqa: E402
+from convoy._version import __version__  # noqa: E402
 from convoy.distribute.variables import Variable  # noqa: E402
 from convoy.nest import RaggedTensorSpec, SparseTensorSpec  # noqa: E402
 from convoy.ops import (  # noqa: E402
@@ -63,8 +64,6 @@ from convoy.ops import (  # noqa: E402
     where,
 )
 from convoy.train import optimizers  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "IndexedSlices",

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 
 from convoy import errors
 from convoy._base import threads as _threads
+from convoy._version import __version__
 
 __all__ = [
     "BUFFERED_BYTES",
@@ -438,7 +439,5 @@ def serve(port: int, host: str = "127.0.0.1") -> MetricsServer:
         raise errors.InvalidArgumentError(f"`port` must be an int in [0, 65535], got {port!r}")
     if not isinstance(host, str) or not host:
         raise errors.InvalidArgumentError(f"`host` must be a host name or IP, got {host!r}")
-    import convoy
-
-    _BUILD.info({"version": convoy.__version__})
+    _BUILD.info({"version": __version__})
     return MetricsServer(port, host.strip("[]"))

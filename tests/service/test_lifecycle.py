@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.cluster_status import dispatcher_status
 from convoy.data.service import DispatcherConfig
+from convoy.data.service._client.status import dispatcher_status
 from convoy.data.service._worker.task import MAX_BUFFERED_BYTES
 from convoy.testing import InProcessCluster, ProcessCluster
 

@@ -13,9 +13,9 @@ import cloudpickle
 import pytest
 
 import convoy as cv
-from convoy.cluster_status import dispatcher_status
 from convoy.data import Dataset
 from convoy.data.service import LocalCluster, WorkerConfig, distribute
+from convoy.data.service._client.status import dispatcher_status
 from convoy.data.service._local_cluster import AdaptPolicy, ThroughputPolicy
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -272,7 +272,7 @@ class LocalCluster:
                                         policy, interval_s)
 
     def _adapt_loop(self, policy: Policy, interval_s: float) -> None:
-        from convoy.cluster_status import dispatcher_status
+        from convoy.data.service._client.status import dispatcher_status
 
         served: tuple[float, int] | None = None  # (when, elements served by then)
         while not self._stop.wait(interval_s):

@@ -7,42 +7,25 @@ Both read through read-only RPCs, authenticated like every other call: the dispa
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from convoy import errors
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import Security
-
-__all__ = ["dispatcher_status", "render_cluster", "render_dispatcher", "training_status"]
-
-
-def dispatcher_status(address: str, security: Security | None = None,
-                      timeout_s: float = 10.0) -> dict[str, Any]:
-    """The status of the dispatcher at ``address`` (``HOST:PORT`` or ``grpc://HOST:PORT``):
-    ``workers`` (``address``, ``last_heartbeat_s``, ``tasks``, ``buffered_elements``,
-    ``buffered_bytes``), ``datasets``, ``jobs`` (``name``, ``policy``, ``iterations``,
-    ``optimal_workers``...) and ``optimal_workers``, the workers all jobs need (None while
-    unknown), with ``consumer_wait_fraction``, the largest share of time a consumer waited."""
-    from convoy.data.service import service_pb2 as pb
-    from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
-
-    _, address = _rpc.parse_target(address, "dispatcher")
-    client = _rpc.Client(address, DISPATCHER, DISPATCHER_METHODS, security)
-    try:
-        response = client.call("GetStatus", pb.GetStatusRequest(), timeout=timeout_s)
-    finally:
-        client.close()
-    status: dict[str, Any] = {"dispatcher": address, **_plain(response)}
-    status["optimal_workers"] = status["optimal_workers"] or None  # 0: not known yet
-    if status["consumer_wait_fraction"] < 0:
-        status["consumer_wait_fraction"] = None
-    for job in status["jobs"]:
-        job["optimal_workers"] = job["optimal_workers"] or None
-        for iteration in job["iterations"]:
-            if iteration["elements_served"] < 0:
-                iteration["elements_served"] = None  # not known (not DYNAMIC)
-    return status
+from convoy.cli._commands import (
+    USAGE,
+    CommandError,
+    _cluster,
+    _RefuseSecret,
+    _tf_config_cluster,
+    command,
+)
+from convoy.data.service._client.status import dispatcher_status
 
 
 def training_status(cluster: Mapping[str, Any], security: Security | None = None,
@@ -66,19 +49,6 @@ def training_status(cluster: Mapping[str, Any], security: Security | None = None
             finally:
                 client.close()
     return {"tasks": tasks}
-
-
-def _plain(message: Any) -> dict[str, Any]:
-    """A protobuf message as a dict of plain values (every field, defaults included)."""
-    plain: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        is_message = field.message_type is not None
-        if hasattr(value, "__len__") and not isinstance(value, (str, bytes)):  # repeated
-            plain[field.name] = [_plain(v) for v in value] if is_message else list(value)
-        else:
-            plain[field.name] = _plain(value) if is_message else value
-    return plain
 
 
 # ----- tables -------------------------------------------------------------------------------
@@ -158,3 +128,67 @@ def render_cluster(status: Mapping[str, Any]) -> str:
                           v["dtype"], _bytes(v["bytes"]), _bytes(v["slot_bytes"])]
                          for address, v in variables])
     return "\n".join(lines)
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--dispatcher", default=None, metavar="HOST:PORT",
+                        help="a data service dispatcher: its workers, datasets, jobs and "
+                             "iterations")
+    target.add_argument("--cluster", default=None, metavar="JSON",
+                        help="a training cluster (default: TF_CONFIG's): each ps and worker, "
+                             "its variables and their bytes, its functions running")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout instead of tables")
+    parser.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                        help="print again every SECONDS until Ctrl-C")
+    parser.add_argument("--count", type=int, default=None, metavar="N",
+                        help="with --watch, stop after N prints (default: until Ctrl-C)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="how long each call waits for its answer (default %(default)s)")
+    group = parser.add_argument_group(
+        "security", "The shared secret is read from --auth-token-file, else from "
+        "$CONVOY_AUTH_TOKEN; TLS paths not given come from $CONVOY_TLS_*.")
+    group.add_argument("--auth-token-file", default=None, metavar="PATH",
+                       help="file holding the cluster's shared secret")
+    group.add_argument("--auth-token", nargs="?", action=_RefuseSecret, help=argparse.SUPPRESS)
+    group.add_argument("--certificate", default=None, metavar="PEM",
+                       help="this client's TLS certificate (mutual TLS, with --key)")
+    group.add_argument("--key", default=None, metavar="PEM", help="its TLS private key")
+    group.add_argument("--ca", default=None, metavar="PEM", help="CA that signed the servers")
+
+
+@command("status", "show a data service's or a training cluster's state", _status_arguments)
+def _status(args: argparse.Namespace) -> int:
+    if args.watch is not None and args.watch <= 0:
+        raise CommandError(f"--watch must be a number of seconds > 0, got {args.watch}", USAGE)
+    if args.count is not None and args.count < 1:
+        raise CommandError(f"--count must be >= 1, got {args.count}", USAGE)
+    security = Security.load(None, args.auth_token_file, certificate=args.certificate,
+                             key=args.key, ca=args.ca)
+    if args.dispatcher:
+        def read() -> dict[str, Any]:
+            return dispatcher_status(args.dispatcher, security, args.timeout)
+        render = render_dispatcher
+    else:
+        cluster = _cluster(args.cluster) if args.cluster else _tf_config_cluster()
+
+        def read() -> dict[str, Any]:
+            return training_status(cluster, security, args.timeout)
+        render = render_cluster
+    printed = 0
+    try:
+        while True:
+            status = read()
+            if args.json:
+                print(json.dumps(status), flush=True)
+            else:
+                if args.watch is not None and sys.stdout.isatty():
+                    print("\033[2J\033[H", end="")  # clear the screen
+                print(render(status), flush=True)
+            printed += 1
+            if args.watch is None or (args.count is not None and printed >= args.count):
+                return 0
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0

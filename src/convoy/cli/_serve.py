@@ -1,59 +1,35 @@
-"""The ``convoy`` command: one subcommand per server role, plus small utilities."""
+"""The commands that run a server until a signal stops it: ``dispatcher``, ``worker``,
+``server`` (a training task) and ``cluster`` (a local data service)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import re
 import signal
-import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import convoy
 from convoy import errors, monitoring
 from convoy._base import fs as _fs
-from convoy._transport import rpc as _rpc
-from convoy._transport.security import LOOPBACK, MAX_REQUEST_BYTES
+from convoy._transport.security import LOOPBACK
+from convoy.cli._commands import (
+    FAILURE,
+    USAGE,
+    CommandError,
+    _cluster,
+    command,
+    metrics_arguments,
+    security_arguments,
+    security_settings,
+)
 from convoy.data.service._common.server_config import MAX_DATASET_BYTES, MAX_DATASETS, MAX_JOBS
 from convoy.distribute._limits import MAX_FUNCTION_BYTES
 
 log = logging.getLogger("convoy.cli")
-
-#: Exit statuses: a command line that cannot work as given, and a failure while running.
-USAGE, FAILURE = 2, 1
-
-
-class CommandError(Exception):
-    """What went wrong, in one line that says what to do, and the exit ``status``."""
-
-    def __init__(self, message: str, status: int = FAILURE) -> None:
-        super().__init__(message)
-        self.status = status
-
-_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
-                           Callable[[argparse.Namespace], int]]] = {}
-
-
-def command(name: str, help: str,
-            arguments: Callable[[argparse.ArgumentParser], None]) -> Callable[..., object]:
-    """Register ``run(args) -> exit code`` as the subcommand ``name``."""
-    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        _COMMANDS[name] = (help, arguments, run)
-        return run
-    return register
-
-
-@command("version", "print convoy's version", lambda parser: None)
-def _version(args: argparse.Namespace) -> int:
-    print(f"convoy {convoy.__version__}")
-    return 0
 
 
 def _reuse_large_allocations() -> None:
@@ -134,14 +110,6 @@ def _metrics(args: argparse.Namespace) -> Iterator[None]:
     finally:
         server.close()
         monitoring.remove_readiness_check(_SERVING)
-
-
-def metrics_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--metrics-port``, for the commands that run a server."""
-    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                        help="serve Prometheus metrics at /metrics, and the probes /healthz "
-                             "(alive) and /readyz (serving), on this port of --host "
-                             "(default: none; 0: any free port)")
 
 
 def _dispatcher_arguments(parser: argparse.ArgumentParser) -> None:
@@ -312,73 +280,6 @@ def _server(args: argparse.Namespace) -> int:
         return _serve_until_signalled(server, f"{job} task {index}", server.bound_address)
 
 
-def _status_arguments(parser: argparse.ArgumentParser) -> None:
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("--dispatcher", default=None, metavar="HOST:PORT",
-                        help="a data service dispatcher: its workers, datasets, jobs and "
-                             "iterations")
-    target.add_argument("--cluster", default=None, metavar="JSON",
-                        help="a training cluster (default: TF_CONFIG's): each ps and worker, "
-                             "its variables and their bytes, its functions running")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object on stdout instead of tables")
-    parser.add_argument("--watch", type=float, default=None, metavar="SECONDS",
-                        help="print again every SECONDS until Ctrl-C")
-    parser.add_argument("--count", type=int, default=None, metavar="N",
-                        help="with --watch, stop after N prints (default: until Ctrl-C)")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                        help="how long each call waits for its answer (default %(default)s)")
-    group = parser.add_argument_group(
-        "security", "The shared secret is read from --auth-token-file, else from "
-        "$CONVOY_AUTH_TOKEN; TLS paths not given come from $CONVOY_TLS_*.")
-    group.add_argument("--auth-token-file", default=None, metavar="PATH",
-                       help="file holding the cluster's shared secret")
-    group.add_argument("--auth-token", nargs="?", action=_RefuseSecret, help=argparse.SUPPRESS)
-    group.add_argument("--certificate", default=None, metavar="PEM",
-                       help="this client's TLS certificate (mutual TLS, with --key)")
-    group.add_argument("--key", default=None, metavar="PEM", help="its TLS private key")
-    group.add_argument("--ca", default=None, metavar="PEM", help="CA that signed the servers")
-
-
-@command("status", "show a data service's or a training cluster's state", _status_arguments)
-def _status(args: argparse.Namespace) -> int:
-    from convoy import cluster_status
-    from convoy._transport.security import Security
-
-    if args.watch is not None and args.watch <= 0:
-        raise CommandError(f"--watch must be a number of seconds > 0, got {args.watch}", USAGE)
-    if args.count is not None and args.count < 1:
-        raise CommandError(f"--count must be >= 1, got {args.count}", USAGE)
-    security = Security.load(None, args.auth_token_file, certificate=args.certificate,
-                             key=args.key, ca=args.ca)
-    if args.dispatcher:
-        def read() -> dict[str, Any]:
-            return cluster_status.dispatcher_status(args.dispatcher, security, args.timeout)
-        render = cluster_status.render_dispatcher
-    else:
-        cluster = _cluster(args.cluster) if args.cluster else _tf_config_cluster()
-
-        def read() -> dict[str, Any]:
-            return cluster_status.training_status(cluster, security, args.timeout)
-        render = cluster_status.render_cluster
-    printed = 0
-    try:
-        while True:
-            status = read()
-            if args.json:
-                print(json.dumps(status), flush=True)
-            else:
-                if args.watch is not None and sys.stdout.isatty():
-                    print("\033[2J\033[H", end="")  # clear the screen
-                print(render(status), flush=True)
-            printed += 1
-            if args.watch is None or (args.count is not None and printed >= args.count):
-                return 0
-            time.sleep(args.watch)
-    except KeyboardInterrupt:
-        return 0
-
-
 def _local_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="run N workers (default: --min-workers, or 1)")
@@ -408,200 +309,3 @@ def _local_cluster(args: argparse.Namespace) -> int:
               f"({workers} workers{', adaptive' if adaptive else ''})", flush=True)
         stop.wait()
     return 0
-
-
-def _tf_config_cluster() -> dict[str, Any]:
-    from convoy.distribute.cluster_resolver import TFConfigClusterResolver
-
-    try:
-        spec = TFConfigClusterResolver().cluster_spec()
-    except errors.ConvoyError as error:
-        raise CommandError(f"TF_CONFIG: {error}", USAGE) from None
-    cluster: dict[str, Any] = spec.as_dict()
-    if not cluster:
-        raise CommandError("give --dispatcher HOST:PORT or --cluster JSON, or set TF_CONFIG",
-                           USAGE)
-    return cluster
-
-
-_CLUSTER_EXAMPLE = """'{"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}'"""
-
-
-def _cluster(text: str) -> dict[str, Any]:
-    """The cluster of ``--cluster``: JSON mapping each job to its tasks' HOST:PORT."""
-    try:
-        cluster = json.loads(text)
-    except ValueError as error:
-        raise CommandError(f"--cluster is not JSON ({error}); give it like "
-                           f"{_CLUSTER_EXAMPLE}", USAGE) from None
-    shape = CommandError(f"--cluster must map each job to its tasks' HOST:PORT, like "
-                         f"{_CLUSTER_EXAMPLE}; got {text!r:.200}", USAGE)
-    if not isinstance(cluster, dict) or not cluster:
-        raise shape
-    for tasks in cluster.values():
-        if not isinstance(tasks, (list, dict)):
-            raise shape
-        for address in tasks.values() if isinstance(tasks, dict) else tasks:
-            if not isinstance(address, str):
-                raise shape
-            try:
-                _rpc.check_address(address, "--cluster")
-            except errors.InvalidArgumentError as error:
-                raise CommandError(f"{error}, e.g. {_CLUSTER_EXAMPLE}", USAGE) from None
-    return cluster
-
-
-class _RefuseSecret(argparse.Action):
-    """Refuses a secret given on the command line (``ps`` would show it), without echoing it."""
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        parser.error("the shared secret is never taken on the command line, where `ps` shows "
-                     "it: use --auth-token-file PATH or $CONVOY_AUTH_TOKEN")
-
-
-def security_arguments(parser: argparse.ArgumentParser,
-                       host_help: str = "host to bind and advertise (default: loopback)"
-                       ) -> None:
-    """The options every server command shares: who may call it and where it listens."""
-    group = parser.add_argument_group(
-        "security", "The shared secret is read from --auth-token-file, else from "
-        "$CONVOY_AUTH_TOKEN; it is never given on the command line. TLS paths not given are "
-        "read from $CONVOY_TLS_CERTIFICATE, $CONVOY_TLS_KEY and $CONVOY_TLS_CA.")
-    group.add_argument("--host", default=None, metavar="H", help=host_help)
-    group.add_argument("--auth-token-file", default=None, metavar="PATH",
-                       help="file holding the cluster's shared secret")
-    group.add_argument("--auth-token", nargs="?", action=_RefuseSecret, help=argparse.SUPPRESS)
-    group.add_argument("--certificate", default=None, metavar="PEM",
-                       help="this server's TLS certificate (with --key)")
-    group.add_argument("--key", default=None, metavar="PEM",
-                       help="this server's TLS private key")
-    group.add_argument("--ca", default=None, metavar="PEM",
-                       help="CA of the other side: its clients must show certificates it "
-                            "signed (mutual TLS), and its own clients check servers with it")
-    group.add_argument("--insecure", action="store_true",
-                       help="bind a host other than loopback without a shared secret: only "
-                            "when every machine that can reach it is trusted")
-    group.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
-                       metavar="N", help="largest request accepted (default %(default)s)")
-
-
-def security_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of a config (or training Server) for :func:`security_arguments`."""
-    return {name: getattr(args, name) for name in (
-        "host", "auth_token_file", "certificate", "key", "ca", "insecure",
-        "max_request_bytes")}
-
-
-def _common_arguments() -> argparse.ArgumentParser:
-    """The options of every command: logging, tracebacks, the version."""
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("output")
-    group.add_argument("--log-level", default="INFO", type=str.upper, metavar="LEVEL",
-                       choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-                       help="least severe log lines shown: DEBUG, INFO (default), WARNING, "
-                            "ERROR or CRITICAL")
-    group.add_argument("--debug", action="store_true",
-                       help="on a failure, show the traceback too (and gRPC's own logs)")
-    group.add_argument("--version", action="version", version=f"convoy {convoy.__version__}")
-    return common
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="convoy", description="Distributed input pipelines and parameter-server training."
-    )
-    parser.add_argument("--version", action="version", version=f"convoy {convoy.__version__}")
-    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = _common_arguments()
-    for name, (help, arguments, _) in _COMMANDS.items():
-        # No abbreviations: --auth-token must not pass for --auth-token-file.
-        arguments(subcommands.add_parser(name, help=help, description=help, allow_abbrev=False,
-                                         parents=[common]))
-    return parser
-
-
-def configure_logging(level: str, command: str) -> None:
-    """Log to stderr, each line with its UTC time, level, command and process id."""
-    handler = logging.StreamHandler()
-    formatter = logging.Formatter(
-        f"%(asctime)s.%(msecs)03dZ %(levelname)s convoy-{command}[%(process)d] "
-        "%(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%S")
-    formatter.converter = time.gmtime
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    for old in root.handlers[:]:
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level)
-
-
-def explain(error: BaseException) -> tuple[str, int]:
-    """One line saying what went wrong (and what to do), and the exit status."""
-    if isinstance(error, CommandError):
-        return str(error), error.status
-    if isinstance(error, (errors.InvalidArgumentError, errors.FailedPreconditionError)):
-        return str(error), USAGE  # a setting refused as given
-    if isinstance(error, errors.DataLossError):
-        return (f"{error}; restore the journal from a backup, or move it away to start the "
-                "dispatcher with no state"), FAILURE
-    if isinstance(error, errors.ConvoyError):
-        return str(error), FAILURE
-    if isinstance(error, OSError):
-        where = f": {error.filename}" if error.filename else ""
-        return f"{error.strerror or error}{where}", FAILURE
-    return (f"unexpected {type(error).__name__}: {error} (--debug shows where it came from)",
-            FAILURE)
-
-
-#: Settings whose flag is not the setting's name with dashes.
-_FLAG_OF_SETTING = {"heartbeat_interval_ms": "--heartbeat-ms", "dispatcher_address": "--dispatcher",
-                    "worker_address": "--address", "fault_tolerant_mode": "--fault-tolerant",
-                    "auth_token_file": "--auth-token-file"}
-
-
-def _flags(parser: argparse.ArgumentParser) -> set[str]:
-    """Every flag of ``parser`` and of its subcommands."""
-    flags: set[str] = set()
-    for action in parser._actions:
-        flags.update(action.option_strings)
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                flags |= _flags(sub)
-    return flags
-
-
-def with_flags(message: str, parser: argparse.ArgumentParser) -> str:
-    """``message`` (of a config refusing a setting) naming the flags that set what it names
-    (``--worker-timeout-ms``, not ``worker_timeout_ms``)."""
-    flags = _flags(parser)
-
-    def flag(match: re.Match[str]) -> str:
-        setting = match[0]
-        named = _FLAG_OF_SETTING.get(setting, "--" + setting.replace("_", "-"))
-        return named if named in flags else setting
-
-    return re.sub(r"(?<![\w./-])[a-z]+(?:_[a-z0-9]+)+\b", flag, message)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``convoy`` command line; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.log_level, args.command)  # gRPC's own lines: see convoy/__init__
-    try:
-        return _COMMANDS[args.command][2](args)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as error:
-        if args.debug:
-            log.error("convoy %s failed", args.command, exc_info=error)
-        message, status = explain(error)
-        if status == USAGE:
-            message = with_flags(message, parser)
-        print(f"convoy {args.command}: {' '.join(message.split())}", file=sys.stderr,
-              flush=True)
-        return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())
