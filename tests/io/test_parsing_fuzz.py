@@ -1,7 +1,7 @@
 """The parsers on hostile bytes: random Examples and SequenceExamples, then the same bytes
 mutated (bits flipped, bytes inserted and deleted, cut short). An intact batch parses to what
 protobuf reads; a mutated one parses or raises InvalidArgumentError or DataLossError, and
-never crashes the process.
+never crashes the process. The compiled TFRecord framing gets the same treatment.
 
 ``make fuzz`` runs these with many more cases against a build of the compiled parser with
 AddressSanitizer and UndefinedBehaviorSanitizer (CONVOY_FUZZ_NATIVE names that build's
@@ -203,3 +203,29 @@ def test_sequence_examples(data: Any, records: list[bytes], threads: int) -> Non
         feature = message.context.feature.get("b")
         assert context["b"][index].tolist() == ([] if feature is None else
                                                 list(feature.bytes_list.value))
+
+
+def _framed(record: bytes) -> bytes:
+    from convoy.data.tfrecord import masked_crc32c
+
+    length = len(record).to_bytes(8, "little")
+    return (length + masked_crc32c(length).to_bytes(4, "little") + record +
+            masked_crc32c(record).to_bytes(4, "little"))
+
+
+@pytest.mark.timeout(600)
+@FUZZ
+@given(st.data(), st.lists(st.binary(max_size=40), max_size=8))
+def test_tfrecord_framing(data: Any, records: list[bytes]) -> None:
+    """TFRecord framing cut by the compiled reader: intact, every record and the offset after
+    them; damaged, a prefix of the records, the offset after it, and an error only where a
+    whole frame's CRC fails."""
+    chunk = b"".join(map(_framed, records))
+    damaged = data.draw(mutated(chunk)) if chunk and data.draw(st.booleans()) else chunk
+    got, at, error = _parsing._native.split_records(damaged, 0)
+    if damaged == chunk:
+        assert (got, at, error) == (records, len(chunk), None)
+        return
+    assert got == records[:len(got)]  # damage stops the cut (a CRC fails) or ends it early
+    assert at == sum(16 + len(record) for record in got)
+    assert error in (None, "length CRC mismatch", "data CRC mismatch")
