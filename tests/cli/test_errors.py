@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +43,45 @@ def convoy_command(*args: str, env: dict[str, str] | None = None
                           text=True, timeout=60, env={**environ, **(env or {})})
 
 
+#: Runs command lines one after another in one process, each with its own environment and
+#: its output (file descriptors 1 and 2, so gRPC's own lines too) caught apart.
+BATCH = """
+import json, os, sys, tempfile
+from convoy.cli import main
+
+answers = []
+for argv, env in json.load(sys.stdin):
+    saved_env = dict(os.environ)
+    os.environ.update(env)
+    caught = [tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")]
+    saved_fds = [os.dup(1), os.dup(2)]
+    sys.stdout.flush(); sys.stderr.flush()
+    os.dup2(caught[0].fileno(), 1); os.dup2(caught[1].fileno(), 2)
+    try:
+        status = main(argv)
+    except SystemExit as stop:  # argparse: a usage error, --version
+        status = stop.code or 0
+    sys.stdout.flush(); sys.stderr.flush()
+    os.dup2(saved_fds[0], 1); os.dup2(saved_fds[1], 2)
+    os.environ.clear(); os.environ.update(saved_env)
+    out, err = ((f.seek(0), f.read())[1] for f in caught)
+    answers.append([status, out, err])
+print(json.dumps(answers))
+"""
+
+
+def convoy_commands(cases: list[tuple[list[str], dict[str, str]]]
+                    ) -> list[subprocess.CompletedProcess[str]]:
+    """Each ``(argv, env)`` of ``cases`` run by the ``convoy`` command's ``main`` in one
+    process (one start-up for all): what each said and its exit status."""
+    environ = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    done = subprocess.run([sys.executable, "-c", BATCH], input=json.dumps(cases),
+                          capture_output=True, text=True, timeout=120, env=environ)
+    assert done.returncode == 0, done.stderr
+    return [subprocess.CompletedProcess(["convoy", *argv], status, out, err)
+            for (argv, _), (status, out, err) in zip(cases, json.loads(done.stdout))]
+
+
 def assert_one_line(done: subprocess.CompletedProcess[str], status: int, command: str,
                     *phrases: str) -> None:
     """``done`` failed with ``status``, saying so in one line naming ``phrases``."""
@@ -56,6 +96,55 @@ def assert_one_line(done: subprocess.CompletedProcess[str], status: int, command
         assert phrase in said[0], said[0]
 
 
+MALFORMED_CLUSTERS = [
+    ('{"ps": ["localhost:1"', "--cluster is not JSON"),
+    ('["localhost:1"]', "--cluster must map each job"),
+    ('{"ps": "localhost:1"}', "--cluster must map each job"),
+    ('{"ps": ["nowhere"]}', "must name a host and a port"),
+]
+DISPATCHER_TIMEOUTS = [("--worker-timeout-ms", "worker_timeout_ms"),
+                       ("--client-timeout-ms", "client_timeout_ms"),
+                       ("--job-gc-timeout-ms", "job_gc_timeout_ms")]
+
+
+@pytest.fixture(scope="module")
+def answers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("answers")
+
+
+@pytest.fixture(scope="module")
+def answers(answers_dir: Path) -> dict[Any, subprocess.CompletedProcess[str]]:
+    """What the command said to each command line below that fails (or ends) before it
+    serves, by a name for it: all run in one process (``convoy_commands``)."""
+    tmp = answers_dir
+    (tmp / "file").write_text("")
+    (tmp / "corrupt" / "journal").mkdir(parents=True)
+    (tmp / "corrupt" / "journal" / "meta").write_bytes(os.urandom(64))
+    (tmp / "full").touch()
+    one_ps = json.dumps({"ps": [f"localhost:{free_port()}"]})
+    corrupt = ["dispatcher", "--work-dir", str(tmp / "corrupt"), "--fault-tolerant"]
+    cases: dict[Any, tuple[list[str], dict[str, str]]] = {
+        ("version", None): (["--version"], {}),
+        **{("version", command): ([command, "--version"], {}) for command in COMMANDS},
+        **{("cluster", cluster): (["server", "--job", "ps", "--index", "0", "--cluster",
+                                   cluster], {}) for cluster, _ in MALFORMED_CLUSTERS},
+        **{("timeout", flag): (["dispatcher", flag, "-5"], {})
+           for flag, _ in DISPATCHER_TIMEOUTS},
+        "refused setting": (["worker", "--dispatcher", "localhost:1", "--heartbeat-ms", "-1"],
+                            {}),
+        "work dir is a file": (["dispatcher", "--work-dir", str(tmp / "file"),
+                                "--fault-tolerant"], {}),
+        "corrupt journal": (corrupt, {}),
+        "corrupt journal, debug": ([*corrupt, "--debug"], {}),
+        "missing task": (["server", "--cluster", one_ps], {"TF_CONFIG": ""}),
+        "task beyond the cluster": (["server", "--cluster", one_ps, "--job", "ps", "--index",
+                                     "3"], {"TF_CONFIG": ""}),
+        "full disk": (["dispatcher", "--work-dir", str(tmp / "work"), "--fault-tolerant"],
+                      {FULL_DISK_FLAG: str(tmp / "full")}),
+    }
+    return dict(zip(cases, convoy_commands(list(cases.values()))))
+
+
 @pytest.fixture
 def taken_port() -> Iterator[int]:
     with socket.socket() as taken:
@@ -65,12 +154,14 @@ def taken_port() -> Iterator[int]:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_tells_its_version(command):
-    done = convoy_command(command, "--version")
+def test_every_command_tells_its_version(command, answers):
+    done = answers["version", command]
     assert (done.returncode, done.stdout.strip()) == (0, f"convoy {convoy.__version__}")
 
 
-def test_the_command_itself_tells_its_version():
+def test_the_command_itself_tells_its_version(answers):
+    assert answers["version", None].stdout.strip() == f"convoy {convoy.__version__}"
+    # and on its own, as a process
     assert convoy_command("--version").stdout.strip() == f"convoy {convoy.__version__}"
 
 
@@ -96,32 +187,22 @@ def test_a_metrics_port_in_use_is_a_runtime_failure_in_one_line(taken_port):
                     "the port is in use")
 
 
-@pytest.mark.parametrize("cluster, phrase", [
-    ('{"ps": ["localhost:1"', "--cluster is not JSON"),
-    ('["localhost:1"]', "--cluster must map each job"),
-    ('{"ps": "localhost:1"}', "--cluster must map each job"),
-    ('{"ps": ["nowhere"]}', "must name a host and a port"),
-])
-def test_a_malformed_cluster_is_a_usage_error_in_one_line(cluster, phrase):
-    done = convoy_command("server", "--job", "ps", "--index", "0", "--cluster", cluster)
-    assert_one_line(done, 2, "server", phrase, '{"ps": ["ps0:2222"]')
+@pytest.mark.parametrize("cluster, phrase", MALFORMED_CLUSTERS)
+def test_a_malformed_cluster_is_a_usage_error_in_one_line(cluster, phrase, answers):
+    assert_one_line(answers["cluster", cluster], 2, "server", phrase, '{"ps": ["ps0:2222"]')
 
 
-def test_a_work_dir_that_is_a_file_is_a_runtime_failure_in_one_line(tmp_path):
-    not_a_directory = tmp_path / "file"
-    not_a_directory.write_text("")
-    done = convoy_command("dispatcher", "--work-dir", str(not_a_directory), "--fault-tolerant")
-    assert_one_line(done, 1, "dispatcher", "--work-dir", "is not a directory")
+def test_a_work_dir_that_is_a_file_is_a_runtime_failure_in_one_line(answers):
+    assert_one_line(answers["work dir is a file"], 1, "dispatcher", "--work-dir",
+                    "is not a directory")
 
 
-def test_a_corrupt_journal_is_a_runtime_failure_in_one_line_and_debug_shows_where(tmp_path):
-    (tmp_path / "journal").mkdir()
-    (tmp_path / "journal" / "meta").write_bytes(os.urandom(64))
-    done = convoy_command("dispatcher", "--work-dir", str(tmp_path), "--fault-tolerant")
-    assert_one_line(done, 1, "dispatcher", str(tmp_path / "journal" / "meta"),
+def test_a_corrupt_journal_is_a_runtime_failure_in_one_line_and_debug_shows_where(
+        answers, answers_dir):
+    assert_one_line(answers["corrupt journal"], 1, "dispatcher",
+                    str(answers_dir / "corrupt" / "journal" / "meta"),
                     "restore the journal from a backup")
-    debug = convoy_command("dispatcher", "--work-dir", str(tmp_path), "--fault-tolerant",
-                           "--debug")
+    debug = answers["corrupt journal, debug"]
     assert debug.returncode == 1
     assert "Traceback" in debug.stderr and "DataLossError" in debug.stderr
 
@@ -134,18 +215,15 @@ def test_an_unreachable_dispatcher_is_a_runtime_failure_in_one_line():
                     f"check that a dispatcher runs at 127.0.0.1:{port}")
 
 
-@pytest.mark.parametrize("flag, field", [("--worker-timeout-ms", "worker_timeout_ms"),
-                                         ("--client-timeout-ms", "client_timeout_ms"),
-                                         ("--job-gc-timeout-ms", "job_gc_timeout_ms")])
-def test_the_dispatcher_timeouts_reach_its_config(flag, field):
-    done = convoy_command("dispatcher", flag, "-5")  # refused by the config, by its flag
+@pytest.mark.parametrize("flag, field", DISPATCHER_TIMEOUTS)
+def test_the_dispatcher_timeouts_reach_its_config(flag, field, answers):
+    done = answers["timeout", flag]  # -5: refused by the config, named by its flag
     assert_one_line(done, 2, "dispatcher", f"{flag} must be >= ")
     assert field not in done.stderr
 
 
-def test_a_refused_setting_is_named_by_its_flag_even_when_the_names_differ():
-    done = convoy_command("worker", "--dispatcher", "localhost:1", "--heartbeat-ms", "-1")
-    assert_one_line(done, 2, "worker", "--heartbeat-ms must be >= 1")
+def test_a_refused_setting_is_named_by_its_flag_even_when_the_names_differ(answers):
+    assert_one_line(answers["refused setting"], 2, "worker", "--heartbeat-ms must be >= 1")
 
 
 def test_the_dispatcher_timeouts_help_tells_the_config_defaults():
@@ -177,27 +255,19 @@ def test_logs_carry_time_level_and_process_and_a_work_dir_alone_is_warned(tmp_pa
         quiet.kill()
 
 
-def test_a_missing_task_is_a_usage_error_in_one_line():
-    cluster = json.dumps({"ps": [f"localhost:{free_port()}"]})
-    done = convoy_command("server", "--cluster", cluster, env={"TF_CONFIG": ""})
-    assert_one_line(done, 2, "server", "give --job and --index")
+def test_a_missing_task_is_a_usage_error_in_one_line(answers):
+    assert_one_line(answers["missing task"], 2, "server", "give --job and --index")
 
 
-def test_a_task_index_beyond_the_cluster_is_a_usage_error_in_one_line():
+def test_a_task_index_beyond_the_cluster_is_a_usage_error_in_one_line(answers):
     # TensorFlow's task-id check (multi_worker_util._validate_cluster_spec), at start-up
-    cluster = json.dumps({"ps": [f"localhost:{free_port()}"]})
-    done = convoy_command("server", "--cluster", cluster, "--job", "ps", "--index", "3",
-                          env={"TF_CONFIG": ""})
-    assert_one_line(done, 2, "server", "The `task_id` 3 exceeds the maximum id of ps.")
+    assert_one_line(answers["task beyond the cluster"], 2, "server",
+                    "The `task_id` 3 exceeds the maximum id of ps.")
 
 
-def test_a_dispatcher_started_on_a_full_disk_names_the_journal(tmp_path):
-    flag = tmp_path / "full"
-    flag.touch()
-    done = convoy_command("dispatcher", "--work-dir", str(tmp_path / "work"), "--fault-tolerant",
-                          env={FULL_DISK_FLAG: str(flag)})
-    assert_one_line(done, 1, "dispatcher", str(tmp_path / "work" / "journal"),
-                    "No space left on device")
+def test_a_dispatcher_started_on_a_full_disk_names_the_journal(answers, answers_dir):
+    assert_one_line(answers["full disk"], 1, "dispatcher",
+                    str(answers_dir / "work" / "journal"), "No space left on device")
 
 
 @pytest.fixture
