@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TF_VENV := .venv-tf
 TF_VERSION ?= 2.21.0
 
-.PHONY: test fuzz demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
+.PHONY: test stress fuzz demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
 
 # The compiled parser (convoy.io._native) is built by the editable install: its sources rebuild it.
 $(STAMP): pyproject.toml setup.py src/convoy/io/_native.cpp
@@ -25,6 +25,12 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The heavy test matrices in full (make test runs one case of each behaviour) and the stress
+# tests longer: CONVOY_STRESS=n runs n times their epochs. See docs/architecture.md, "The tests".
+STRESS ?= 5
+stress: $(STAMP)
+	CONVOY_STRESS=$(STRESS) $(PY) -m pytest -q -n $(TEST_WORKERS) tests/torch
 
 # The parsers' fuzz test, longer, against a build of the compiled parser with AddressSanitizer
 # and UndefinedBehaviorSanitizer (into build/fuzz; the installed one is left alone).
