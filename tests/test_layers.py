@@ -6,6 +6,11 @@ core) and, at the top, the shells that join
 wings (the gRPC servers, the consumer's threads, ``distribute``) and the public face. The
 dispatcher's wing is pure: none of its modules, nor any service module they import, opens a
 socket or speaks gRPC. No service module takes part in an import cycle.
+
+The whole package is layered too (:data:`LAYERS`): the foundations (errors, metrics
+registry, threads, file systems, values, transport, tf.* operations) import no engine and no
+face, the engines (``data``, ``distribute``, ``io``) import no face, and no module of
+``convoy`` takes part in an import cycle, function-local imports included.
 """
 
 from __future__ import annotations
@@ -244,3 +249,80 @@ def test_imports_under_type_checking_do_not_count(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
         "    from convoy.data._dataset import Dataset\n")
     assert list(data_violations(data_graph(tmp_path))) == []
+
+
+# ----- the whole package --------------------------------------------------------------------
+PACKAGE = "convoy"
+#: The layers of ``convoy``, lowest first: the foundations (process-wide pieces, then values
+#: and transport), the engines, the faces. A module imports only modules of its own layer or
+#: lower ones, at run time (function-local imports count; ``if TYPE_CHECKING:`` blocks do
+#: not). ``io`` is an engine: its face re-exports the TFRecord writer of ``data``.
+LAYERS = (
+    ("errors", "_version", "_base", "monitoring"),
+    ("_values", "_transport", "_ops", "nest", "codec", "ops", "image", "strings", "sparse",
+     "ragged"),
+    ("data", "distribute", "io"),
+    ("train", "metrics", "nn", "torch", "cli", "testing", "__main__", ""),  # "": the package
+)
+
+
+def layer(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module``, a module of ``convoy``."""
+    first = module[len(PACKAGE) + 1:].split(".")[0] if module != PACKAGE else ""
+    found = [i for i, names in enumerate(LAYERS) if first in names]
+    assert found, f"{module} is in no layer: add {first!r} to LAYERS"
+    return found[0]
+
+
+def package_graph(root: Path = SOURCE) -> dict[str, set[str]]:
+    """Every module of ``convoy`` and the modules of ``convoy`` it imports at run time; a
+    compiled module (a ``.pyi`` stub without its ``.py``) imports none."""
+    known: dict[str, Path | None] = dict(modules(root, PACKAGE))
+    for stub in (root / PACKAGE).rglob("*.pyi"):
+        if not stub.with_suffix(".py").exists():
+            known[".".join(stub.relative_to(root).with_suffix("").parts)] = None
+    return {name: (imports(name, path, known, typing=False) & known.keys()) if path else set()
+            for name, path in known.items()}
+
+
+def layer_violations(edges: dict[str, set[str]]) -> Iterator[str]:
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if layer(target) > layer(module):
+                yield f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
+
+
+def test_convoy_imports_only_down_its_layers() -> None:
+    edges = package_graph()
+    assert {layer(m) for m in edges} == set(range(len(LAYERS)))
+    assert list(layer_violations(edges)) == []
+
+
+def test_convoy_has_no_import_cycle() -> None:
+    assert cycles(package_graph()) == []
+
+
+@pytest.mark.parametrize(("module", "source", "broken"), [
+    ("_base/x.py", "from convoy.data import Dataset", "convoy._base.x (layer 0) imports"),
+    ("_transport/x.py", "def f():\n    import convoy.torch", "convoy._transport.x (layer 1)"),
+    ("data/x.py", "from convoy import metrics", "convoy.data.x (layer 2) imports convoy.metrics"),
+])
+def test_the_layers_catch_what_they_forbid(tmp_path: Path, module: str, source: str,
+                                           broken: str) -> None:
+    package = tmp_path / PACKAGE
+    for room in ("_base", "_transport", "data", "torch"):
+        (package / room).mkdir(parents=True)
+        (package / room / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "metrics.py").write_text("")
+    (package / module).write_text(source + "\n")
+    assert [line for line in layer_violations(package_graph(tmp_path)) if broken in line]
+
+
+def test_a_cycle_through_a_function_local_import_is_found(tmp_path: Path) -> None:
+    package = tmp_path / PACKAGE / "_ops"
+    package.mkdir(parents=True)
+    (package / "a.py").write_text("from convoy._ops.b import g\n")
+    (package / "b.py").write_text("def g():\n    from convoy._ops import a\n")
+    assert cycles(package_graph(tmp_path)) == [
+        [f"{PACKAGE}._ops.a", f"{PACKAGE}._ops.b", f"{PACKAGE}._ops.a"]]

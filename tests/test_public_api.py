@@ -1,12 +1,16 @@
-"""The public names are a contract: this pins them (add here when you add to a facade)."""
+"""The public names are a contract: this pins them (add here when you add to a facade), and
+a helper a face imports never becomes API by accident (trio's ``test_exports`` is the model)."""
 
+import inspect
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 import convoy
+import convoy.codec
 
 PUBLIC = {
     convoy: {"IndexedSlices", "RaggedTensor", "RaggedTensorSpec", "SparseTensor",
@@ -59,6 +63,24 @@ PUBLIC = {
     convoy.train: {"BytesList", "Checkpoint", "CheckpointManager", "Example", "Feature",
                    "FeatureList", "FeatureLists", "Features", "FloatList", "Int64List",
                    "SequenceExample", "latest_checkpoint", "optimizers"},
+    convoy.nest: {"RaggedTensorSpec", "SparseTensorSpec", "TensorSpec", "assert_same_structure",
+                  "flatten", "flatten_up_to", "is_nested", "map_structure", "pack_sequence_as",
+                  "spec_from_value"},
+    convoy.codec: {"COMPRESSIONS", "Encoder", "decode", "validate_compression"},
+    convoy.ops: {"cast", "clip_by_value", "concat", "convert_to_tensor", "gather", "one_hot",
+                 "pad", "reshape", "sequence_mask", "stack", "unique", "where"},
+    convoy.image: {"ResizeMethod", "adjust_brightness", "adjust_contrast", "central_crop",
+                   "convert_image_dtype", "flip_left_right", "flip_up_down",
+                   "per_image_standardization", "random_brightness", "random_contrast",
+                   "random_crop", "random_flip_left_right", "random_flip_up_down", "resize",
+                   "resize_with_pad", "stateless_random_brightness",
+                   "stateless_random_contrast", "stateless_random_crop",
+                   "stateless_random_flip_left_right", "stateless_random_flip_up_down"},
+    convoy.strings: {"join", "length", "lower", "reduce_join", "regex_replace", "split", "strip",
+                     "substr", "to_hash_bucket_fast", "to_number", "unicode_decode", "upper"},
+    convoy.sparse: {"from_dense", "to_dense"},
+    convoy.ragged: {"constant"},
+    convoy.nn: {"embedding_lookup"},
 }
 try:
     import convoy.torch
@@ -73,6 +95,53 @@ def test_public_names(module: object) -> None:
     assert set(module.__all__) == PUBLIC[module]
     for name in module.__all__:
         assert getattr(module, name) is not None
+
+
+#: Names of convoy's own a face binds without an underscore and outside its ``__all__``, by
+#: module: known, to be renamed with an underscore (or deleted) by their module's owner. The
+#: test fails on a new one, and on one that is gone (take it off this list).
+NOT_PUBLIC_YET = {
+    "convoy.data.experimental": {
+        "AssertCardinalityOp", "Dataset", "DatasetIterator", "ElementsOp",
+        "InvalidArgumentError", "check", "check_features", "csv_op", "file_names",
+        "header_names", "infer_defaults", "nest", "parse_example", "to_tensor_structure"},
+    "convoy.metrics": {"InvalidArgumentError", "Variable", "read_together", "update_together"},
+    "convoy.monitoring": {"DispatcherStats", "timer"},
+    "convoy.torch": {"worker_context"},
+}
+
+
+def unlisted(module: types.ModuleType) -> set[str]:
+    """The classes, functions and modules of convoy that ``module`` binds without an
+    underscore and leaves out of ``__all__`` (its own public submodules excepted)."""
+    found = set()
+    for name, value in vars(module).items():
+        if name.startswith("_") or name in module.__all__:
+            continue
+        if isinstance(value, types.ModuleType):
+            own = value.__name__ in (f"{module.__name__}.{name}", f"convoy.{name}")
+            if value.__name__.startswith("convoy") and not own:
+                found.add(name)
+        elif ((inspect.isclass(value) or inspect.isfunction(value))
+              and getattr(value, "__module__", "").startswith("convoy")):
+            found.add(name)
+    return found
+
+
+@pytest.mark.parametrize("module", list(PUBLIC), ids=lambda m: m.__name__)
+def test_nothing_public_outside_all(module: types.ModuleType) -> None:
+    assert unlisted(module) == NOT_PUBLIC_YET.get(module.__name__, set())
+
+
+def test_a_helper_imported_by_a_face_is_caught() -> None:
+    face = types.ModuleType("convoy.face")
+    face.__all__ = ["decode"]
+    face.decode = convoy.codec.decode
+    face.Encoder = convoy.codec.Encoder  # imported for its own use, not offered
+    face.np = pytest  # a third-party module: nobody takes it for convoy's API
+    face.nest = convoy.nest  # convoy's own public module, by its own name
+    face.tensors = convoy._values.tensors  # a private module under a public name
+    assert unlisted(face) == {"Encoder", "tensors"}
 
 
 def test_torch_glue_is_imported_on_first_use() -> None:

@@ -210,8 +210,6 @@ def gather(params: Any, indices: Any, axis: int | None = None, batch_dims: int =
     if isinstance(params, RaggedTensor):
         if axis not in (None, 0) or batch_dims or ids.ndim != 1:
             raise InvalidArgumentError("gather on a RaggedTensor takes 1-D indices on axis 0")
-        from convoy._ops.ragged import _stack_rows
-
         return _stack_rows([params[int(i)] for i in _checked(ids, params.nrows())],
                            params)
     array = convert_to_tensor(params, name="params")
@@ -280,3 +278,13 @@ def sequence_mask(lengths: Any, maxlen: int | None = None, dtype: Any = np.bool_
     if width < 0:
         raise InvalidArgumentError(f"maxlen must be >= 0, got {maxlen}")
     return (np.arange(width) < sizes[..., None]).astype(_dtype(dtype, "dtype"))
+
+
+def _stack_rows(rows: list[Any], like: RaggedTensor) -> RaggedTensor:
+    """A RaggedTensor whose rows are ``rows`` (rows of ``like``, for their dtype)."""
+    if not rows:
+        return like[0:0]
+    if isinstance(rows[0], RaggedTensor):
+        inner = _stack_rows([r for row in rows for r in row], like.values)  # type: ignore[arg-type]
+        return RaggedTensor.from_row_lengths(inner, [len(row) for row in rows])
+    return RaggedTensor.from_row_lengths(np.concatenate(rows), [len(row) for row in rows])

@@ -54,13 +54,3 @@ def constant(pylist: Any, dtype: Any = None, ragged_rank: int | None = None,
     else:
         flat = np.zeros((0, *(inner_shape or ())), dtype=np.float32 if dtype is None else dtype)
     return RaggedTensor.from_nested_row_lengths(flat, nested_lengths)
-
-
-def _stack_rows(rows: list[Any], like: RaggedTensor) -> RaggedTensor:
-    """A RaggedTensor whose rows are ``rows`` (rows of ``like``, for their dtype)."""
-    if not rows:
-        return like[0:0]
-    if isinstance(rows[0], RaggedTensor):
-        inner = _stack_rows([r for row in rows for r in row], like.values)  # type: ignore[arg-type]
-        return RaggedTensor.from_row_lengths(inner, [len(row) for row in rows])
-    return RaggedTensor.from_row_lengths(np.concatenate(rows), [len(row) for row in rows])

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from convoy._base import threads as _threads
+from convoy.data.service._client.status import dispatcher_status
 from convoy.data.service._common.server_config import DispatcherConfig, WorkerConfig
+from convoy.data.service._processes import ProcessCluster
 from convoy.errors import InvalidArgumentError
 
 log = logging.getLogger("convoy.data.service.autoscale")
@@ -217,8 +219,6 @@ class LocalCluster:
     def __init__(self, num_workers: int = 1, *,
                  dispatcher_config: DispatcherConfig | None = None,
                  worker_config: WorkerConfig | None = None) -> None:
-        from convoy.testing import ProcessCluster
-
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._adapting: threading.Thread | None = None
@@ -272,8 +272,6 @@ class LocalCluster:
                                         policy, interval_s)
 
     def _adapt_loop(self, policy: Policy, interval_s: float) -> None:
-        from convoy.data.service._client.status import dispatcher_status
-
         served: tuple[float, int] | None = None  # (when, elements served by then)
         while not self._stop.wait(interval_s):
             try:
