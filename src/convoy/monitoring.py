@@ -51,6 +51,8 @@ __all__ = [
     "HEARTBEATS",
     "MAX_BUFFERED_BYTES",
     "PS_BYTES",
+    "PS_EMBEDDING_EVICTIONS",
+    "PS_EMBEDDING_ROWS",
     "PS_OPERATIONS",
     "REFUSED_CALLS",
     "REGISTRY",
@@ -290,6 +292,12 @@ PS_OPERATIONS = _of("ps")(Counter(
 PS_BYTES = _of("ps")(Counter(
     "bytes", "Bytes a parameter server received and sent, by direction",
     ["direction"], namespace=_NS, subsystem="ps", registry=None))
+PS_EMBEDDING_ROWS = _of("ps")(Gauge(
+    "embedding_rows", "Rows a parameter server holds of each dynamic embedding table",
+    ["table"], namespace=_NS, subsystem="ps", registry=None))
+PS_EMBEDDING_EVICTIONS = _of("ps")(Counter(
+    "embedding_evictions", "Rows of dynamic embedding tables evicted to stay within max_rows",
+    ["table"], namespace=_NS, subsystem="ps", registry=None))
 COORDINATOR_FUNCTIONS_QUEUED = _of("coordinator")(Gauge(
     "functions_queued", "Functions scheduled by the coordinator and not yet running",
     namespace=_NS, subsystem="coordinator",

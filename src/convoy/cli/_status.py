@@ -110,10 +110,13 @@ def render_cluster(status: Mapping[str, Any]) -> str:
         if "error" in task:
             rows.append([where, task["address"], "DOWN", task["error"][:80]])
         elif task["job"] == "ps":
-            variables = task["variables"]
-            size = sum(v["bytes"] + v["slot_bytes"] for v in variables)
-            rows.append([where, task["address"], "up",
-                         f"{len(variables)} variables, {_bytes(size)}"])
+            variables, tables = task["variables"], task.get("tables", ())
+            size = sum(v["bytes"] + v["slot_bytes"] for v in variables) + \
+                sum(t["bytes"] for t in tables)
+            held = f"{len(variables)} variables"
+            if tables:
+                held += f", {len(tables)} dynamic tables"
+            rows.append([where, task["address"], "up", f"{held}, {_bytes(size)}"])
         else:
             rows.append([where, task["address"], "up",
                          f"{task['functions_running']} functions running, "
@@ -127,6 +130,12 @@ def render_cluster(status: Mapping[str, Any]) -> str:
                         [[v["name"], address, "x".join(map(str, v["shape"])) or "()",
                           v["dtype"], _bytes(v["bytes"]), _bytes(v["slot_bytes"])]
                          for address, v in variables])
+    tables = [(task["address"], t) for task in status["tasks"] for t in task.get("tables", ())]
+    if tables:
+        lines.append("")
+        lines += _table(["DYNAMIC TABLE", "PS", "DIM", "DTYPE", "ROWS", "EVICTIONS", "BYTES"],
+                        [[t["name"], address, t["dim"], t["dtype"], t["rows"], t["evictions"],
+                          _bytes(t["bytes"])] for address, t in tables])
     return "\n".join(lines)
 
 
