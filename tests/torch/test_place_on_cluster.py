@@ -196,3 +196,15 @@ def test_checkpoint_restores_into_another_number_of_parameter_servers(make, tmp_
         with torch.no_grad():
             torch.testing.assert_close(restored(ids), expected)
         assert int(again.iterations.numpy()) == 20
+
+
+@pytest.mark.timeout(120)
+def test_a_placed_module_checkpoint_restores_into_the_module_unplaced(make, tmp_path):
+    _, model, optimizer = make()
+    path = cv.train.Checkpoint(model=model, optimizer=optimizer).save(tmp_path / "ckpt")
+    serving = Recommender()  # made outside any scope: for serving in one process
+    cv.train.Checkpoint(model=serving).restore(path).expect_partial()  # slots unused
+    ids = torch.from_numpy(make_batch(3)[0])
+    with torch.no_grad():
+        torch.testing.assert_close(serving(ids), model(ids))
+    torch.testing.assert_close(serving.bag.weight.detach(), model.bag.weight)

@@ -210,6 +210,34 @@ def _decode_state(value: Any, tensors: dict[str, np.ndarray], used: set[str]) ->
     return tensor
 
 
+def _placed_state(path: str, tensors: dict[str, np.ndarray], states: dict[str, Any],
+                  used: set[str]) -> dict[str, Any] | None:
+    """The ``state_dict`` of the module a placed module saved at ``path`` was (its variables
+    by key, its buffers and dynamic tables), to restore it unplaced (for serving); None if
+    nothing was saved there. Optimizer slots are left out."""
+    prefix = f"{path}/"
+    taken: set[str] = set()
+    state: dict[str, Any] = {}
+    for name, array in tensors.items():
+        rest = name.removeprefix(prefix)
+        if rest != name and "/" not in rest and name not in states:  # a variable
+            import torch
+
+            state[rest] = torch.from_numpy(array)
+            taken.add(name)
+    for name, encoded in states.items():
+        child = name.removeprefix(prefix)
+        if child != name and "/" not in child:  # "buffers", or a dynamic table's module
+            decoded = _decode_state(encoded, tensors, taken)
+            state.update(decoded if child == "buffers" else
+                         {f"{child}.{key}": value for key, value in decoded.items()})
+            taken.add(name)
+    if not state:
+        return None
+    used |= taken
+    return state
+
+
 class CheckpointLoadStatus:
     """How a checkpoint and the objects restored from it matched (TensorFlow's checks).
 
@@ -488,7 +516,11 @@ class Checkpoint:
         for path_, value in graph.states.items():
             name = next((n for n in graph.names(path_) if n in states), None)
             if name is None:
-                unmatched.append(path_)
+                placed = _placed_state(path_, tensors, states, used)
+                if placed is None:
+                    unmatched.append(path_)
+                else:
+                    value.load_state_dict(placed)
                 continue
             value.load_state_dict(_decode_state(states[name], tensors, used))
             used.add(name)
