@@ -26,7 +26,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-EXAMPLES = int(os.environ.get("CONVOY_FUZZ_EXAMPLES", "500"))
+EXAMPLES = int(os.environ.get("CONVOY_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="CONVOY_FUZZ_NATIVE" not in
                 os.environ, suppress_health_check=list(HealthCheck))
 
