@@ -16,7 +16,7 @@ face, the engines (``data``, ``distribute``, ``io``) import no face, and no modu
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -249,6 +249,107 @@ def test_imports_under_type_checking_do_not_count(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
         "    from convoy.data._dataset import Dataset\n")
     assert list(data_violations(data_graph(tmp_path))) == []
+
+
+# ----- convoy.torch -----------------------------------------------------------------------------
+TORCH = "convoy.torch"
+#: The private modules of other packages that convoy.torch may import: the shared helpers.
+TORCH_HELPERS = ("convoy._base.check", "convoy._values.pickling")
+#: Private modules convoy.torch still imports, by importing module: each entry is one to
+#: replace by a public name (the parameter-server handles and the data service's equal shares).
+TORCH_NOT_YET_PUBLIC = {
+    "convoy.torch": {"convoy.distribute._worker_context"},
+    "convoy.torch._data": {"convoy.data._core._op", "convoy.data._ops._shuffle",
+                           "convoy.data.service._distribute", "convoy.data.service._shares"},
+    "convoy.torch._tensors": {"convoy._values.nest", "convoy._values.tensors"},
+    "convoy.torch._pull": {"convoy._values.slices", "convoy.distribute._operations",
+                           "convoy.distribute._store_clients"},
+    "convoy.torch._place": {"convoy._values.slices", "convoy.distribute._worker_calls"},
+    "convoy.torch._dynamic": {"convoy._values.slices", "convoy.distribute._scope",
+                              "convoy.distribute._store_clients",
+                              "convoy.distribute._worker_calls"},
+}
+
+
+def private_imports(targets: set[str], known: Iterable[str]) -> set[str]:
+    """The modules of other packages (among ``known``) in ``targets`` that a leading
+    underscore in their path makes private, less the shared helpers."""
+    found = set()
+    for target in targets & set(known):
+        if target.startswith(TORCH + "."):
+            continue
+        if any(part.startswith("_") for part in target.split(".")[1:]):
+            found.add(target)
+    # `from convoy._values import pickling` is seen as both `convoy._values` and the module
+    return {t for t in found if t not in TORCH_HELPERS
+            and not any(h.startswith(t + ".") for h in TORCH_HELPERS)
+            and not any(f.startswith(t + ".") for f in found)}
+
+
+def torch_violations(root: Path = SOURCE) -> Iterator[str]:
+    known = modules(root, "convoy")
+    for module, path in sorted(modules(root, TORCH).items()):
+        bad = private_imports(imports(module, path, known, typing=False), known)
+        for target in sorted(bad - TORCH_NOT_YET_PUBLIC.get(module, set())):
+            yield f"{module} imports the private {target}"
+
+
+def test_convoy_torch_imports_only_public_names() -> None:
+    assert list(torch_violations()) == []
+
+
+@pytest.mark.parametrize(("source", "allowed"), [
+    ("from convoy.data.service._shares import Share", False),
+    ("from convoy.data._core import _op", False),
+    ("import convoy.data._dataset", False),
+    ("from convoy._values import pickling", True),
+    ("from convoy._base import check", True),
+    ("from convoy.data import Dataset", True),
+    ("from convoy.torch._tensors import to_torch", True),
+])
+def test_the_torch_contract_catches_what_it_forbids(tmp_path: Path, source: str,
+                                                    allowed: bool) -> None:
+    for package in ("convoy/torch", "convoy/_values", "convoy/_base", "convoy/data/_core",
+                    "convoy/data/service"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    for module in ("convoy/_values/pickling.py", "convoy/_base/check.py",
+                   "convoy/data/_core/_op.py", "convoy/data/service/_shares.py",
+                   "convoy/data/_dataset.py", "convoy/torch/_tensors.py"):
+        (tmp_path / module).write_text("")
+    (tmp_path / "convoy" / "__init__.py").write_text("")
+    (tmp_path / "convoy" / "data" / "__init__.py").write_text("")
+    (tmp_path / "convoy" / "torch" / "_x.py").write_text(source + "\n")
+    assert (list(torch_violations(tmp_path)) == []) is allowed
+
+
+# ----- parameter-server training ----------------------------------------------------------------
+#: The packages of parameter-server training: no import cycle of ``convoy`` passes through
+#: them, counting imports inside functions (``imports`` reads the whole module).
+TRAINING = ("convoy.distribute", "convoy.train", "convoy.torch")
+
+
+def training_cycles(root: Path = SOURCE) -> list[list[str]]:
+    """The import cycles of ``convoy`` with a module of :data:`TRAINING` in them."""
+    known = modules(root, "convoy")
+    edges = {name: imports(name, path, known, typing=False) for name, path in known.items()}
+    return [cycle for cycle in cycles(edges)
+            if any(m == p or m.startswith(p + ".") for m in cycle for p in TRAINING)]
+
+
+def test_parameter_server_training_has_no_import_cycle() -> None:
+    assert training_cycles() == []
+
+
+def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path: Path) -> None:
+    for package in ("convoy", "convoy/distribute", "convoy/train"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "convoy/distribute/a.py").write_text("from convoy.train import b\n")
+    (tmp_path / "convoy/train/b.py").write_text(
+        "def f():\n    from convoy.distribute.a import g\n")
+    assert training_cycles(tmp_path) == [
+        ["convoy.distribute.a", "convoy.train.b", "convoy.distribute.a"]]
 
 
 # ----- the whole package --------------------------------------------------------------------

@@ -22,13 +22,11 @@ by job and repetition, and keys a local pipeline's randomness (the order of
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import logging
 import pickle
 import random
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
@@ -38,10 +36,9 @@ import torch.utils.data
 from convoy._base import check
 from convoy._values import pickling as _pickling
 from convoy.data import Dataset, DatasetIterator
-from convoy.data._core._op import Op, derive_key, seeded
+from convoy.data._core._op import Op, derive_key, replaced, seeded, upstream
 from convoy.data._ops._shuffle import ShuffleOp
-from convoy.data.service._client.options import DEFAULT_SHARED_BUFFER, dispatcher_client
-from convoy.data.service._common.config import ShardingPolicy
+from convoy.data.service import ShardingPolicy
 from convoy.data.service._distribute import DataServiceOp
 from convoy.data.service._shares import Share, equal_share, share_state
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -90,7 +87,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
                 f"dataset must be a convoy.data.Dataset, got {type(dataset).__name__}")
         self.rank, self.world_size = _rank_and_world_size(rank, world_size)
         _choose_sparse_checks()
-        self.distributed = any(isinstance(op, DataServiceOp) for op in _ops(dataset._op))
+        self.distributed = any(isinstance(op, DataServiceOp) for op in upstream(dataset._op))
         self.equal_shares = _applied_equal_shares(dataset, self.distributed, self.world_size,
                                                   equal_shares)
         if self.distributed:
@@ -199,7 +196,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
         key = derive_key(0, epoch)
         self._pass = (epoch, share)
         for element in equal_share(lambda: DatasetIterator(dataset, key, share.iterator_state),
-                                   dispatcher_client(op.options.service), share):
+                                   op.dispatcher(), share):
             yield to_torch(element)
         self._pass, self._ended = (epoch, None), share
 
@@ -294,26 +291,8 @@ def _equal_shares(value: Any) -> Literal["drop", "pad"] | None:
         f"equal_shares must be False, True, 'drop' or 'pad', got {value!r}")
 
 
-def _ops(op: Op) -> Iterator[Op]:
-    """``op`` and every op upstream of it in this process's graph."""
-    yield op
-    for input in op.inputs:
-        yield from _ops(input)
-
-
-def _replaced(op: Op, replace: Callable[[Op], Op | None]) -> Op:
-    """The graph of ``op`` with each op for which ``replace`` returns one replaced by it."""
-    new = replace(op)
-    if new is not None:
-        return new
-    inputs = tuple(_replaced(input, replace) for input in op.inputs)
-    if all(a is b for a, b in zip(inputs, op.inputs)):
-        return op
-    return op.with_inputs(inputs)
-
-
 def _service_ops(dataset: Dataset) -> list[DataServiceOp]:
-    return [op for op in _ops(dataset._op) if isinstance(op, DataServiceOp)]
+    return [op for op in upstream(dataset._op) if isinstance(op, DataServiceOp)]
 
 
 def _why_unequal(dataset: Dataset) -> str | None:
@@ -342,7 +321,7 @@ def _why_unequal_local(dataset: Dataset) -> str | None:
 
 def _check_local(dataset: Dataset, world_size: int) -> None:
     if world_size > 1 and any(isinstance(op, ShuffleOp) and not op.fixed_seed
-                              for op in _ops(dataset._op)):
+                              for op in upstream(dataset._op)):
         raise InvalidArgumentError(
             f"the {world_size} ranks split the elements of one order, so each rank's "
             "pipeline must shuffle alike: give shuffle a seed")
@@ -367,7 +346,7 @@ def _equal(dataset: Dataset, world_size: int,
 
 def _named_jobs(dataset: Dataset, world_size: int) -> Dataset:
     """``dataset`` with a name for each job that has none, the same in every rank."""
-    anonymous = [op for op in _ops(dataset._op)
+    anonymous = [op for op in upstream(dataset._op)
                  if isinstance(op, DataServiceOp) and not op.options.job_name]
     if not anonymous:
         return dataset
@@ -377,12 +356,9 @@ def _named_jobs(dataset: Dataset, world_size: int) -> Dataset:
     def rename(op: Op) -> Op | None:
         if not isinstance(op, DataServiceOp) or id(op) not in names:
             return None
-        name = names[id(op)]
-        if op.registration is None:  # from_dataset_id scopes job names to the dataset
-            name = f"dataset_id={op.dataset_id}/{name}"
-        return _service_op(op, job_name=name)
+        return op.named(names[id(op)])
 
-    return Dataset(_replaced(dataset._op, rename))
+    return Dataset(replaced(dataset._op, rename))
 
 
 def _agreed_name(world_size: int) -> str:
@@ -409,21 +385,6 @@ def _at_repetition(dataset: Dataset, repetition: int, readers: int) -> Dataset:
             raise InvalidArgumentError(
                 "a coordinated read (num_consumers) has one reader per consumer_index: read "
                 "it with num_workers=0 and one rank per consumer")
-        return _service_op(op, repetition=repetition)
+        return op.at_repetition(repetition)
 
-    return Dataset(_replaced(dataset._op, at_repetition))
-
-
-def _service_op(op: DataServiceOp, *, job_name: str | None = None,
-                repetition: int | None = None) -> DataServiceOp:
-    """A copy of ``op`` reading job ``job_name`` (a named job's buffer bound by default),
-    whose next iterator reads ``repetition``."""
-    clone = copy.copy(op)  # its own lock
-    if job_name is not None:
-        window = op.options.window
-        clone.options = dataclasses.replace(
-            op.options, job_name=job_name,
-            window=DEFAULT_SHARED_BUFFER if window is None else window)
-    if repetition is not None:
-        clone.repetitions = repetition
-    return clone
+    return Dataset(replaced(dataset._op, at_repetition))

@@ -149,6 +149,25 @@ class SameSpecOp(Op):
         return self.inputs[0].static_spec()
 
 
+def upstream(op: Op) -> Iterator[Op]:
+    """``op`` and every op upstream of it, depth first (an op reached twice comes twice)."""
+    yield op
+    for input in op.inputs:
+        yield from upstream(input)
+
+
+def replaced(op: Op, replace: Callable[[Op], Op | None]) -> Op:
+    """The graph of ``op`` with each op for which ``replace`` returns one replaced by it (and
+    nothing upstream of a replaced op visited)."""
+    new = replace(op)
+    if new is not None:
+        return new
+    inputs = tuple(replaced(input, replace) for input in op.inputs)
+    if all(a is b for a, b in zip(inputs, op.inputs)):
+        return op
+    return op.with_inputs(inputs)
+
+
 def through_passing(op: Op) -> Op:
     """The first op at or upstream of ``op`` that does not pass its elements on unchanged."""
     while op.passes_elements:

@@ -7,6 +7,7 @@ repetition, read by a :class:`~convoy.data.service._reader.Reader`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import pickle
 import threading
@@ -19,7 +20,7 @@ from convoy._base import check
 from convoy._transport import rpc as _rpc
 from convoy._values import pickling as _pickling
 from convoy._values.codec import validate_compression
-from convoy.data._core._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op
+from convoy.data._core._op import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Node, Op, upstream
 from convoy.data._dataset import Dataset
 from convoy.data._ops._grouping import refuse_nested_datasets
 from convoy.data._sharding._split import source_units, split_units
@@ -188,8 +189,14 @@ def from_dataset_id(processing_mode: Any, service: str | tuple[str, str], datase
     if element_spec is None and info.element_spec:
         element_spec = pickle.loads(info.element_spec)
     if job_name is not None:
-        options = options.scoped(f"dataset_id={dataset_id}/{job_name}")
+        options = options.scoped(_by_id(dataset_id, job_name))
     return Dataset(DataServiceOp(options, None, dataset_id, element_spec, info.cardinality))
+
+
+def _by_id(dataset_id: str, job_name: str) -> str:
+    """``job_name`` scoped to a dataset read by id: equal names on different datasets never
+    share a job."""
+    return f"dataset_id={dataset_id}/{job_name}"
 
 
 class DataServiceOp(Op):
@@ -292,13 +299,31 @@ class DataServiceOp(Op):
                 f"data service iterators can be saved under OFF and DYNAMIC sharding, not "
                 f"{policy_name(options.processing_mode)}")
         if self.input_op is not None:
-            for op in _ops(self.input_op):
+            for op in upstream(self.input_op):
                 unseeded = not getattr(op, "seed_given", True)
                 if isinstance(op, ListFilesOp) and op.shuffle and unseeded:
                     raise FailedPreconditionError(
                         "cannot save a data service iterator whose split order is not "
                         "deterministic: list_files(shuffle=True) without a seed orders the "
                         "files differently in every process; pass seed=")
+
+    def named(self, job_name: str) -> DataServiceOp:
+        """A copy reading the job ``job_name`` (scoped to the dataset, as ``from_dataset_id``
+        scopes it, when this op reads a dataset by id), with a named job's window."""
+        clone = copy.copy(self)  # its own lock
+        clone.options = self.options.named(
+            job_name if self.registration is not None else _by_id(self.dataset_id, job_name))
+        return clone
+
+    def at_repetition(self, repetition: int) -> DataServiceOp:
+        """A copy whose next iterator reads repetition ``repetition`` of the job."""
+        clone = copy.copy(self)
+        clone.repetitions = repetition
+        return clone
+
+    def dispatcher(self) -> _rpc.Client:
+        """A new client of this op's dispatcher, for its caller to close."""
+        return dispatcher_client(self.options.service)
 
     def ensure_registered(self, dispatcher: _rpc.Client) -> str:
         with self._lock:
@@ -324,13 +349,6 @@ class _EmptyNode(Node):
 
     def state_dict(self) -> Any:
         return self._state
-
-
-def _ops(op: Op) -> Any:
-    """``op`` and every op it reads from."""
-    yield op
-    for child in op.inputs:
-        yield from _ops(child)
 
 
 class _ServiceNode(Node):

@@ -115,6 +115,16 @@ class ReadOptions:
         """These options with another (scoped) job name."""
         return dataclasses.replace(self, job_name=job_name)
 
+    def named(self, job_name: str) -> ReadOptions:
+        """These options reading the job ``job_name``, with a named job's window."""
+        return dataclasses.replace(self, job_name=job_name,
+                                   window=_window(self.window, job_name))
+
+
+def _window(window: int | None, job_name: str | None) -> int | None:
+    """``window``, or when None the bound every named job's consumers read with."""
+    return DEFAULT_SHARED_BUFFER if window is None and job_name is not None else window
+
 
 def read_options(*, processing_mode: Any, service: Any, job_name: Any = None,
                  consumer_index: Any = None, num_consumers: Any = None,
@@ -132,9 +142,8 @@ def read_options(*, processing_mode: Any, service: Any, job_name: Any = None,
                                          1, allowed=(-1,))
     target_workers = _target_workers(target_workers)
     shared_memory = _shared_memory(data_transfer_protocol, target_workers, num_consumers)
-    window = check.optional_integer("max_buffered_elements", max_buffered_elements, 1)
-    if window is None and job_name is not None:
-        window = DEFAULT_SHARED_BUFFER
+    window = _window(check.optional_integer("max_buffered_elements", max_buffered_elements, 1),
+                     job_name)
     trainer_id = _trainer_id(cross_trainer_cache, job_name, num_consumers)
     check_coordinated_options(num_consumers, mode, target_workers, trainer_id)
     return ReadOptions(service, mode, job_name or "", consumer_index, num_consumers,
