@@ -1,9 +1,6 @@
 """Tensor ops that input pipelines' map functions call, as TensorFlow names them, on numpy.
 
-Each takes what TensorFlow's op takes and gives what it gives: Python ints become int32 and
-Python floats float32 (as ``tf.constant`` makes them), byte strings are ``bytes`` in object
-arrays, and indices come out int32 or int64 as TensorFlow's do. They are re-exported as
-``convoy.cast``, ``convoy.reshape`` and so on.
+The docs are in :mod:`convoy.ops`, the public face.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Image ops, as ``tf.image`` names them, on numpy ``[height, width, channels]`` arrays
 (or ``[batch, height, width, channels]``).
 
-``resize`` follows TensorFlow 2's kernels (half-pixel centres; ``antialias`` widens the kernel
-when shrinking, as ``scale_and_translate`` does), and gives float32 except for
-``"nearest"``, which keeps the dtype. The ``random_*`` ops draw from numpy's generator
-(seeded by ``seed``); the ``stateless_random_*`` ops give the same result for the same
-``seed`` (a pair of ints) every time. Neither reproduces TensorFlow's random streams bit for
-bit: the same seed gives the same result as itself, not as TensorFlow.
+The docs are in :mod:`convoy.image`, the public face.
 """
 
 from __future__ import annotations

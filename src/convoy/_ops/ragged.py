@@ -1,4 +1,7 @@
-"""Ragged values from Python lists, as ``tf.ragged`` makes them."""
+"""Ragged values from Python lists, as ``tf.ragged`` makes them.
+
+The docs are in :mod:`convoy.ragged`, the public face.
+"""
 
 from __future__ import annotations
 

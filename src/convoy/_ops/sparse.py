@@ -1,4 +1,7 @@
-"""Sparse values to and from dense arrays, as ``tf.sparse`` names the conversions."""
+"""Sparse values to and from dense arrays, as ``tf.sparse`` names the conversions.
+
+The docs are in :mod:`convoy.sparse`, the public face.
+"""
 
 from __future__ import annotations
 

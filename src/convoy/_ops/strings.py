@@ -1,9 +1,6 @@
 """String ops, as ``tf.strings`` names them, on numpy arrays of ``bytes``.
 
-Inputs may be ``str``, ``bytes``, numpy ``|S``/``|U`` arrays or object arrays of them; results
-are ``bytes`` in object arrays (a ``bytes`` value for a scalar), lengths int32, hash buckets
-int64, and ops that give each input a variable number of outputs (``split``,
-``unicode_decode``) give a :class:`~convoy.RaggedTensor` with one row per input.
+The docs are in :mod:`convoy.strings`, the public face.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Nested structures of arrays: flatten, pack, map, compare, and describe them with specs.
 
-A structure is a tuple, list, dict or namedtuple whose leaves are numpy arrays, numpy or
-Python scalars, ``bytes`` or ``str``. Dicts flatten in sorted key order, as in TensorFlow.
-
-Specs describe values as numpy stores them: a Python ``int`` is int64 and a Python ``float``
-is float64 (TensorFlow would make it float32), so a spec matches what batching produces.
+The docs are in :mod:`convoy.nest`, the public face.
 """
 
 from __future__ import annotations
@@ -16,19 +12,6 @@ import numpy as np
 
 from convoy._values.tensors import RaggedTensor, SparseTensor
 from convoy.errors import InvalidArgumentError
-
-__all__ = [
-    "RaggedTensorSpec",
-    "SparseTensorSpec",
-    "TensorSpec",
-    "assert_same_structure",
-    "flatten",
-    "flatten_up_to",
-    "is_nested",
-    "map_structure",
-    "pack_sequence_as",
-    "spec_from_value",
-]
 
 
 def _is_namedtuple(value: Any) -> bool:

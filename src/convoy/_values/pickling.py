@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import hashlib
 import importlib.metadata
 import io
 import json
@@ -27,8 +28,10 @@ import os
 import site
 import sys
 import sysconfig
+import threading
 import types
 import typing
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +61,38 @@ def dumps(obj: Any, what: str, name_of: Callable[[Any], str] | None = None) -> b
         raise InvalidArgumentError(
             f"{what}: {culprit}: {error}" if culprit else f"{what}: {error}"
         ) from None
+
+
+class PickleCache:
+    """Each object's (SHA-1 digest, pickle) from :func:`dumps`, made on its first use only:
+    what a function or class captures is fixed when it is first sent. Weakly keyed; a value
+    that cannot be weakly referenced is pickled every time. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._cache: weakref.WeakKeyDictionary[Any, tuple[bytes, bytes]] = \
+            weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, obj: Any, what: str) -> tuple[bytes, bytes]:
+        """``obj``'s (digest, pickle); ``what`` opens the error if it does not pickle."""
+        with self._lock:
+            try:
+                cached = self._cache.get(obj)
+            except TypeError:  # not weakly referenceable
+                cached = None
+        if cached is None:
+            cached = digested(dumps(obj, what))
+            with self._lock:
+                try:
+                    self._cache[obj] = cached
+                except TypeError:
+                    pass
+        return cached
+
+
+def digested(data: bytes) -> tuple[bytes, bytes]:
+    """(the SHA-1 digest of ``data``, ``data``): how a pickle sent again is recognised."""
+    return hashlib.sha1(data).digest(), data
 
 
 def sent_by_value(module: types.ModuleType) -> bool:

@@ -4,10 +4,8 @@ thread can cut short, and calls sent without waiting for the answer)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,35 +29,17 @@ log = logging.getLogger(__name__)
 
 # A function is pickled once per coordinator process: like a traced function, what it
 # captures is fixed when it is first scheduled.
-_pickled: weakref.WeakKeyDictionary[Any, tuple[bytes, bytes]] = weakref.WeakKeyDictionary()
-_pickled_lock = threading.Lock()
+_pickled = _pickling.PickleCache()
 
 
 def call_message(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                  call_id: int | None = None) -> Call:
     """``function(*args, **kwargs)`` as one call of a worker's ``Run`` request."""
-    digest, data = _pickle_function(function)
+    digest, data = _pickled.get(function, "the scheduled function cannot be sent to the workers")
     return digest, data, _pickling.dumps(
         (args, kwargs), "the arguments of a scheduled function cannot be sent to the workers"
     ), call_id
 
-
-def _pickle_function(function: Callable[..., Any]) -> tuple[bytes, bytes]:
-    """(digest, pickled) for ``function``, pickled on its first use only."""
-    with _pickled_lock:
-        try:
-            cached = _pickled.get(function)
-        except TypeError:  # not weak-referenceable: pickle every time
-            cached = None
-    if cached is None:
-        data = _pickling.dumps(function, "the scheduled function cannot be sent to the workers")
-        cached = (hashlib.sha1(data).digest(), data)
-        with _pickled_lock:
-            try:
-                _pickled[function] = cached
-            except TypeError:
-                pass
-    return cached
 
 _unanswered: dict[Any, _rpc.Client] = {}  # calls sent without waiting, until they answer
 

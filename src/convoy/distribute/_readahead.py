@@ -23,9 +23,10 @@ variable out.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any
+
+from convoy._base.bounded import BoundedDict
 
 #: A whole-variable read: (the store, the variable's key in it).
 Read = tuple[Any, str]
@@ -33,9 +34,9 @@ Read = tuple[Any, str]
 #: Operation kinds that change nothing.
 _READ_ONLY = frozenset({"read", "gather", "slots"})
 
-_plans: OrderedDict[bytes, tuple[Read, ...]] = OrderedDict()
-_plans_lock = threading.Lock()
 _PLANS_KEPT = 1024
+_plans: BoundedDict[bytes, tuple[Read, ...]] = BoundedDict(_PLANS_KEPT)
+_plans_lock = threading.Lock()
 
 
 def whole_read(operations: list[tuple[Any, ...]]) -> str | None:
@@ -108,6 +109,3 @@ def remember(function: bytes, reads: list[Read]) -> None:
     """Keep a run's ``reads`` as the plan of the function's next run."""
     with _plans_lock:
         _plans[function] = tuple(reads)
-        _plans.move_to_end(function)
-        while len(_plans) > _PLANS_KEPT:
-            _plans.popitem(last=False)

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, wait
 from typing import Any
 
 import cloudpickle
 
+from convoy._base.bounded import BoundedDict
 from convoy._transport.rpc import Outcome
 from convoy.distribute import _readahead, _wire
 from convoy.distribute._limits import oversize_function
@@ -106,12 +106,15 @@ class CallRunner:
         self._max_function_bytes = max_function_bytes
         self._lock = threading.Lock()
         self._running: dict[int, RunningCall] = {}  # call id -> the call running under it
-        self._cancelled_early: OrderedDict[int, None] = OrderedDict()  # before they started
-        self._functions: OrderedDict[bytes, Callable[..., Any]] = OrderedDict()  # by digest
+        #: ids of calls cancelled before they started
+        self._cancelled_early: BoundedDict[int, None] = BoundedDict(_CANCELLED_KEPT)
+        self._functions: BoundedDict[bytes, Callable[..., Any]] = BoundedDict(
+            _UNPICKLED_KEPT)  # by digest
         self._turn = threading.Condition(self._lock)  # one-at-a-time Runs wait on it
         self._turn_holder: list[RunningCall] | None = None  # the calls of the Run holding it
         self._waiting: set[int] = set()  # ids of calls waiting for the turn
-        self._withdrawn: OrderedDict[int, None] = OrderedDict()  # waiting, or not arrived yet
+        #: ids of calls withdrawn while waiting, or before they arrived
+        self._withdrawn: BoundedDict[int, None] = BoundedDict(_CANCELLED_KEPT)
         self.running = 0  # calls running now (for Status)
         self.done = 0  # calls that ended, with a result or an error
 
@@ -171,8 +174,6 @@ class CallRunner:
                 found += call_id in self._waiting
                 if call_id in self._waiting or call_id not in self._running:
                     self._withdrawn[call_id] = None
-                    while len(self._withdrawn) > _CANCELLED_KEPT:
-                        self._withdrawn.popitem(last=False)
             self._turn.notify_all()
         return _wire.encode(found)
 
@@ -192,8 +193,6 @@ class CallRunner:
                         self._turn_holder = None
                     continue
                 self._cancelled_early[call_id] = None
-                while len(self._cancelled_early) > _CANCELLED_KEPT:
-                    self._cancelled_early.popitem(last=False)
             self._turn.notify_all()
         return _wire.encode(found)
 
@@ -266,6 +265,4 @@ class CallRunner:
             function = cloudpickle.loads(pickled)
             with self._lock:
                 self._functions[digest] = function
-                while len(self._functions) > _UNPICKLED_KEPT:
-                    self._functions.popitem(last=False)
         return function

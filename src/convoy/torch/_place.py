@@ -19,13 +19,12 @@ Gradients a scheduled function did not take are released when it ends.
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import sys
 import threading
 import uuid
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convoy._base.bounded import BoundedDict
+from convoy._values.pickling import PickleCache, digested
 from convoy._values.pickling import dumps as _dumps
 from convoy._values.slices import IndexedSlices
 from convoy.distribute._worker_calls import current_call
@@ -435,8 +436,7 @@ _pickling = _Pickling()
 _sent: weakref.WeakKeyDictionary[nn.Module, tuple[Any, bytes, bytes]] = \
     weakref.WeakKeyDictionary()
 #: Placed modules received here: token -> (digest of their pickle, module), newest last.
-_received: OrderedDict[str, tuple[bytes, nn.Module]] = OrderedDict()
-_RECEIVED_KEPT = 64
+_received: BoundedDict[str, tuple[bytes, nn.Module]] = BoundedDict(64)
 _edits: dict[str, int] = {}  # token -> attribute assignments in its placed modules
 
 
@@ -461,7 +461,7 @@ def _reduce_ex(self: nn.Module, protocol: Any) -> Any:
                 data = _dumps(self, "a placed module cannot be sent to the workers")
             finally:
                 _pickling.whole = False
-            sent = _sent[self] = (fingerprint, hashlib.sha1(data).digest(), data)
+            sent = _sent[self] = (fingerprint, *digested(data))
         return (_received_module, (self.__dict__["_convoy_token"], sent[1], sent[2]))
     # Rebuilt from the module's own class, pickled once per process (a class defined in a
     # script pickles by value, slowly); empty hook tables are remade, not sent.
@@ -472,19 +472,15 @@ def _reduce_ex(self: nn.Module, protocol: Any) -> Any:
                        _is_root(self)), state)
 
 
-_pickled_classes: dict[type, tuple[bytes, bytes]] = {}
+_pickled_classes = PickleCache()
 _unpickled_classes: dict[bytes, type] = {}
 
 
 def _pickled_class(cls: type) -> tuple[bytes, bytes]:
     """(digest, pickled class), made once per class; the class of a user's own module
     travels by value (see :mod:`convoy._values.pickling`)."""
-    pickled = _pickled_classes.get(cls)
-    if pickled is None:
-        data = _dumps(cls, f"the class {cls.__qualname__} of a placed module cannot be sent "
-                           f"to the workers")
-        pickled = _pickled_classes[cls] = (hashlib.sha1(data).digest(), data)
-    return pickled
+    return _pickled_classes.get(cls, f"the class {cls.__qualname__} of a placed module cannot "
+                                     f"be sent to the workers")
 
 
 def _received_module(token: str, digest: bytes, data: bytes) -> nn.Module:
@@ -494,9 +490,6 @@ def _received_module(token: str, digest: bytes, data: bytes) -> nn.Module:
         return known[1]
     module = cloudpickle.loads(data)
     _received[token] = (digest, module)
-    _received.move_to_end(token)
-    while len(_received) > _RECEIVED_KEPT:
-        _received.popitem(last=False)
     return module
 
 

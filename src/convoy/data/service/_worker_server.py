@@ -123,7 +123,7 @@ class WorkerServer(_rpc.ServerBase):
         self._answered = threading.Condition(self._lock)  # a heartbeat was answered
         self._state: ws.WorkerState | None = None  # made once the port is bound
         self._running: dict[int, ServedTask] = {}  # the running tasks
-        self._outbox: list[ws.Instruction] = []  # calls for the control thread to make
+        self._outbox: list[ws.SendHeartbeat] = []  # calls for the control thread to make
         self._serving = 0  # GetElements calls being answered
         self._served = threading.Condition(self._lock)  # one was answered
         self._last_call = float("-inf")  # when the latest GetElements call came
@@ -297,8 +297,11 @@ class WorkerServer(_rpc.ServerBase):
             elif isinstance(instruction, ws.WaitingForDispatcher):
                 log.log(logging.INFO if instruction.recovered else logging.WARNING, "%s",
                         instruction.message)
-            elif not isinstance(instruction, ws.HeartbeatNow):
+            elif isinstance(instruction, ws.SendHeartbeat):
                 self._outbox.append(instruction)
+            elif not isinstance(instruction, ws.HeartbeatNow):  # that one: the wake-up below
+                raise TypeError(f"worker {self._address}: no handler for the instruction "
+                                f"{instruction!r}")
         if result.instructions:
             self._wake.notify()
         if stopped:  # off the lock: trimming a large heap takes a while
@@ -324,7 +327,6 @@ class WorkerServer(_rpc.ServerBase):
     def _control_loop(self) -> None:
         while (calls := self._next_calls()) is not None:
             for call in calls:
-                assert isinstance(call, ws.SendHeartbeat)
                 self._send_heartbeat(call)
         if self.error is not None:
             self.stop()
@@ -335,7 +337,7 @@ class WorkerServer(_rpc.ServerBase):
         self.error = error
         self.stop()
 
-    def _next_calls(self) -> list[ws.Instruction] | None:
+    def _next_calls(self) -> list[ws.SendHeartbeat] | None:
         """The calls to make now, waiting until some are due; None once stopping."""
         with self._lock:
             assert self._state is not None
