@@ -138,8 +138,6 @@ def test_a_collected_consumer_gives_back_too() -> None:
 
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_consumers_of_a_shared_job_resume_together(num_workers: int) -> None:
-    import threading
-
     with InProcessCluster(num_workers=num_workers) as cluster:
         def shared(name: str) -> cv.data.Dataset:
             return _pipeline(1500).apply(cv.data.service.distribute(
@@ -154,20 +152,34 @@ def test_consumers_of_a_shared_job_resume_together(num_workers: int) -> None:
         a.close()
         b.close()
         # the restarted run (its own job name), one consumer per saved state
-        results: dict[str, list[int]] = {}
+        results = _resume_together(lambda: shared("run-2"), {"a": state_a, "b": state_b})
+    rest = results["a"][0] + results["b"][0]
+    assert sorted(trained + rest) == [10 * i for i in range(1500)]
 
-        def resume(key: str, state: Any) -> None:
-            it = iter(shared("run-2"))
-            it.load_state_dict(state)
-            results[key] = _values(it)
 
-        threads = [threading.Thread(target=resume, args=(k, s))
-                   for k, s in (("a", state_a), ("b", state_b))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-    assert sorted(trained + results["a"] + results["b"]) == [10 * i for i in range(1500)]
+def _resume_together(make: Any, states: dict[str, Any], timeout_s: float = 90.0
+                     ) -> dict[str, tuple[list[int], Any]]:
+    """Restore each of ``states`` into an iterator of ``make()`` of its own, all at once (the
+    resumed job of a shared one waits for every consumer that saved it): what each yielded,
+    and its state at its end."""
+    import threading
+
+    results: dict[str, tuple[list[int], Any]] = {}
+
+    def resume(key: str, state: Any) -> None:
+        it = iter(make())
+        it.load_state_dict(state)
+        results[key] = (_values(it), it.state_dict())
+
+    threads = [threading.Thread(target=resume, args=item, daemon=True)
+               for item in states.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    assert not any(t.is_alive() for t in threads), (
+        f"the resumed consumers did not end within {timeout_s:.0f} s: {sorted(results)} ended")
+    return results
 
 
 @pytest.mark.timeout(180)
@@ -175,8 +187,6 @@ def test_a_consumer_saved_at_the_end_of_a_shared_job_rejoins_its_resume() -> Non
     """A consumer that read the shared job to its end saves a position the job's resume
     waits for: restored, it joins the resumed job and yields nothing, and the consumer saved
     mid-way yields exactly what it had not (before, the resumed job waited for it forever)."""
-    import threading
-
     with InProcessCluster(num_workers=2) as cluster:
         def shared(name: str) -> cv.data.Dataset:
             return _pipeline(1000).apply(cv.data.service.distribute(
@@ -189,25 +199,11 @@ def test_a_consumer_saved_at_the_end_of_a_shared_job_rejoins_its_resume() -> Non
         state_a = pickle.loads(pickle.dumps(a.state_dict()))
         assert state_a["root"]["finished"] and state_a["root"]["consumers"] == 2, state_a
         b.close()
-        results: dict[str, list[int]] = {}
-
-        def resume(key: str, state: Any) -> None:
-            it = iter(shared("run-2"))
-            it.load_state_dict(state)
-            results[key] = _values(it)
-            results[key + " saved"] = it.state_dict()
-
-        threads = [threading.Thread(target=resume, args=(k, s), daemon=True)
-                   for k, s in (("a", state_a), ("b", state_b))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=90)
-        assert not any(t.is_alive() for t in threads), (
-            f"the resumed consumers did not end within 90 s: {sorted(results)} ended")
-    assert results["a"] == []
-    assert sorted(trained + results["b"]) == [10 * i for i in range(1000)]
-    assert results["a saved"]["root"]["finished"] and results["b saved"]["root"]["finished"]
+        results = _resume_together(lambda: shared("run-2"), {"a": state_a, "b": state_b})
+    (rest_a, saved_a), (rest_b, saved_b) = results["a"], results["b"]
+    assert rest_a == []
+    assert sorted(trained + rest_b) == [10 * i for i in range(1000)]
+    assert saved_a["root"]["finished"] and saved_b["root"]["finished"]
 
 
 def test_a_shared_off_job_refuses_to_restore() -> None:

@@ -34,11 +34,13 @@ rank, target, port, out, workers, persistent, kill_at = sys.argv[1:8]
 rank, workers, persistent, kill_at = int(rank), int(workers), persistent == "1", int(kill_at)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=2, timeout=datetime.timedelta(seconds=30))
-# the docs' example, with a StatefulDataLoader to resume, and the model in DDP
+# the docs' example, with a StatefulDataLoader to resume, and the model in DDP (a rank that
+# cannot go on fails within 30 s, well within the test's wait)
 ds = (cv.data.Dataset.range(1_000)
         .map(lambda i: (np.full(8, i, np.float32), i % 2))
         .batch(10)
-        .apply(cv.data.service.distribute("distributed_epoch", target)))
+        .apply(cv.data.service.distribute("distributed_epoch", target,
+                                          dispatcher_timeout_ms=30_000)))
 train = cv.torch.IterableDataset(ds)                   # equal shares ("pad") by default
 loader = StatefulDataLoader(train, batch_size=None, num_workers=workers,
                             persistent_workers=persistent)
