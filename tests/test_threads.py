@@ -251,14 +251,15 @@ def _slowly(x: Any) -> Any:
 def test_the_ps_sender_restarts_and_loses_no_list(inject, caplog):
     import numpy as np
 
+    from convoy.distribute._operations import Create, Read
     from convoy.distribute._store_clients import RemoteStore
     from convoy.testing import TrainingCluster
 
     with TrainingCluster(num_workers=1, num_ps=1) as cluster:
         inject("convoy-ps0-sender")
         store = RemoteStore(cluster.cluster["ps"][0], 0)
-        store.execute([("create", "v", np.arange(3.0))])  # waits out the sender's restart
-        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.arange(3.0))
+        store.execute([Create("v", np.arange(3.0))])  # waits out the sender's restart
+        np.testing.assert_array_equal(store.execute([Read("v")])[0], np.arange(3.0))
     assert failed_lines(caplog, "convoy-ps0-sender")
     assert any("thread convoy-ps0-sender restarts" in r.getMessage() for r in caplog.records)
 

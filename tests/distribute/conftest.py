@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from convoy.distribute._operations import Create
 from convoy.distribute._store_clients import remote_store
 from convoy.testing import TrainingCluster
 
@@ -24,5 +25,5 @@ def table(ps_and_worker, request):
     (store, name)."""
     store = remote_store(ps_and_worker.cluster["ps"][0], 0)
     name = f"{request.node.name}-{random.randrange(2**32)}"
-    store.execute([("create", name, np.zeros((request.module.ROWS, request.module.WIDTH)))])
+    store.execute([Create(name, np.zeros((request.module.ROWS, request.module.WIDTH)))])
     return store, name

@@ -23,6 +23,7 @@ from convoy._transport import framed as _framed
 from convoy._transport.rpc import Outcome
 from convoy._transport.security import Security
 from convoy.distribute._coordinator_calls import WorkerLink, call_message
+from convoy.distribute._operations import AssignAdd, Create, Gather, Read, ScatterAdd
 from convoy.distribute._store_clients import RemoteStore, remote_store
 from convoy.distribute._wire import PS_TRANSPORT_ENV, run_request
 from convoy.errors import (
@@ -42,12 +43,12 @@ ROWS, WIDTH = 64, 4  # the shape of the ``table`` fixture's variable
 def test_execute_travels_framed_and_answers_as_grpc_does(ps_and_worker, table, monkeypatch):
     store, name = table
     ids = np.array([1, 3, 3] + list(range(5, ROWS)))  # 2 KiB of rows: sent out of band
-    store.execute([("scatter_add", name, ids, np.ones((len(ids), WIDTH)))])
+    store.execute([ScatterAdd(name, ids, np.ones((len(ids), WIDTH)))])
     assert store.transport == "framed"
     monkeypatch.setenv(PS_TRANSPORT_ENV, "grpc")
     over_grpc = RemoteStore(ps_and_worker.cluster["ps"][0], 0)  # not the process's handle
-    framed_answer = store.execute([("gather", name, ids)])
-    grpc_answer = over_grpc.execute([("gather", name, ids)])
+    framed_answer = store.execute([Gather(name, ids)])
+    grpc_answer = over_grpc.execute([Gather(name, ids)])
     assert over_grpc.transport == "grpc"
     np.testing.assert_array_equal(framed_answer[0], grpc_answer[0])
     np.testing.assert_array_equal(framed_answer[0][:4], [[1.0] * WIDTH, [2.0] * WIDTH,
@@ -55,7 +56,7 @@ def test_execute_travels_framed_and_answers_as_grpc_does(ps_and_worker, table, m
     assert not framed_answer[0].flags.writeable  # a view on the received frame, as gRPC's
     for one in (store, over_grpc):  # an operation's error reaches its caller either way
         with pytest.raises(NotFoundError, match="no such variable"):
-            one.execute([("read", "no such variable")])
+            one.execute([Read("no such variable")])
     assert store.transport == "framed"  # an answered error keeps the connection
 
 
@@ -69,8 +70,8 @@ def test_an_unknown_transport_is_refused(monkeypatch):
 def test_a_ps_without_a_framed_port_is_reached_over_grpc():
     with TrainingCluster(num_workers=1, num_ps=1, env={PS_TRANSPORT_ENV: "grpc"}) as cluster:
         store = remote_store(cluster.cluster["ps"][0], 0)
-        store.execute([("create", "v", np.arange(3.0))])
-        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.arange(3.0))
+        store.execute([Create("v", np.arange(3.0))])
+        np.testing.assert_array_equal(store.execute([Read("v")])[0], np.arange(3.0))
         assert store.transport == "grpc"
 
 
@@ -79,11 +80,11 @@ def test_a_ps_killed_while_it_owes_an_answer_fails_the_call_at_once():
     with TrainingCluster(num_workers=1, num_ps=1) as cluster:
         address = cluster.cluster["ps"][0]
         store = remote_store(address, 0)
-        store.execute([("create", "v", np.arange(3.0))])
+        store.execute([Create("v", np.arange(3.0))])
         assert store.transport == "framed"
         process = cluster.servers[("ps", 0)].process
         stop_process(process.pid)  # the request arrives, and is never answered
-        pending = store.execute_async([("assign_add", "v", np.ones(3))])
+        pending = store.execute_async([AssignAdd("v", np.ones(3))])
         time.sleep(0.3)
         assert not pending.done()
         started = time.monotonic()
@@ -95,12 +96,12 @@ def test_a_ps_killed_while_it_owes_an_answer_fails_the_call_at_once():
         deadline = time.monotonic() + 30
         while True:  # the first calls may still find the old process gone
             try:
-                store.execute([("create", "v", np.zeros(2))])
+                store.execute([Create("v", np.zeros(2))])
                 break
             except UnavailableError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.zeros(2))
+        np.testing.assert_array_equal(store.execute([Read("v")])[0], np.zeros(2))
         assert store.transport == "framed"
 
 
@@ -142,7 +143,7 @@ def test_a_stopped_ps_fails_the_call_after_the_silence_naming_it(monkeypatch):
     with TrainingCluster(num_workers=1, num_ps=1) as cluster:
         address = cluster.cluster["ps"][0]
         store = remote_store(address, 0)
-        store.execute([("create", "v", np.arange(3.0))])
+        store.execute([Create("v", np.arange(3.0))])
         pid = cluster.servers[("ps", 0)].process.pid
         stop_process(pid)
         started = time.monotonic()
@@ -150,11 +151,11 @@ def test_a_stopped_ps_fails_the_call_after_the_silence_naming_it(monkeypatch):
             with pytest.raises(UnavailableError, match=f"Execute at {address}: the server sent "
                                                        "nothing for 1 s while this process "
                                                        "waited for its answer"):
-                store.execute([("read", "v")])
+                store.execute([Read("v")])
             assert time.monotonic() - started < 10
         finally:
             os.kill(pid, signal.SIGCONT)
-        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.arange(3.0))
+        np.testing.assert_array_equal(store.execute([Read("v")])[0], np.arange(3.0))
 
 
 def framed_stream():
@@ -243,7 +244,7 @@ def test_a_ps_serves_framed_on_the_port_it_is_given():
                                   framed_port=framed_port)
     try:
         store = RemoteStore(address, 0)
-        store.execute([("create", "v", np.arange(3.0))])
+        store.execute([Create("v", np.arange(3.0))])
         assert store.transport == "framed"
         assert store._stream._framed.port == framed_port
         taken = cv.distribute.Server({"ps": [f"localhost:{free_port()}"], "worker": ["w:1"]},
@@ -264,7 +265,7 @@ def test_a_ps_replaced_at_its_address_fails_the_next_call_unsent_then_serves():
     server = cv.distribute.Server(spec, "ps", 0)
     store = RemoteStore(address, 0)
     try:
-        store.execute([("create", "v", np.arange(3.0))])
+        store.execute([Create("v", np.arange(3.0))])
     finally:
         server.stop()
     server = cv.distribute.Server(spec, "ps", 0)
@@ -274,11 +275,11 @@ def test_a_ps_replaced_at_its_address_fails_the_next_call_unsent_then_serves():
             assert time.monotonic() < deadline
             time.sleep(0.01)
         with pytest.raises(UnavailableError, match="ended before this request.*not sent"):
-            store.execute([("create", "v", np.arange(4.0))])
+            store.execute([Create("v", np.arange(4.0))])
         with pytest.raises(NotFoundError):  # a new process: v is gone with the old one
-            store.execute([("read", "v")])
-        store.execute([("create", "v", np.arange(4.0))])
-        np.testing.assert_array_equal(store.execute([("read", "v")])[0], np.arange(4.0))
+            store.execute([Read("v")])
+        store.execute([Create("v", np.arange(4.0))])
+        np.testing.assert_array_equal(store.execute([Read("v")])[0], np.arange(4.0))
         assert store.transport == "framed"
     finally:
         server.stop()

@@ -17,6 +17,16 @@ from convoy._transport.rpc import Outcome
 from convoy.codec import Encoder
 from convoy.distribute import _wire
 from convoy.distribute._coordinator_calls import call_message
+from convoy.distribute._operations import (
+    Apply,
+    Assign,
+    Create,
+    Gather,
+    Read,
+    ScatterAdd,
+    ScatterUpdate,
+    SetSlot,
+)
 from convoy.distribute._wire import (
     PS_METHODS,
     PS_SERVICE,
@@ -44,22 +54,32 @@ def request(*operation_lists):
     return encode(list(operation_lists))
 
 
+class _WrongArity:
+    """Unpickles as a Read of two fields (a read takes one)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __reduce__(self):
+        return (Read, (self.key, "extra"))
+
+
 def hostile_payloads(seed: int, x: str) -> list[bytes]:
     """Requests that must be refused; ``x`` names a variable that exists."""
     rng = random.Random(seed)
-    valid = request([("read", x)])
+    valid = request([Read(x)])
     payloads = [b"", b"\x00", rng.randbytes(7), rng.randbytes(4096), valid[:-1], valid + b"\x00",
                 encode(5), encode(None), encode([5]), request([5]), request(["read"]),
-                request([("read",)]), request([("create", 7, None)]),
-                request([("gather", x, np.zeros((2, 2), np.float32))]),
-                request([("apply", None, [])]), request([("apply", {}, 5)]),
-                request([("apply", {"name": "SGD"}, [(x, None)])]),
-                request([("apply", {"name": "SGD", "learning_rate": 1.0}, [(x, None)])]),
-                request([("apply", {"name": "Adam", "learning_rate": 1.0}, [(x, np.ones(3))])]),
-                request([("scatter_update", x, np.array([0]), np.array(["a"]))]),
-                request([("assign", x, "text")]), request([("gather", x, [[[]]])]),
-                request([("read", x, "extra")]), request([("set_slot", x, "m", None)]),
-                Encoder(None).encode([1, 2])]
+                request([("read", x)]), request([("read",)]), request([Create(7, None)]),
+                request([Read(None)]), request([_WrongArity(x)]),
+                request([Gather(x, np.zeros((2, 2), np.float32))]),
+                request([Apply(None, [])]), request([Apply({}, 5)]),
+                request([Apply({"name": "SGD"}, [(x, None)])]),
+                request([Apply({"name": "SGD", "learning_rate": 1.0}, [(x, None)])]),
+                request([Apply({"name": "Adam", "learning_rate": 1.0}, [(x, np.ones(3))])]),
+                request([ScatterUpdate(x, np.array([0]), np.array(["a"]))]),
+                request([Assign(x, "text")]), request([Gather(x, [[[]]])]),
+                request([SetSlot(x, "m", None)]), Encoder(None).encode([1, 2])]
     for _ in range(30):
         flipped = bytearray(valid)
         flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
@@ -76,8 +96,8 @@ def fuzz_seed() -> int:
 @pytest.mark.timeout(120)
 def test_ps_refuses_hostile_requests_and_loses_nothing(ps_and_worker, table):
     store, name = table
-    store.execute([("scatter_add", name, np.array([3]), np.full((1, WIDTH), 2.0))])
-    before = store.execute([("read", name)])[0]
+    store.execute([ScatterAdd(name, np.array([3]), np.full((1, WIDTH), 2.0))])
+    before = store.execute([Read(name)])[0]
     client = _rpc.Client(ps_and_worker.cluster["ps"][0], PS_SERVICE, PS_METHODS)
     stream = client.stream("Execute")
     refused = answered = 0
@@ -92,9 +112,9 @@ def test_ps_refuses_hostile_requests_and_loses_nothing(ps_and_worker, table):
             assert isinstance(outcome.error, InvalidArgumentError | NotFoundError
                               | DataLossError), outcome
     assert refused > 10 and answered > 10  # both kinds of refusal were exercised
-    assert decode_one(stream.call(request([("read", name)])))[0].ok
+    assert decode_one(stream.call(request([Read(name)])))[0].ok
     client.close()
-    np.testing.assert_array_equal(store.execute([("read", name)])[0], before)
+    np.testing.assert_array_equal(store.execute([Read(name)])[0], before)
 
 
 def no_op():
@@ -129,8 +149,7 @@ class Unpicklable:
 def test_a_run_request_and_its_answer_round_trip():
     call = call_message(no_op, (1,), {"k": 2}, 7)
     assert _wire.is_call(call) and call[3] == 7
-    assert _wire.load_run_request(run_request([call])) == ([call], False)
-    assert _wire.load_run_request(run_request([call], one_at_a_time=True)) == ([call], True)
+    assert _wire.load_run_request(run_request([call])) == [call]
     answer = _wire.run_answer([_wire.pickle_outcome(Outcome("ran")),
                                _wire.pickle_outcome(Outcome(error=ValueError("boom")))])
     ran, failed = load_outcomes(answer)
@@ -162,7 +181,7 @@ def test_requests_of_the_wrong_layout_are_refused_naming_the_method():
     with pytest.raises(InvalidArgumentError, match="Run takes a non-empty list of calls"):
         _wire.load_run_request(encode([]))
     with pytest.raises(InvalidArgumentError, match="Execute takes a list of operation lists"):
-        _wire.load_operation_lists(encode(("read", "x")))
+        _wire.load_operation_lists(encode(Read("x")))
     with pytest.raises(InvalidArgumentError, match="Free takes a list of resource ids"):
         _wire.load_ids(encode([1, "2"]), "Free", "resource")
     assert _wire.load_ids(encode([1, 2]), "Cancel", "call") == [1, 2]

@@ -18,6 +18,7 @@ import pytest
 from convoy._transport import rpc as _rpc
 from convoy._transport.rpc import Outcome
 from convoy.distribute._coordinator_calls import call_message
+from convoy.distribute._operations import Read, ScatterAdd
 from convoy.distribute._wire import (
     WORKER_METHODS,
     WORKER_SERVICE,
@@ -46,7 +47,7 @@ def test_a_run_request_runs_its_calls_at_once(ps_and_worker):
     def meet(barrier_key):
         import threading as _threading
 
-        from convoy.distribute.server import worker_context
+        from convoy.distribute._worker_context import worker_context
 
         barrier = worker_context().resources.setdefault(barrier_key, _threading.Barrier(3))
         barrier.wait(timeout=10)  # breaks (an error) unless all three run at once
@@ -67,7 +68,7 @@ def beat_until_cancelled(address, name):
     store = store_at(address, 0)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        store.execute([("scatter_add", name, np.array([0]), np.ones((1, WIDTH)))])
+        store.execute([ScatterAdd(name, np.array([0]), np.ones((1, WIDTH)))])
         time.sleep(0.02)
     return "not cancelled"
 
@@ -89,7 +90,7 @@ def test_cancel_stops_a_call_at_its_next_variable_operation(ps_and_worker, table
             call_message(beat_until_cancelled, (ps, name), {}, call_id)])))))
     running.start()
     deadline = time.monotonic() + 30
-    while store.execute([("read", name)])[0][0, 0] == 0:
+    while store.execute([Read(name)])[0][0, 0] == 0:
         assert time.monotonic() < deadline, "the call never started"
         time.sleep(0.05)
     started = time.monotonic()
@@ -132,7 +133,7 @@ def record_finish(key, fail):
     import threading as _threading
 
     from convoy.distribute._worker_calls import current_call
-    from convoy.distribute.server import worker_context
+    from convoy.distribute._worker_context import worker_context
 
     record = worker_context().resources.setdefault(key, [])
     call = current_call()
@@ -146,7 +147,7 @@ def record_finish(key, fail):
 
 
 def take_record(key):
-    from convoy.distribute.server import worker_context
+    from convoy.distribute._worker_context import worker_context
 
     return worker_context().resources.pop(key)
 

@@ -20,6 +20,7 @@ import convoy as cv
 from convoy._transport import framed as _framed
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import CA_ENV, CERTIFICATE_ENV, KEY_ENV, TOKEN_ENV, Security
+from convoy.distribute._operations import Create, Read
 from convoy.distribute._store_clients import remote_store
 from convoy.distribute._wire import PS_METHODS, PS_SERVICE, decode_one, encode
 from convoy.errors import (
@@ -74,14 +75,14 @@ def guarded(secret: str) -> Iterator[tuple[TrainingCluster, str]]:
         with TrainingCluster(num_workers=1, num_ps=1) as cluster:
             address = cluster.cluster["ps"][0]
             store = remote_store(address, 0)
-            store.execute([("create", "kept", np.arange(4.0))])
+            store.execute([Create("kept", np.arange(4.0))])
             assert store.transport == "framed"
             yield cluster, address
 
 
 def assert_state_kept(address: str) -> None:
     store = remote_store(address, 0)
-    np.testing.assert_array_equal(store.execute([("read", "kept")])[0], np.arange(4.0))
+    np.testing.assert_array_equal(store.execute([Read("kept")])[0], np.arange(4.0))
     assert store.transport == "framed"
 
 
@@ -139,7 +140,7 @@ def test_malformed_requests_after_the_handshake_are_answered_as_errors(guarded, 
         stream.call(b"\x00" * 100, timeout=10)
     with pytest.raises(InvalidArgumentError, match="Execute takes a list of operation lists"):
         stream.call(encode("not a list"), timeout=10)
-    outcomes = decode_one(stream.call(encode([[("read", "kept")], "nonsense"]), timeout=10))
+    outcomes = decode_one(stream.call(encode([[Read("kept")], "nonsense"]), timeout=10))
     np.testing.assert_array_equal(outcomes[0].unwrap()[0], np.arange(4.0))
     with pytest.raises(InvalidArgumentError, match="operations must be a list"):
         outcomes[1].unwrap()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
+from convoy.distribute._operations import kind_of
 from convoy.errors import InvalidArgumentError
 from convoy.train import optimizers
 
@@ -37,12 +38,12 @@ def test_the_count_travels_with_the_updates_of_its_store(monkeypatch):
     optimizer = cv.optimizers.SGD(0.1)
     a, b = cv.Variable(np.zeros(2)), cv.Variable(np.zeros(2))
     optimizer.apply_gradients([(np.ones(2), a), (np.ones(2), b)])
-    kinds = [[operation[0] for operation in operations] for _, operations in sent]
+    kinds = [[kind_of(operation) for operation in operations] for _, operations in sent]
     assert kinds == [["apply"], ["apply"], ["assign_add"]]  # three local stores
     sent.clear()
     monkeypatch.setattr(optimizer, "iterations", a)  # the counter beside a variable
     optimizer.apply_gradients([(np.ones(2), b), (np.ones(2), a)])
-    kinds = [[operation[0] for operation in operations] for _, operations in sent]
+    kinds = [[kind_of(operation) for operation in operations] for _, operations in sent]
     assert kinds == [["apply"], ["apply", "assign_add"]]
 
 

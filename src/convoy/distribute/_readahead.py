@@ -23,35 +23,32 @@ variable out.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any
 
-from convoy._base.bounded import BoundedDict
+from convoy.distribute import _operations as ops
 
 #: A whole-variable read: (the store, the variable's key in it).
-Read = tuple[Any, str]
+WholeRead = tuple[Any, str]
 
-#: Operation kinds that change nothing.
-_READ_ONLY = frozenset({"read", "gather", "slots"})
-
-_PLANS_KEPT = 1024
-_plans: BoundedDict[bytes, tuple[Read, ...]] = BoundedDict(_PLANS_KEPT)
+_plans: OrderedDict[bytes, tuple[WholeRead, ...]] = OrderedDict()
 _plans_lock = threading.Lock()
+_PLANS_KEPT = 1024
 
 
-def whole_read(operations: list[tuple[Any, ...]]) -> str | None:
+def whole_read(operations: list[ops.Operation]) -> str | None:
     """The variable's key if ``operations`` is one read of a whole variable, else None."""
     if len(operations) != 1:
         return None
     operation = operations[0]
-    if (type(operation) is tuple and len(operation) == 2 and operation[0] == "read"
-            and type(operation[1]) is str):
-        return operation[1]
+    if type(operation) is ops.Read and type(operation.key) is str:
+        return operation.key
     return None
 
 
-def _changes_nothing(operations: list[tuple[Any, ...]]) -> bool:
-    return all(type(op) is tuple and op and op[0] in _READ_ONLY for op in operations)
+def _changes_nothing(operations: list[ops.Operation]) -> bool:
+    return all(type(operation) in ops.READ_ONLY for operation in operations)
 
 
 class ReadAhead:
@@ -61,17 +58,17 @@ class ReadAhead:
 
     __slots__ = ("_plan", "_waiting", "_updated", "reads", "_seen")
 
-    def __init__(self, plan: tuple[Read, ...] = ()) -> None:
+    def __init__(self, plan: tuple[WholeRead, ...] = ()) -> None:
         self._plan = plan
         #: prefetched reads not taken yet -> their answers
-        self._waiting: dict[Read, Future[list[Any]]] = {}
+        self._waiting: dict[WholeRead, Future[list[Any]]] = {}
         self._updated = False  # the call has sent an update
         #: whole-variable reads made before the first update: the next run's plan
-        self.reads: list[Read] = []
-        self._seen: set[Read] = set()
+        self.reads: list[WholeRead] = []
+        self._seen: set[WholeRead] = set()
 
-    def on_operations(self, store: Any, operations: list[tuple[Any, ...]]
-                      ) -> tuple[Future[list[Any]] | None, list[Read]]:
+    def on_operations(self, store: Any, operations: list[ops.Operation]
+                      ) -> tuple[Future[list[Any]] | None, list[WholeRead]]:
         """The call is about to send ``operations`` to ``store``: the prefetched answer that
         stands for them (then send nothing), or None; and the reads to prefetch now (after
         sending them)."""
@@ -94,18 +91,21 @@ class ReadAhead:
         this = (store, key) if key is not None else None
         return None, [read for read in plan if read != this]
 
-    def prefetched(self, read: Read, answer: Future[list[Any]]) -> None:
+    def prefetched(self, read: WholeRead, answer: Future[list[Any]]) -> None:
         """``read`` was sent ahead; ``answer`` is its pending result."""
         self._waiting[read] = answer
 
 
-def plan_of(function: bytes) -> tuple[Read, ...]:
+def plan_of(function: bytes) -> tuple[WholeRead, ...]:
     """The reads to prefetch for a run of the function whose digest is ``function``."""
     with _plans_lock:
         return _plans.get(function, ())
 
 
-def remember(function: bytes, reads: list[Read]) -> None:
+def remember(function: bytes, reads: list[WholeRead]) -> None:
     """Keep a run's ``reads`` as the plan of the function's next run."""
     with _plans_lock:
         _plans[function] = tuple(reads)
+        _plans.move_to_end(function)
+        while len(_plans) > _PLANS_KEPT:
+            _plans.popitem(last=False)

@@ -2,18 +2,16 @@
 
 A parameter server hosts one store behind gRPC (:func:`serve_operations` answers its
 ``Execute``); a variable created outside a strategy's scope lives in an in-process store.
-Either way every access is a list of operations run by :meth:`VariableStore.execute`
-atomically (under one lock), so one RPC per store carries all of a training step's reads, or
-all of its updates.
-
-An operation is a tuple ``(kind, name, *arguments)``; see ``_OPERATIONS`` for the kinds.
+Either way every access is a list of operations (:mod:`convoy.distribute._operations`) run by
+:meth:`VariableStore.execute` atomically (under one lock), so one RPC per store carries all of
+a training step's reads, or all of its updates. ``_HANDLERS`` maps each operation class to the
+method that runs it.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-import inspect
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -24,6 +22,7 @@ import numpy as np
 from convoy import monitoring
 from convoy._transport.rpc import Outcome
 from convoy._values.slices import combine_rows, put_rows, take_rows
+from convoy.distribute import _operations as ops
 from convoy.distribute import _wire
 from convoy.distribute._updates import apply_rule, checked_rule
 from convoy.errors import (
@@ -45,7 +44,7 @@ class VariableStore:
         self.values: dict[str, np.ndarray] = {}
         self.slots: dict[tuple[str, str], np.ndarray] = {}
 
-    def execute(self, operations: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def execute(self, operations: Sequence[ops.Operation]) -> list[Any]:
         """Run ``operations`` in order, atomically; returns one result per operation.
 
         If one fails, the ones before it have been applied and its error is raised.
@@ -63,30 +62,24 @@ class VariableStore:
                      "bytes": value.nbytes, "slot_bytes": slot_bytes.get(name, 0)}
                     for name, value in sorted(self.values.items())]
 
-    def _run(self, operation: tuple[Any, ...]) -> Any:
-        if not isinstance(operation, tuple) or not operation:
-            raise InvalidArgumentError(f"an operation must be a non-empty tuple, got "
-                                       f"{type(operation).__name__}")
-        kind, arguments = operation[0], operation[1:]
-        handler = _OPERATIONS.get(kind)
+    def _run(self, operation: ops.Operation) -> Any:
+        handler = _HANDLERS.get(type(operation))
         if handler is None:
             raise InvalidArgumentError(
-                f"unknown variable operation {kind!r}; known: {sorted(_OPERATIONS)}"
-            )
-        fewest, most = _ARITY[kind]
-        if not fewest <= len(arguments) <= most:
-            raise InvalidArgumentError(f"variable operation {kind!r} takes {fewest} to {most} "
-                                       f"arguments, got {len(arguments)}")
-        if kind != "apply" and type(arguments[0]) is not str:
-            raise InvalidArgumentError(f"variable operation {kind!r} names a variable with a "
-                                       f"str, got {type(arguments[0]).__name__}")
+                f"unknown variable operation {operation!r:.100}; known: "
+                f"{sorted(ops.KINDS.values())}")
+        key = getattr(operation, "key", "")  # an Apply names its variables in its updates
+        if type(key) is not str:
+            raise InvalidArgumentError(f"variable operation {ops.kind_of(operation)!r} names a "
+                                       f"variable with a str, got {type(key).__name__}")
         try:
-            return handler(self, *arguments)
+            return handler(self, *operation)
         except (TypeError, ValueError) as error:  # arrays numpy cannot use as asked
             if isinstance(error, InvalidArgumentError):
                 raise
-            raise InvalidArgumentError(f"variable operation {kind!r} on {arguments[0]!r:.100}: "
-                                       f"{type(error).__name__}: {error}") from error
+            raise InvalidArgumentError(f"variable operation {ops.kind_of(operation)!r} on "
+                                       f"{operation[0]!r:.100}: {type(error).__name__}: "
+                                       f"{error}") from error
 
     def value(self, name: str) -> np.ndarray:
         array = self.values.get(name)
@@ -236,30 +229,24 @@ def _numeric(what: str, value: Any) -> np.ndarray:
     return array
 
 
-_OPERATIONS: dict[str, Callable[..., Any]] = {
-    "create": VariableStore._create,
-    "read": VariableStore._read,
-    "assign": VariableStore._assign,
-    "assign_add": VariableStore._assign_add,
-    "assign_sub": VariableStore._assign_sub,
-    "gather": VariableStore._gather,
-    "scatter_add": VariableStore._scatter_add,
-    "scatter_sub": VariableStore._scatter_sub,
-    "scatter_update": VariableStore._scatter_update,
-    "scatter_mul": VariableStore._scatter_mul,
-    "scatter_div": VariableStore._scatter_div,
-    "scatter_min": VariableStore._scatter_min,
-    "scatter_max": VariableStore._scatter_max,
-    "apply": VariableStore._apply,
-    "slots": VariableStore._slots_of,
-    "set_slot": VariableStore._set_slot,
-}
-
-#: Fewest and most arguments of each operation (after its kind).
-_ARITY = {
-    kind: (sum(p.default is p.empty for p in parameters), len(parameters))
-    for kind, handler in _OPERATIONS.items()
-    for parameters in [list(inspect.signature(handler).parameters.values())[1:]]
+#: The method that runs each operation, called with the operation's fields.
+_HANDLERS: dict[type, Callable[..., Any]] = {
+    ops.Create: VariableStore._create,
+    ops.Read: VariableStore._read,
+    ops.Assign: VariableStore._assign,
+    ops.AssignAdd: VariableStore._assign_add,
+    ops.AssignSub: VariableStore._assign_sub,
+    ops.Gather: VariableStore._gather,
+    ops.ScatterAdd: VariableStore._scatter_add,
+    ops.ScatterSub: VariableStore._scatter_sub,
+    ops.ScatterUpdate: VariableStore._scatter_update,
+    ops.ScatterMul: VariableStore._scatter_mul,
+    ops.ScatterDiv: VariableStore._scatter_div,
+    ops.ScatterMin: VariableStore._scatter_min,
+    ops.ScatterMax: VariableStore._scatter_max,
+    ops.Apply: VariableStore._apply,
+    ops.Slots: VariableStore._slots_of,
+    ops.SetSlot: VariableStore._set_slot,
 }
 
 
@@ -273,18 +260,16 @@ def serve_operations(store: VariableStore, request: bytes | memoryview) -> bytes
 
 
 #: The metric of each operation kind (labels resolved once: a lookup per operation).
-_COUNTERS = {kind: monitoring.PS_OPERATIONS.labels(kind) for kind in _OPERATIONS}
+_COUNTERS = {cls: monitoring.PS_OPERATIONS.labels(kind) for cls, kind in ops.KINDS.items()}
 _RECEIVED, _SENT = monitoring.PS_BYTES.labels("received"), monitoring.PS_BYTES.labels("sent")
 
 
 def _count(lists: list[Any], received: int, sent: int) -> None:
     """Add an ``Execute``'s operations and bytes to the metrics."""
-    kinds = collections.Counter(operation[0] for operations in lists
-                                if type(operations) is list for operation in operations
-                                if type(operation) is tuple and operation
-                                and type(operation[0]) is str)
-    for kind, count in kinds.items():
-        counter = _COUNTERS.get(kind)
+    kinds = collections.Counter(type(operation) for operations in lists
+                                if type(operations) is list for operation in operations)
+    for cls, count in kinds.items():
+        counter = _COUNTERS.get(cls)
         if counter is not None:
             counter.inc(count)
     _RECEIVED.inc(received)

@@ -9,13 +9,15 @@ next operation raises CancelledError.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import Any, Protocol
 
 from convoy._base import threads as _threads
 from convoy._transport import rpc as _rpc
 from convoy._transport import security as _security
 from convoy._transport.channel import Channel
+from convoy.distribute._operations import Operation, Read
 from convoy.distribute._store import VariableStore
 from convoy.distribute._transport import MethodStream
 from convoy.distribute._wire import PS_METHODS, PS_SERVICE, encode, load_execute_answer
@@ -23,7 +25,17 @@ from convoy.distribute._worker_calls import current_call, raise_if_cancelled
 from convoy.errors import DataLossError, InvalidArgumentError
 
 
-def send_updates(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> None:
+class Store(Protocol):
+    """A handle on a variable store: :class:`RemoteStore` or :class:`LocalStore`."""
+
+    device: str
+
+    def execute(self, operations: Sequence[Operation]) -> list[Any]: ...
+
+    def execute_async(self, operations: Sequence[Operation]) -> Future[list[Any]]: ...
+
+
+def send_updates(calls: Sequence[tuple[Store, Sequence[Operation]]]) -> None:
     """Apply ``(store, operations)`` calls. In a scheduled function they are only queued: the
     function counts as done once they are applied, and fails if one fails. Elsewhere this
     waits for them. (Later operations of this process on the same store see them: each
@@ -43,10 +55,10 @@ class LocalStore:
     def __init__(self) -> None:
         self.store = VariableStore()
 
-    def execute(self, operations: list[tuple[Any, ...]]) -> list[Any]:
+    def execute(self, operations: Sequence[Operation]) -> list[Any]:
         return self.store.execute(operations)
 
-    def execute_async(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
+    def execute_async(self, operations: Sequence[Operation]) -> Future[list[Any]]:
         future: Future[list[Any]] = Future()
         try:
             future.set_result(self.execute(operations))
@@ -55,7 +67,7 @@ class LocalStore:
         return future
 
 
-def execute_all(calls: list[tuple[Any, list[tuple[Any, ...]]]]) -> list[list[Any]]:
+def execute_all(calls: Sequence[tuple[Store, Sequence[Operation]]]) -> list[list[Any]]:
     """Run each ``(store, operations)`` call, all at once; returns their results in order."""
     futures = [store.execute_async(operations) for store, operations in calls]
     if len(futures) > 1:  # woken once, by the last answer, not once per answer still due
@@ -74,7 +86,7 @@ EXECUTE_TIMEOUT_S = 60.0
 #: Operation lists one Execute message carries at most.
 MAX_LISTS_PER_MESSAGE = 1024
 
-_Pending = tuple[list[tuple[Any, ...]], Future[list[Any]]]
+_Pending = tuple[list[Operation], Future[list[Any]]]
 
 
 class RemoteStore:
@@ -124,11 +136,11 @@ class RemoteStore:
     def __reduce__(self) -> Any:
         return (remote_store, (self.address, self.task_index))
 
-    def execute(self, operations: list[tuple[Any, ...]]) -> list[Any]:
+    def execute(self, operations: Sequence[Operation]) -> list[Any]:
         """Run ``operations`` on the parameter server, atomically; their results."""
         return self.execute_async(operations).result()
 
-    def execute_async(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
+    def execute_async(self, operations: Sequence[Operation]) -> Future[list[Any]]:
         """Queue ``operations`` for the next message; the future's result is their results.
         Their arrays are read when the message is sent: leave them unchanged until then. In a
         scheduled function, a read may take an answer read ahead, and the first read sends
@@ -142,11 +154,16 @@ class RemoteStore:
         if answer is not None:
             return answer
         future = self._queue(operations)
-        for read in ahead:
-            call.reads.prefetched(read, read[0]._queue([("read", read[1])]))
+        for store, key in ahead:
+            call.reads.prefetched((store, key), store.read_ahead(key))
         return future
 
-    def _queue(self, operations: list[tuple[Any, ...]]) -> Future[list[Any]]:
+    def read_ahead(self, key: str) -> Future[list[Any]]:
+        """Queue a read of variable ``key`` made ahead of a scheduled function's own (which
+        then takes its answer): sent as is, past the function's read-ahead."""
+        return self._queue([Read(key)])
+
+    def _queue(self, operations: list[Operation]) -> Future[list[Any]]:
         future: Future[list[Any]] = Future()
         with self._counting:
             self._lists_sent += 1
@@ -199,7 +216,7 @@ class RemoteStore:
                 future.set_exception(outcome.error)
 
 
-def _unpicklable(operations: list[tuple[Any, ...]]) -> InvalidArgumentError:
+def _unpicklable(operations: list[Operation]) -> InvalidArgumentError:
     try:
         encode(operations)
     except InvalidArgumentError as error:

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from convoy.distribute import _operations as ops
 from convoy.distribute import _scope
 from convoy.distribute._cluster_wait import start_timeout, wait_for_cluster
 from convoy.distribute._store_clients import RemoteStore
+from convoy.distribute._worker_context import worker_context
 from convoy.distribute.cluster import ClusterSpec, validate_cluster_for_ps
 from convoy.distribute.partitioners import partition_count, shard_offsets, shard_sizes
-from convoy.distribute.server import worker_context
 from convoy.distribute.variables import ShardedVariable, Variable, initial_array
 from convoy.errors import (
     ConvoyError,
@@ -149,7 +150,8 @@ class ParameterServerStrategy:
         return name if count == 0 else f"{name}_{count}"
 
     def _owns(self, variable: Any) -> bool:
-        return isinstance(variable, Variable) and variable._key.endswith(f"@{self._token}")
+        return isinstance(variable, Variable) and variable.handle.key.endswith(
+            f"@{self._token}")
 
     def _colocated(self) -> Variable | None:
         """The variable new ones go next to (``extended.colocate_vars_with``), or None."""
@@ -158,18 +160,18 @@ class ParameterServerStrategy:
     def _place(self, key: str, value: np.ndarray, trainable: bool, name: str) -> Variable:
         colocated = self._colocated()
         if colocated is not None:
-            store = colocated._store
+            store = colocated.handle.store
         else:
             with self._lock:
                 store = self._stores[self._next_store % len(self._stores)]
                 self._next_store += 1
         key = f"{key}@{self._token}"
-        store.execute([("create", key, value)])
+        store.execute([ops.Create(key, value)])
         return self._track(Variable._in_store(store, key, name, value.shape, value.dtype,
                                               trainable))
 
     def _track(self, variable: Variable) -> Variable:
-        self._placed[variable._key] = variable
+        self._placed[variable.handle.key] = variable
         return variable
 
     def _create_variable(self, initial_value: Any = None, name: str | None = None,
@@ -218,8 +220,8 @@ class ParameterServerStrategy:
             if not variables:
                 variables.append(self._place(name, value, trainable, name))
                 continue
-            store, key = variables[0]._store, f"{name}@{self._token}"
-            store.execute([("create", key, value)])
+            store, key = variables[0].handle.store, f"{name}@{self._token}"
+            store.execute([ops.Create(key, value)])
             variables.append(self._track(Variable._in_store(store, key, name, value.shape,
                                                             value.dtype, trainable)))
         return variables
@@ -294,24 +296,24 @@ class ParameterServerStrategy:
         (zeros, until restored) if that ps lost them; whether it did."""
         old = self._stores[index]
         store = RemoteStore.get(spec.task_address("ps", index), index)
-        variables = [v for v in list(self._placed.values()) if v._store is old]
+        variables = [v for v in list(self._placed.values()) if v.handle.store is old]
         moved = store is not old
         if moved:
             self._stores[index] = store
             self.cluster_spec = _with_ps(self.cluster_spec, index, store.address)
             for variable in variables:
-                variable._store = store
+                variable._move(store)
             _forget_pickles()
         if not variables:
             return moved
         if not moved:
             probe = min(variables, key=lambda v: int(np.prod(v.shape)))
             try:
-                store.execute([("read", probe._key)])
+                store.execute([ops.Read(probe.handle.key)])
                 return False
             except NotFoundError:
                 pass
-        store.execute([("create", v._key, np.zeros(v.shape, v.dtype), True)
+        store.execute([ops.Create(v.handle.key, np.zeros(v.shape, v.dtype), True)
                        for v in variables])
         return True
 

@@ -19,15 +19,16 @@ import numbers
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from convoy._values.slices import IndexedSlices, owned, put_rows, take_rows
+from convoy.distribute import _operations as ops
 from convoy.distribute import _scope
 from convoy.distribute._arithmetic import ReadsAsArray
-from convoy.distribute._store_clients import LocalStore, execute_all, send_updates
-from convoy.distribute.server import worker_context
+from convoy.distribute._store_clients import LocalStore, Store, execute_all, send_updates
+from convoy.distribute._worker_context import worker_context
 from convoy.errors import InvalidArgumentError
 
 _local_names = itertools.count()
@@ -51,9 +52,19 @@ def initial_array(initial_value: Any, dtype: Any, shape: Any) -> np.ndarray:
     return array
 
 
+class Handle(NamedTuple):
+    """Where a variable lives: its store (a parameter server's, or one in this process) and
+    its key there. Operations on it (:mod:`convoy.distribute._operations`) name ``key`` and go
+    to ``store.execute``."""
+
+    store: Store
+    key: str
+
+
 class _Ops(ReadsAsArray):
     """What Variable and ShardedVariable offer alike, on top of their ``read_value``,
-    ``sparse_read``, ``_update(kind, value)`` and ``_scatter(kind, delta)``. Updates return
+    ``sparse_read``, ``_update(kind, value)`` and ``_scatter(kind, delta)`` (``kind`` an
+    operation class). Updates return
     the variable, as TensorFlow's do; their ``use_locking``, ``name`` and ``read_value``
     arguments are accepted for TensorFlow's sake and change nothing (every operation is
     atomic where the variable lives)."""
@@ -67,10 +78,10 @@ class _Ops(ReadsAsArray):
     def sparse_read(self, indices: Any) -> np.ndarray:
         raise NotImplementedError
 
-    def _update(self, kind: str, value: Any) -> None:
+    def _update(self, kind: ops.WholeUpdate, value: Any) -> None:
         raise NotImplementedError
 
-    def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
+    def _scatter(self, kind: ops.RowUpdate, sparse_delta: IndexedSlices) -> None:
         raise NotImplementedError
 
     def numpy(self) -> np.ndarray:
@@ -99,46 +110,46 @@ class _Ops(ReadsAsArray):
 
     def assign(self, value: Any, use_locking: bool = False, name: str | None = None,
                read_value: bool = True) -> Any:
-        self._update("assign", value)
+        self._update(ops.Assign, value)
         return self
 
     def assign_add(self, delta: Any, use_locking: bool = False, name: str | None = None,
                read_value: bool = True) -> Any:
-        self._update("assign_add", delta)
+        self._update(ops.AssignAdd, delta)
         return self
 
     def assign_sub(self, delta: Any, use_locking: bool = False, name: str | None = None,
                read_value: bool = True) -> Any:
-        self._update("assign_sub", delta)
+        self._update(ops.AssignSub, delta)
         return self
 
     def scatter_add(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                     name: str | None = None) -> Any:
-        return self._scattered("scatter_add", sparse_delta)
+        return self._scattered(ops.ScatterAdd, sparse_delta)
 
     def scatter_sub(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                     name: str | None = None) -> Any:
-        return self._scattered("scatter_sub", sparse_delta)
+        return self._scattered(ops.ScatterSub, sparse_delta)
 
     def scatter_update(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                        name: str | None = None) -> Any:
-        return self._scattered("scatter_update", sparse_delta)
+        return self._scattered(ops.ScatterUpdate, sparse_delta)
 
     def scatter_mul(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                     name: str | None = None) -> Any:
-        return self._scattered("scatter_mul", sparse_delta)
+        return self._scattered(ops.ScatterMul, sparse_delta)
 
     def scatter_div(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                     name: str | None = None) -> Any:
-        return self._scattered("scatter_div", sparse_delta)
+        return self._scattered(ops.ScatterDiv, sparse_delta)
 
     def scatter_min(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                     name: str | None = None) -> Any:
-        return self._scattered("scatter_min", sparse_delta)
+        return self._scattered(ops.ScatterMin, sparse_delta)
 
     def scatter_max(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                     name: str | None = None) -> Any:
-        return self._scattered("scatter_max", sparse_delta)
+        return self._scattered(ops.ScatterMax, sparse_delta)
 
     def batch_scatter_update(self, sparse_delta: IndexedSlices, use_locking: bool = False,
                              name: str | None = None) -> Any:
@@ -149,9 +160,9 @@ class _Ops(ReadsAsArray):
                 f"batch_scatter_update takes a vector of indices, got indices of shape "
                 f"{list(np.shape(sparse_delta.indices))}"
             )
-        return self._scattered("scatter_update", sparse_delta)
+        return self._scattered(ops.ScatterUpdate, sparse_delta)
 
-    def _scattered(self, kind: str, sparse_delta: IndexedSlices) -> Any:
+    def _scattered(self, kind: ops.RowUpdate, sparse_delta: IndexedSlices) -> Any:
         self._scatter(kind, sparse_delta)
         return self
 
@@ -167,7 +178,10 @@ class _VariableMeta(type):
 
 
 class Variable(_Ops, metaclass=_VariableMeta):
-    """A named array in a store; reads and updates are single atomic store operations."""
+    """A named array in a store; reads and updates are single atomic store operations.
+
+    :attr:`handle` says where it lives, for code that sends several variables' operations
+    in one call per store (optimizers, checkpoints, ``cv.torch.pull``)."""
 
     def __init__(self, initial_value: Any, name: str | None = None, dtype: Any = None,
                  shape: Sequence[int] | None = None, trainable: bool = True) -> None:
@@ -177,7 +191,7 @@ class Variable(_Ops, metaclass=_VariableMeta):
         self._bind(LocalStore(), unique, name or "Variable", value.shape, value.dtype,
                    trainable)
         self._device = _local_device()
-        self._store.execute([("create", unique, value)])
+        self._handle.store.execute([ops.Create(unique, value)])
 
     @classmethod
     def _in_store(cls, store: Any, key: str, name: str, shape: Sequence[int], dtype: Any,
@@ -189,43 +203,53 @@ class Variable(_Ops, metaclass=_VariableMeta):
 
     def _bind(self, store: Any, key: str, name: str, shape: tuple[int, ...], dtype: np.dtype,
               trainable: bool) -> None:
-        self._store, self._key, self._device = store, key, store.device
+        self._handle, self._device = Handle(store, key), store.device
         self.name, self.shape, self.dtype, self.trainable = name, shape, dtype, trainable
 
+    def _move(self, store: Store) -> None:
+        """Point this handle at ``store`` (its parameter server's new address), same key."""
+        self._handle = Handle(store, self._handle.key)
+
+    @property
+    def handle(self) -> Handle:
+        """Where the variable lives: ``(store, key)``."""
+        return self._handle
+
     def __reduce__(self) -> Any:
-        if isinstance(self._store, LocalStore):
+        if isinstance(self._handle.store, LocalStore):
             raise InvalidArgumentError(
                 f"variable {self.name!r} was created outside strategy.scope(): it lives in "
                 f"this process only and cannot be used by functions sent to workers; create "
                 f"it inside strategy.scope()"
             )
-        return (_variable_in_store, (self._store, self._key, self.name, self.shape,
-                                     self.dtype.str, self.trainable))
+        return (_variable_in_store, (*self._handle, self.name, self.shape, self.dtype.str,
+                                     self.trainable))
 
     @property
     def device(self) -> str:
         """Where the variable lives, as a TensorFlow device string."""
         return self._device
 
-    def _call(self, kind: str, *arguments: Any) -> Any:
-        return self._store.execute([(kind, self._key, *arguments)])[0]
-
     def read_value(self) -> np.ndarray:
         """A copy of the current value."""
-        value: np.ndarray = self._call("read")
+        store, key = self._handle
+        value: np.ndarray = store.execute([ops.Read(key)])[0]
         return value
 
-    def _update(self, kind: str, value: Any) -> None:
-        send_updates([(self._store, [(kind, self._key, np.array(value, dtype=self.dtype))])])
+    def _update(self, kind: ops.WholeUpdate, value: Any) -> None:
+        store, key = self._handle
+        send_updates([(store, [kind(key, np.array(value, dtype=self.dtype))])])
 
     def sparse_read(self, indices: Any) -> np.ndarray:
         """The rows ``indices`` (any shape) of the variable."""
-        rows: np.ndarray = self._call("gather", np.asarray(indices))
+        store, key = self._handle
+        rows: np.ndarray = store.execute([ops.Gather(key, np.asarray(indices))])[0]
         return rows
 
-    def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
+    def _scatter(self, kind: ops.RowUpdate, sparse_delta: IndexedSlices) -> None:
         delta = owned(_checked_delta(sparse_delta, self.shape[1:]))
-        send_updates([(self._store, [(kind, self._key, delta.indices, delta.values)])])
+        store, key = self._handle
+        send_updates([(store, [kind(key, delta.indices, delta.values)])])
 
     def __repr__(self) -> str:
         return (f"<cv.Variable '{self.name}' shape={list(self.shape)} dtype={self.dtype.name} "
@@ -290,7 +314,8 @@ class ShardedVariable(_Ops):
 
     def read_value(self) -> np.ndarray:
         """The whole value (shards concatenated), read from all shards in parallel."""
-        results = execute_all([(v._store, [("read", v._key)]) for v in self._variables])
+        results = execute_all([(v.handle.store, [ops.Read(v.handle.key)])
+                               for v in self._variables])
         return np.concatenate([r[0] for r in results])
 
     def _split(self, value: Any) -> list[np.ndarray]:
@@ -302,9 +327,9 @@ class ShardedVariable(_Ops):
             )
         return np.split(value, self._offsets[1:-1])
 
-    def _update(self, kind: str, value: Any) -> None:
+    def _update(self, kind: ops.WholeUpdate, value: Any) -> None:
         parts = self._split(value)
-        send_updates([(v._store, [(kind, v._key, p.copy())])
+        send_updates([(v.handle.store, [kind(v.handle.key, p.copy())])
                       for v, p in zip(self._variables, parts)])
 
     def route(self, ids: np.ndarray,
@@ -338,20 +363,20 @@ class ShardedVariable(_Ops):
         flat = ids.reshape(-1)
         out = np.empty((flat.size, *self.shape[1:]), self.dtype)
         routes = self.route(flat)
-        results = execute_all([(self._variables[s]._store,
-                                [("gather", self._variables[s]._key, rows)])
-                               for s, _, rows in routes])
+        handles = [self._variables[s].handle for s, _, _ in routes]
+        results = execute_all([(store, [ops.Gather(key, rows)])
+                               for (store, key), (_, _, rows) in zip(handles, routes)])
         for (_, positions, _), result in zip(routes, results):
             put_rows(out, positions, result[0])
         return out.reshape((*ids.shape, *self.shape[1:]))
 
-    def _scatter(self, kind: str, sparse_delta: IndexedSlices) -> None:
+    def _scatter(self, kind: ops.RowUpdate, sparse_delta: IndexedSlices) -> None:
         delta = _checked_delta(sparse_delta, self.shape[1:])
         flat = delta.indices.reshape(-1)
         values = delta.values.reshape((flat.size, *self.shape[1:]))
         # route's rows and take_rows's values are new arrays
-        send_updates([(self._variables[s]._store,
-                       [(kind, self._variables[s]._key, rows, take_rows(values, positions))])
+        send_updates([(self._variables[s].handle.store,
+                       [kind(self._variables[s].handle.key, rows, take_rows(values, positions))])
                       for s, positions, rows in self.route(flat)])
 
     def __repr__(self) -> str:
@@ -378,21 +403,22 @@ def embedding_lookup(params: Variable | ShardedVariable | Sequence[Variable],
 def read_together(variables: Sequence[Variable]) -> list[np.ndarray]:
     """The values of ``variables``; those in one store are read in one atomic call, so
     variables placed together (a metric's state) are read as one consistent snapshot."""
-    calls: dict[int, tuple[Any, list[tuple[Any, ...]]]] = {}
+    calls: dict[int, tuple[Store, list[ops.Operation]]] = {}
     for variable in variables:
-        calls.setdefault(id(variable._store), (variable._store, []))[1].append(
-            ("read", variable._key))
+        store, key = variable.handle
+        calls.setdefault(id(store), (store, []))[1].append(ops.Read(key))
     results = dict(zip(calls, execute_all(list(calls.values()))))
     taken = {key: iter(values) for key, values in results.items()}
-    return [next(taken[id(variable._store)]) for variable in variables]
+    return [next(taken[id(variable.handle.store)]) for variable in variables]
 
 
-def update_together(updates: Sequence[tuple[Variable, str, Any]]) -> None:
-    """Apply ``(variable, kind, value)`` updates (``assign``, ``assign_add``...); those in
-    one store go in one call, applied there atomically. In a scheduled function they do
-    not wait, as every variable update."""
-    calls: dict[int, tuple[Any, list[tuple[Any, ...]]]] = {}
+def update_together(updates: Sequence[tuple[Variable, ops.WholeUpdate, Any]]) -> None:
+    """Apply ``(variable, kind, value)`` updates (``kind`` :class:`~._operations.Assign`,
+    ``AssignAdd`` or ``AssignSub``); those in one store go in one call, applied there
+    atomically. In a scheduled function they do not wait, as every variable update."""
+    calls: dict[int, tuple[Store, list[ops.Operation]]] = {}
     for variable, kind, value in updates:
-        calls.setdefault(id(variable._store), (variable._store, []))[1].append(
-            (kind, variable._key, np.array(value, dtype=variable.dtype)))
+        store, key = variable.handle
+        calls.setdefault(id(store), (store, []))[1].append(
+            kind(key, np.array(value, dtype=variable.dtype)))
     send_updates(list(calls.values()))

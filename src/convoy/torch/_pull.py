@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from convoy._values.slices import IndexedSlices, put_rows
-from convoy.distribute._store_clients import execute_all
+from convoy.distribute import _operations as ops
+from convoy.distribute._store_clients import Store, execute_all
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
 
@@ -57,12 +58,12 @@ def pull(dense: Sequence[Variable | ShardedVariable] = (),
          rows: dict[Any, Any] | None = None) -> Iterator[Pulled]:
     """Read ``dense`` variables whole and ``rows`` (variable -> ids) as gathered rows, as
     torch tensors with ``requires_grad``; one call per parameter server touched."""
-    calls: dict[int, tuple[Any, list[tuple[Any, ...]]]] = {}
+    calls: dict[int, tuple[Store, list[ops.Operation]]] = {}
     # where each operation's result goes: (store key, index in its call)
     dense_at: list[list[tuple[int, int]]] = []
     rows_at: list[tuple[Any, np.ndarray, tuple[int, ...], list[tuple[int, int, Any]]]] = []
 
-    def request(store: Any, operation: tuple[Any, ...]) -> tuple[int, int]:
+    def request(store: Store, operation: ops.Operation) -> tuple[int, int]:
         key = id(store)
         call = calls.get(key)
         if call is None:
@@ -73,19 +74,20 @@ def pull(dense: Sequence[Variable | ShardedVariable] = (),
     for variable in dense:
         if not isinstance(variable, (Variable, ShardedVariable)):
             raise InvalidArgumentError(f"dense must hold variables, got {type(variable).__name__}")
-        dense_at.append([request(shard._store, ("read", shard._key))
+        dense_at.append([request(shard.handle.store, ops.Read(shard.handle.key))
                          for shard in _targets(variable)])
     for variable, ids in (rows or {}).items():
         shape = np.shape(ids)
         flat = np.array(ids).reshape(-1)  # ours: the gradients' indices, never changed
         flat.flags.writeable = False
         if isinstance(variable, ShardedVariable):
-            shards = variable._variables
+            handles = [shard.handle for shard in variable.variables]
             gathers: list[tuple[int, int, Any]] = [
-                (*request(shards[s]._store, ("gather", shards[s]._key, local)), positions)
+                (*request(handles[s].store, ops.Gather(handles[s].key, local)), positions)
                 for s, positions, local in variable.route(flat, remember=True)]
         else:
-            gathers = [(*request(variable._store, ("gather", variable._key, flat)), None)]
+            store, key = variable.handle
+            gathers = [(*request(store, ops.Gather(key, flat)), None)]
         rows_at.append((variable, flat, shape, gathers))
     results = dict(zip(calls, execute_all(list(calls.values()))))
 

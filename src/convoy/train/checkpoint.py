@@ -41,6 +41,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load, load_file, save, save_file
 
 from convoy._base import fs as _fs
+from convoy.distribute import _operations as ops
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import DataLossError, InvalidArgumentError, NotFoundError
 
@@ -120,7 +121,7 @@ _MAX_NAMES = 64
 
 def _slots(variable: Variable | ShardedVariable) -> dict[str, np.ndarray]:
     shards = variable.variables if isinstance(variable, ShardedVariable) else [variable]
-    per_shard = [v._store.execute([("slots", v._key)])[0] for v in shards]
+    per_shard = [v.handle.store.execute([ops.Slots(v.handle.key)])[0] for v in shards]
     names = set().union(*per_shard)
     return {name: np.concatenate([s[name] for s in per_shard]) if per_shard[0][name].ndim
             else per_shard[0][name] for name in names if all(name in s for s in per_shard)}
@@ -136,9 +137,9 @@ def _restore_slot(variable: Variable | ShardedVariable, slot: str, value: np.nda
         parts = np.split(value, variable._offsets[1:-1]) if value.ndim else \
             [value] * len(variable.variables)
         for shard, part in zip(variable.variables, parts):
-            shard._store.execute([("set_slot", shard._key, slot, part)])
+            shard.handle.store.execute([ops.SetSlot(shard.handle.key, slot, part)])
     else:
-        variable._store.execute([("set_slot", variable._key, slot, value)])
+        variable.handle.store.execute([ops.SetSlot(variable.handle.key, slot, value)])
 
 
 class _StateEncoder:

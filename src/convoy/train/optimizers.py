@@ -30,7 +30,8 @@ import numpy as np
 
 from convoy._base import check
 from convoy._values.slices import IndexedSlices, owned, take_rows
-from convoy.distribute._store_clients import LocalStore, send_updates
+from convoy.distribute import _operations as ops
+from convoy.distribute._store_clients import LocalStore, Store, send_updates
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
 from convoy.train import schedules
@@ -131,7 +132,7 @@ class Optimizer:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        if self.iterations is not None and isinstance(self.iterations._store, LocalStore):
+        if self.iterations is not None and isinstance(self.iterations.handle.store, LocalStore):
             if not self._warned:
                 self._warned = True
                 log.warning("an optimizer made outside strategy.scope() is used on workers: "
@@ -168,20 +169,20 @@ class Optimizer:
         if self.clipnorm or self.clipvalue or self.global_clipnorm:
             pairs = list(zip(self._clipped([g for g, _ in pairs]), [v for _, v in pairs]))
         by_store: dict[int, list[tuple[str, Any]]] = defaultdict(list)
-        stores: dict[int, Any] = {}
+        stores: dict[int, Store] = {}
         for gradient, variable in pairs:
             for grad, var in _routed(gradient, variable):
-                stores[id(var._store)] = var._store
-                by_store[id(var._store)].append((var._key, grad))
+                store, key = var.handle
+                stores[id(store)] = store
+                by_store[id(store)].append((key, grad))
         config = self._current_config() if by_store else self.config
-        operations: dict[int, list[tuple[Any, ...]]] = {
-            k: [("apply", config, updates)] for k, updates in by_store.items()}
-        counter = self.iterations
-        if operations and counter is not None:
-            stores.setdefault(id(counter._store), counter._store)
-            operations.setdefault(id(counter._store), []).append(
-                ("assign_add", counter._key, _ONE))
-        send_updates([(stores[k], ops) for k, ops in operations.items()])
+        operations: dict[int, list[ops.Operation]] = {
+            k: [ops.Apply(config, updates)] for k, updates in by_store.items()}
+        if operations and self.iterations is not None:
+            store, key = self.iterations.handle
+            stores.setdefault(id(store), store)
+            operations.setdefault(id(store), []).append(ops.AssignAdd(key, _ONE))
+        send_updates([(stores[k], batch) for k, batch in operations.items()])
 
     def _clipped(self, gradients: list[Any]) -> list[Any]:
         """The gradients clipped as ``clipnorm``, ``clipvalue`` or ``global_clipnorm`` say."""

@@ -34,6 +34,7 @@ import pytest
 
 import convoy as cv
 from convoy.distribute import ParameterServerStrategy, _scheduler
+from convoy.distribute._operations import Read
 from convoy.distribute._store_clients import remote_store
 from convoy.distribute.coordinator import ClusterCoordinator
 from convoy.errors import (
@@ -80,7 +81,7 @@ def ps_answers(address, index):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            remote_store(address, index).execute([("read", "no such variable")])
+            remote_store(address, index).execute([Read("no such variable")])
         except NotFoundError:
             return True
         except UnavailableError:
