@@ -6,7 +6,7 @@ cross_trainer_cache (with its _ft_test), local_workers, data_transfer, coordinat
 (with coordinated_read_ft), metadata, and distributed save (distributed_save_test,
 distributed_save_load_test in test_distributed_save.py; distributed_save_ft_test and
 distributed_save_load_ft_test in test_distributed_save_ft.py; part of distributed_save_test
-is in tests/data/test_distributed_save.py) tests (each module names its source and lists the
+is in tests/data/test_distributed_save_layout.py) tests (each module names its source and lists the
 scenarios it leaves out). snapshot_ft_test is an older version of distributed_save_ft_test
 and is covered by its port. The other files of that folder test features convoy does not
 have and are not ported: worker tags (worker_tags_test) and devices (gpu_test,

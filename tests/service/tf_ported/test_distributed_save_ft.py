@@ -3,7 +3,7 @@ experimental/kernel_tests/service/): ``distributed_save_ft_test.py`` (a save goe
 dispatcher and worker restarts) and ``distributed_save_load_ft_test.py`` (a save read through
 the data service goes on through them), ported to convoy. Every test names the TensorFlow
 test it comes from. A worker SIGKILLed mid-save (testWorkerFailure of an older version) is in
-tests/data/test_distributed_save.py.
+tests/data/test_distributed_save_layout.py.
 
 As in TensorFlow's test cluster, the dispatcher keeps a journal in a work directory
 (``fault_tolerant_mode``); a save's streams and the splits they were given are journaled, so a
@@ -23,7 +23,7 @@ Not ported, and why:
 - testWorkersDontExceedMaxStreamAssignments: convoy has no ``worker_max_concurrent_snapshots``;
   a worker writes one stream at a time (test_a_worker_writes_one_stream_at_a_time checks it).
 - testOrphanGetsReassigned: skipped in TensorFlow itself; a lost worker's stream taken over is
-  tests/data/test_distributed_save.py's worker-killed test.
+  tests/data/test_distributed_save_layout.py's worker-killed test.
 
 Where convoy differs: DYNAMIC sharding reads a save once it is done (see
 test_distributed_save.py), so the DYNAMIC reads wait for the save first.
