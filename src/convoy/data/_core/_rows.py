@@ -26,6 +26,9 @@ Chunk = slice | np.ndarray
 _TEXT = "SU"
 # batched by numpy alone, whatever the values; object columns depend on what they hold
 _BATCHABLE = "biufcmMSU"
+# the Python values an object column's rows may hold and still batch by gathering rows (what
+# from_tensor_slices makes of strings); other objects batch element by element
+_GATHERABLE_OBJECTS = (bytes,)
 _PADDABLE = "biufc"
 
 
@@ -47,7 +50,7 @@ class RowSource:
     def batchable(self) -> bool:
         """Whether a batch of rows gathered from the arrays equals one stacked from elements
         (stacking scalars makes native byte order)."""
-        return all(leaf.dtype.kind in _BATCHABLE and leaf.dtype.isnative for leaf in self.leaves)
+        return all(_batchable(leaf) for leaf in self.leaves)
 
     def paddable(self) -> bool:
         return all(leaf.dtype.kind in _PADDABLE and leaf.dtype.isnative for leaf in self.leaves)
@@ -77,6 +80,12 @@ class RowSource:
             return None
         return RowSource(self.structure, [leaf.reshape(-1, *leaf.shape[2:])
                                           for leaf in self.leaves])
+
+
+def _batchable(leaf: np.ndarray) -> bool:
+    if leaf.dtype.kind == "O":
+        return all(type(value) in _GATHERABLE_OBJECTS for value in leaf.flat)
+    return leaf.dtype.kind in _BATCHABLE and leaf.dtype.isnative
 
 
 def _taker(chunks: list[Chunk]) -> Any:
