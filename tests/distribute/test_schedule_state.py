@@ -57,8 +57,8 @@ def resolved(instructions):
     return {i.closure_id: i.outcome for i in of(Resolve, instructions)}
 
 
-def started(num_workers=2, batch=2, incarnations=None):
-    state = ScheduleState(num_workers, batch)
+def started(num_workers=2, batch=2, incarnations=None, send_ahead=False):
+    state = ScheduleState(num_workers, batch, send_ahead)
     state.apply(Start(tuple(incarnations or (f"p{w}" for w in range(num_workers)))))
     return state
 
@@ -391,8 +391,7 @@ def test_events_that_do_not_fit_are_refused():
 
 
 def test_one_at_a_time_sends_ahead_only_while_every_worker_is_busy():
-    state = ScheduleState(2, 1, send_ahead=True)
-    state.apply(Start(("p0", "p1")))
+    state = started(batch=1, send_ahead=True)
     schedule(state, 1, 2, 3, 4)
     assert state.apply(Take(0, 0)) == [Run(0, 0, (1,))]
     # worker 1 runs nothing yet: worker 0's second lane leaves the queue to it
@@ -404,13 +403,19 @@ def test_one_at_a_time_sends_ahead_only_while_every_worker_is_busy():
     assert state.apply(Take(0, 1)) == [Run(0, 1, (4,))]
 
 
-def test_a_run_sent_ahead_is_withdrawn_for_a_worker_that_runs_nothing():
-    state = ScheduleState(2, 1, send_ahead=True)
-    state.apply(Start(("p0", "p1")))
+def one_sent_ahead():
+    """Two workers, one function at a time: closures 1 and 2 run on workers 0 and 1, and 3 is
+    sent ahead to worker 0, behind 1."""
+    state = started(batch=1, send_ahead=True)
     schedule(state, 1, 2, 3)
     state.apply(Take(0, 0))
     state.apply(Take(1, 0))
-    assert state.apply(Take(0, 1)) == [Run(0, 1, (3,))]  # sent ahead, behind closure 1
+    assert state.apply(Take(0, 1)) == [Run(0, 1, (3,))]
+    return state
+
+
+def test_a_run_sent_ahead_is_withdrawn_for_a_worker_that_runs_nothing():
+    state = one_sent_ahead()
     state.apply(Finished(1, 0, (Outcome(2),)))
     # worker 1 finds nothing queued: worker 0's Run sent ahead is asked back
     assert state.apply(Take(1, 0)) == [Withdraw(0, 1, (3,))]
@@ -426,12 +431,7 @@ def test_a_run_sent_ahead_is_withdrawn_for_a_worker_that_runs_nothing():
 
 
 def test_a_withdrawn_run_is_cancelled_once_an_error_is_pending():
-    state = ScheduleState(2, 1, send_ahead=True)
-    state.apply(Start(("p0", "p1")))
-    schedule(state, 1, 2, 3)
-    state.apply(Take(0, 0))
-    state.apply(Take(1, 0))
-    state.apply(Take(0, 1))
+    state = one_sent_ahead()
     state.apply(Finished(1, 0, (Outcome(error=ValueError("boom")),)))
     outcomes = resolved(state.apply(Finished(0, 1, (Outcome(error=WithdrawnError("x")),))))
     assert type(outcomes[3].error) is CancelledError and "boom" in str(outcomes[3].error)
