@@ -4,6 +4,8 @@ parameter servers, and a coordinator that runs Python functions on the workers."
 from types import SimpleNamespace
 
 from convoy.distribute import cluster_resolver, coordinator, partitioners
+from convoy.distribute._dynamic_rows import RowInitializer
+from convoy.distribute._dynamic_table import DynamicTable
 from convoy.distribute.cluster import ClusterSpec
 from convoy.distribute.coordinator import ClusterCoordinator, RemoteValue
 from convoy.distribute.server import Server
@@ -25,10 +27,12 @@ experimental = SimpleNamespace(
 __all__ = [
     "ClusterCoordinator",
     "ClusterSpec",
+    "DynamicTable",
     "InputContext",
     "ParameterServerStrategy",
     "ReduceOp",
     "RemoteValue",
+    "RowInitializer",
     "Server",
     "ShardInfo",
     "ShardedVariable",

@@ -183,6 +183,57 @@ class SetSlot(NamedTuple):
     value: np.ndarray
 
 
+# ----- dynamic embedding tables (rows by int64 id, made on first lookup) --------------
+
+@_operation("table_create")
+class TableCreate(NamedTuple):
+    """Make table ``key`` (``config``: DynamicRows's arguments); with ``exist_ok``, one of the
+    same ``dim`` and dtype already there is kept."""
+
+    key: str
+    config: dict[str, Any]
+    exist_ok: bool = False
+
+
+@_operation("table_lookup", read_only=True)
+class TableLookup(NamedTuple):
+    """The rows of ``ids`` (int64, flat) of dynamic table ``key``, made where missing. It
+    changes no variable a whole read sees, so reads ahead may pass it."""
+
+    key: str
+    ids: np.ndarray
+
+
+@_operation("table_stats", read_only=True)
+class TableStats(NamedTuple):
+    """Table ``key``'s rows held, evictions so far and bytes of ids, rows and slots."""
+
+    key: str
+
+
+@_operation("table_keys", read_only=True)
+class TableKeys(NamedTuple):
+    """The ids of the rows table ``key`` holds."""
+
+    key: str
+
+
+@_operation("table_export", read_only=True)
+class TableExport(NamedTuple):
+    """Copies of table ``key``'s ids, rows, slots and per-table optimizer state."""
+
+    key: str
+
+
+@_operation("table_import")
+class TableImport(NamedTuple):
+    """Set the rows and slots of ``state``'s ids in table ``key`` (an export's dict, perhaps
+    a part of one), and its per-table optimizer state."""
+
+    key: str
+    state: dict[str, Any]
+
+
 #: The update kinds a variable offers as ``assign*`` (a whole new value or delta).
 WholeUpdate = type[Assign] | type[AssignAdd] | type[AssignSub]
 #: The update kinds a variable offers as ``scatter_*`` (rows by index).

@@ -24,6 +24,8 @@ from convoy._transport.rpc import Outcome
 from convoy._values.slices import combine_rows, put_rows, take_rows
 from convoy.distribute import _operations as ops
 from convoy.distribute import _wire
+from convoy.distribute._dynamic_rows import DynamicRows
+from convoy.distribute._table_operations import HANDLERS as TABLE_HANDLERS
 from convoy.distribute._updates import apply_rule, checked_rule
 from convoy.errors import (
     AlreadyExistsError,
@@ -43,6 +45,7 @@ class VariableStore:
         self._lock = threading.Lock()
         self.values: dict[str, np.ndarray] = {}
         self.slots: dict[tuple[str, str], np.ndarray] = {}
+        self.tables: dict[str, DynamicRows] = {}  # dynamic embedding tables
 
     def execute(self, operations: Sequence[ops.Operation]) -> list[Any]:
         """Run ``operations`` in order, atomically; returns one result per operation.
@@ -61,6 +64,14 @@ class VariableStore:
             return [{"name": name, "shape": list(value.shape), "dtype": str(value.dtype),
                      "bytes": value.nbytes, "slot_bytes": slot_bytes.get(name, 0)}
                     for name, value in sorted(self.values.items())]
+
+    def table_sizes(self) -> list[dict[str, Any]]:
+        """Each dynamic table's name, row width, dtype, rows held, evictions and bytes of
+        ids, rows and slots."""
+        with self._lock:
+            return [{"name": name, "dim": rows.dim, "dtype": str(rows.dtype),
+                     "rows": rows.size(), "evictions": rows.evictions, "bytes": rows.nbytes()}
+                    for name, rows in sorted(self.tables.items())]
 
     def _run(self, operation: ops.Operation) -> Any:
         handler = _HANDLERS.get(type(operation))
@@ -177,6 +188,10 @@ class VariableStore:
                                        f"{type(optimizer).__name__}")
         rule = checked_rule(optimizer)
         for name, gradient in updates:
+            table = self.tables.get(name)
+            if table is not None:
+                table.apply(functools.partial(apply_rule, rule, optimizer), gradient)
+                continue
             apply_rule(rule, optimizer, self.value(name), gradient,
                        functools.partial(self._slot, name))
 
@@ -247,6 +262,7 @@ _HANDLERS: dict[type, Callable[..., Any]] = {
     ops.Apply: VariableStore._apply,
     ops.Slots: VariableStore._slots_of,
     ops.SetSlot: VariableStore._set_slot,
+    **TABLE_HANDLERS,
 }
 
 

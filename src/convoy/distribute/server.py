@@ -136,11 +136,13 @@ class Server(_rpc.ServerBase):
 
     def status(self) -> dict[str, Any]:
         """What ``convoy status`` shows of this task: a ps's variables (name, shape, dtype,
-        bytes, its slots' bytes), a worker's functions running and done."""
+        bytes, its slots' bytes) and dynamic tables (rows, evictions, bytes), a worker's
+        functions running and done."""
         status: dict[str, Any] = {"job": self.job_name, "index": self.task_index,
                                   "address": self.address, "incarnation": self.incarnation}
         if self._store is not None:
             status["variables"] = self._store.sizes()
+            status["tables"] = self._store.table_sizes()
         if self._calls is not None:
             status.update(functions_running=self._calls.running,
                           functions_done=self._calls.done)

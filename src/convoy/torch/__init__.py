@@ -35,6 +35,7 @@ import torch
 
 from convoy.distribute.server import worker_context
 from convoy.torch._data import IterableDataset
+from convoy.torch._dynamic import DynamicEmbedding, DynamicEmbeddingBag
 from convoy.torch._place import place
 from convoy.torch._pull import Pulled, pull
 
@@ -43,4 +44,5 @@ if worker_context() is not None:
     # PyTorch's intra-op threads would only contend (10x slower steps seen on 2 cores).
     torch.set_num_threads(1)
 
-__all__ = ["IterableDataset", "Pulled", "place", "pull"]
+__all__ = ["DynamicEmbedding", "DynamicEmbeddingBag", "IterableDataset", "Pulled", "place",
+           "pull"]

@@ -42,6 +42,7 @@ from convoy._values.slices import IndexedSlices
 from convoy.distribute._worker_calls import current_call
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
+from convoy.torch._dynamic import _DynamicBase
 from convoy.torch._pull import pull
 
 _ROW_READ = (nn.Embedding, nn.EmbeddingBag)
@@ -562,7 +563,9 @@ def _gradients(self: nn.Module) -> list[tuple[Any, Any]]:
     parameters read whole, :class:`~convoy.IndexedSlices` of the rows looked up for
     embeddings. Releases those tensors."""
     taken = _local.state.grads.pop(self.__dict__["_convoy_token"], [])
-    pairs: list[tuple[Any, Any]] = []
+    pairs: list[tuple[Any, Any]] = [pair for module in self.modules()
+                                    if isinstance(module, _DynamicBase)
+                                    for pair in module.gradients()]
     for tensor, (slot, ids, keep) in taken:
         grad = tensor.grad
         if grad is None:
@@ -741,6 +744,8 @@ def _checkpoint_children(self: nn.Module) -> dict[str, Any]:
     children: dict[str, Any] = {}
     seen: set[int] = set()
     for prefix, module in self.named_modules():
+        if isinstance(module, _DynamicBase):  # saved through its state_dict
+            children[prefix or "table"] = module
         for name, slot in module.__dict__.get("_convoy_slots", {}).items():
             if id(slot) not in seen:
                 seen.add(id(slot))
@@ -818,7 +823,10 @@ def place(module: nn.Module) -> nn.Module:
     refuses a ``torch.optim`` optimizer; ``state_dict()``/``load_state_dict()`` read and
     write the variables. Buffers (batch-norm statistics) stay in the module, each process
     with its own. ``cv.train.Checkpoint(model=model)`` saves the variables (with their
-    optimizer slots) and the buffers. Sent to workers (captured by a scheduled function or
+    optimizer slots) and the buffers. A ``cv.torch.DynamicEmbedding(Bag)`` inside keeps its
+    table, moved to the parameter servers with its rows if it was made outside the scope;
+    ``gradients()`` includes its rows' (by id), and a Checkpoint saves its ids, rows and
+    slots. Sent to workers (captured by a scheduled function or
     passed as its argument), the module is pickled again only once its attributes, modes
     (``train()``/``eval()``) or buffers changed; a worker reuses the copy it has.
     """
@@ -831,6 +839,8 @@ def place(module: nn.Module) -> nn.Module:
     for path, submodule in module.named_modules():
         if isinstance(submodule, _ROW_READ):
             _check_embedding(path, submodule)
+        if isinstance(submodule, _DynamicBase):
+            submodule._placed()
         own: dict[str, _Slot] = {}
         for name, parameter in list(submodule._parameters.items()):
             if parameter is None:

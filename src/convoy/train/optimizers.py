@@ -31,6 +31,7 @@ import numpy as np
 from convoy._base import check
 from convoy._values.slices import IndexedSlices, owned, take_rows
 from convoy.distribute import _operations as ops
+from convoy.distribute._dynamic_table import DynamicTable
 from convoy.distribute._store_clients import LocalStore, Store, send_updates
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import InvalidArgumentError
@@ -161,7 +162,7 @@ class Optimizer:
         """
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         for _, variable in pairs:
-            if not isinstance(variable, Variable | ShardedVariable):
+            if not isinstance(variable, Variable | ShardedVariable | DynamicTable):
                 raise InvalidArgumentError(
                     f"apply_gradients takes (gradient, variable) pairs, got a "
                     f"{type(variable).__name__} as a variable"
@@ -225,6 +226,11 @@ def _routed(gradient: Any, variable: Any) -> list[tuple[Any, Variable]]:
     array or IndexedSlices of its own, checked."""
     if isinstance(variable, ShardedVariable):
         return _split_sharded(gradient, variable)
+    if isinstance(variable, DynamicTable):  # rows by id, on the shards the ids hash to
+        if not isinstance(gradient, IndexedSlices):
+            raise InvalidArgumentError(f"a dynamic table's gradient must be an IndexedSlices "
+                                       f"of rows by id, got {type(gradient).__name__}")
+        return variable.updates(gradient)  # type: ignore[return-value]
     if isinstance(gradient, IndexedSlices):
         return [(owned(gradient).checked("gradient", variable.shape[1:]), variable)]
     return [(np.asarray(owned(gradient), dtype=variable.dtype), variable)]
