@@ -521,12 +521,16 @@ def _embedding_module() -> tuple[Any, ...]:
 
 
 def _embedding_rate(step: Callable[..., None], make: Callable[[], tuple[Any, ...]],
-                    steps: int) -> float:
+                    steps: int, dataset_fn: Callable[[], Any] = _embedding_dataset,
+                    on_cluster: Callable[[Any], None] | None = None) -> float:
     """Steps/s of ``step(iterator, *make())`` scheduled ``steps`` times on 2 workers, with
-    the embedding model (made under the strategy's scope) sharded over 2 ps."""
+    the embedding model (made under the strategy's scope) sharded over 2 ps, reading
+    ``dataset_fn``'s dataset; ``on_cluster(cluster)`` first, if given."""
     from convoy.testing import TrainingCluster
 
     with TrainingCluster(num_workers=2, num_ps=2) as cluster:
+        if on_cluster is not None:
+            on_cluster(cluster)
         strategy = cv.distribute.ParameterServerStrategy(
             cluster.resolver(),
             variable_partitioner=cv.distribute.partitioners.FixedShardsPartitioner(2))
@@ -534,7 +538,7 @@ def _embedding_rate(step: Callable[..., None], make: Callable[[], tuple[Any, ...
             made = make()
         coordinator = cv.distribute.ClusterCoordinator(strategy)
         try:
-            iterator = iter(coordinator.create_per_worker_dataset(_embedding_dataset))
+            iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
             args = (iterator, *made)
             for _ in range(20):  # warm up: imports and connections on the workers
                 coordinator.schedule(step, args)
@@ -558,6 +562,75 @@ def ps_embedding_module(steps: int = 2000) -> float:
 
 def ps_embedding_tfstyle(steps: int = 2000) -> float:
     return _embedding_rate(_embedding_step_tfstyle, lambda: _embedding_variables(False), steps)
+
+
+DYNAMIC_IDS = 10_000_000
+WARM_ROWS = 1_000_000
+
+
+class DynamicEmbeddingModel(nn.Module):
+    """ps_embedding's model with its table dynamic: rows made on first lookup of any id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bag = cv.torch.DynamicEmbeddingBag(
+            64, mode="mean", initializer=cv.distribute.RowInitializer("normal", 0.0, 0.05))
+        self.head = nn.Linear(64, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, ids: Any) -> Any:
+        return self.head(self.bag(ids)).squeeze(-1)
+
+
+def _zipf_dataset():
+    """Bags of 8 ids drawn Zipf (exponent 1.1) from 10 million (rank 1 is id 0)."""
+    data = np.random.default_rng(1)
+    wanted, drawn = 256 * 512 * 8, []
+    while wanted > 0:
+        ranks = data.zipf(1.1, wanted * 2)
+        ranks = ranks[ranks <= DYNAMIC_IDS][:wanted]
+        drawn.append(ranks - 1)
+        wanted -= ranks.size
+    ids = np.concatenate(drawn).reshape(-1, 8)
+    labels = (data.random(len(ids)) < 0.5).astype(np.float32)
+    return cv.data.Dataset.from_tensor_slices((ids, labels)).batch(256).repeat()
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def ps_dynamic_embedding(steps: int = 2000) -> float:
+    """Steps/s of ps_embedding_module's step on the dynamic model, ids Zipf from 10 million,
+    after a warm-up making 1 million rows (ids 0..999,999 once); the ps's RSS growth over
+    that warm-up against the bytes of their ids, rows and slots goes to NOTES."""
+    ps_pids: list[int] = []
+
+    def note_ps(cluster: Any) -> None:
+        ps_pids.extend(cluster.servers[("ps", i)].process.pid for i in range(2))
+
+    def make() -> tuple[Any, ...]:
+        import torch
+
+        before = [_rss(pid) for pid in ps_pids]
+        torch.manual_seed(0)
+        model = cv.torch.place(DynamicEmbeddingModel())
+        for first in range(0, WARM_ROWS, 50_000):
+            model.bag.table.lookup(np.arange(first, first + 50_000))
+        grown = [_rss(pid) - rss for pid, rss in zip(ps_pids, before, strict=True)]
+        held = [stats["bytes"] for stats in model.bag.table.stats()]
+        NOTES.append("ps_dynamic_embedding: RSS growth / bytes of ids, rows and slots after "
+                     f"{WARM_ROWS:,} rows: " + ", ".join(
+                         f"ps{i} {g / 2**20:.0f} MiB / {h / 2**20:.0f} MiB = {g / h:.2f}x"
+                         for i, (g, h) in enumerate(zip(grown, held, strict=True))))
+        return model, cv.optimizers.SGD(LEARNING_RATE)
+
+    return _embedding_rate(_module_step, make, steps, _zipf_dataset, note_ps)
 
 
 # ----- tf.train.Example parsing ----------------------------------------------------------------
@@ -703,6 +776,7 @@ ALL = [
     Workload("coordinated_1x2", "rounds/s", coordinated_1x2),
     Workload("ps_embedding", "steps/s", ps_embedding),
     Workload("ps_embedding_module", "steps/s", ps_embedding_module),
+    Workload("ps_dynamic_embedding", "steps/s", ps_dynamic_embedding),
     Workload("ps_embedding_tfstyle", "steps/s", ps_embedding_tfstyle),
     Workload("parse_example", "records/s", parse_example),
     Workload("parse_example_cpu", "records/CPU s", parse_example_cpu),

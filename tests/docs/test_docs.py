@@ -159,6 +159,8 @@ def test_parameter_servers(training: TrainingCluster, tmp_path: Path,
         assert len(namespace["model"].variables[0].variables) == 2
         assert "training accuracy" in out
         assert (tmp_path / "ckpt" / "ckpt-1.safetensors").exists()
+        assert "1280 user rows;" in out  # dynamic tables: one row per hashed id looked up
+        assert namespace["ids"].size == namespace["recommender"].items.size()
     finally:
         if "coordinator" in namespace:
             namespace["coordinator"].shutdown()
