@@ -107,7 +107,6 @@ NOT_PUBLIC_YET = {
         "header_names", "infer_defaults", "nest", "parse_example", "to_tensor_structure"},
     "convoy.metrics": {"InvalidArgumentError", "Variable", "read_together", "update_together"},
     "convoy.monitoring": {"DispatcherStats", "timer"},
-    "convoy.torch": {"worker_context"},
 }
 
 

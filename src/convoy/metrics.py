@@ -19,8 +19,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from convoy.distribute import _scope
-from convoy.distribute._operations import Assign, AssignAdd
+from convoy.distribute import _operations, _scope
 from convoy.distribute.variables import Variable, read_together, update_together
 from convoy.errors import InvalidArgumentError
 
@@ -114,7 +113,7 @@ class Metric:
         return read_together(self._variables)
 
     def _add(self, deltas: Sequence[Any]) -> None:
-        update_together([(v, AssignAdd, d) for v, d in zip(self._variables, deltas)])
+        update_together([(v, _operations.AssignAdd, d) for v, d in zip(self._variables, deltas)])
 
     def update_state(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError
@@ -124,7 +123,8 @@ class Metric:
 
     def reset_state(self) -> None:
         """Zero the state (all variables in one call)."""
-        update_together([(v, Assign, np.zeros(v.shape, v.dtype)) for v in self._variables])
+        update_together([(v, _operations.Assign, np.zeros(v.shape, v.dtype))
+                         for v in self._variables])
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.floating[Any]:
         """``update_state(...)``, then the ``result()``."""
@@ -147,7 +147,7 @@ class Metric:
                 raise InvalidArgumentError(
                     f"{self.name}/{key} has shape {list(variable.shape)}, got "
                     f"{list(value.shape)}")
-            updates.append((variable, Assign, value))
+            updates.append((variable, _operations.Assign, value))
         update_together(updates)
 
     def __repr__(self) -> str:

@@ -21,11 +21,11 @@ import pytest
 
 import convoy as cv
 from convoy.distribute import _scheduler
+from convoy.distribute._worker_context import worker_context
 from convoy.distribute.coordinator import (
     DEFAULT_PIPELINING,
     experimental_get_current_worker_index,
 )
-from convoy.distribute.server import worker_context
 from convoy.errors import CancelledError, InvalidArgumentError
 from convoy.testing import TrainingCluster
 

@@ -19,9 +19,9 @@ import torch
 from safetensors.numpy import load_file
 
 import convoy as cv
+from convoy.distribute._worker_context import worker_context
 from convoy.distribute.coordinator import DEFAULT_PIPELINING
 from convoy.distribute.partitioners import FixedShardsPartitioner
-from convoy.distribute.server import worker_context
 from convoy.errors import (
     CancelledError,
     FailedPreconditionError,

@@ -31,7 +31,7 @@ def test_free_deletes_resources_and_cancel_and_free_refuse_bad_requests(ps_and_w
     client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
 
     def hold(resource_id):
-        from convoy.distribute.server import worker_context
+        from convoy.distribute._worker_context import worker_context
 
         worker_context().resources[resource_id] = [resource_id]
         return len(worker_context().resources)
@@ -52,7 +52,8 @@ def test_free_deletes_resources_and_cancel_and_free_refuse_bad_requests(ps_and_w
 
 def test_a_worker_server_makes_its_process_that_worker_when_it_starts():
     code = """if True:
-        from convoy.distribute.server import Server, worker_context
+        from convoy.distribute._worker_context import worker_context
+        from convoy.distribute.server import Server
         from convoy.testing import free_port
         spec = {"ps": [f"localhost:{free_port()}"], "worker": [f"localhost:{free_port()}"] * 2}
         ps = Server(spec, "ps", 0)
@@ -62,5 +63,22 @@ def test_a_worker_server_makes_its_process_that_worker_when_it_starts():
         context = worker_context()
         assert (context.task_index, context.num_workers, context.resources) == (1, 2, {})
         worker.stop(); ps.stop()
+    """
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("on_a_worker", [True, False], ids=["worker", "elsewhere"])
+def test_convoy_torch_keeps_one_intra_op_thread_on_a_worker_only(on_a_worker):
+    code = f"""if True:
+        import torch
+        from convoy.distribute.server import Server
+        from convoy.testing import free_port
+        torch.set_num_threads(2)
+        spec = {{"ps": [f"localhost:{{free_port()}}"], "worker": [f"localhost:{{free_port()}}"]}}
+        servers = [Server(spec, "ps", 0), Server(spec, "worker", 0)] if {on_a_worker} else []
+        import convoy.torch
+        assert torch.get_num_threads() == {1 if on_a_worker else 2}, torch.get_num_threads()
+        for server in servers:
+            server.stop()
     """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -27,12 +27,11 @@ from convoy.distribute._wire import (
     ps_transport,
 )
 from convoy.distribute._worker_calls import CallRunner
-from convoy.distribute._worker_context import WorkerContext, become_worker, worker_context
+from convoy.distribute._worker_context import WorkerContext, become_worker
 from convoy.distribute.cluster import ClusterSpec, validate_task
 from convoy.errors import InvalidArgumentError
 
-# worker_context: what a function running on a worker asks to learn where it runs.
-__all__ = ["STREAMS", "Server", "WorkerContext", "worker_context"]
+__all__ = ["STREAMS", "Server"]
 
 log = logging.getLogger(__name__)
 

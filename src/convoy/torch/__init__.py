@@ -33,13 +33,23 @@ the push (``apply_gradients``) is one sparse update per server.
 
 import torch
 
-from convoy.distribute.server import worker_context
+from convoy import errors as _errors
+from convoy.distribute import coordinator as _coordinator
 from convoy.torch._data import IterableDataset
 from convoy.torch._dynamic import DynamicEmbedding, DynamicEmbeddingBag
 from convoy.torch._place import place
 from convoy.torch._pull import Pulled, pull
 
-if worker_context() is not None:
+
+def _on_a_worker() -> bool:
+    try:
+        _coordinator.experimental_get_current_worker_index()
+    except _errors.FailedPreconditionError:
+        return False
+    return True
+
+
+if _on_a_worker():
     # A training worker shares its machine with other tasks and runs several steps at once:
     # PyTorch's intra-op threads would only contend (10x slower steps seen on 2 cores).
     torch.set_num_threads(1)

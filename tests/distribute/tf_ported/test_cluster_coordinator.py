@@ -69,11 +69,11 @@ from convoy.distribute._schedule_messages import (
     WorkerLost,
 )
 from convoy.distribute._schedule_state import ScheduleState
+from convoy.distribute._worker_context import worker_context
 from convoy.distribute.cluster import ClusterSpec
 from convoy.distribute.cluster_resolver import SimpleClusterResolver
 from convoy.distribute.coordinator import ClusterCoordinator, experimental_get_current_worker_index
 from convoy.distribute.partitioners import FixedShardsPartitioner
-from convoy.distribute.server import worker_context
 from convoy.errors import CancelledError, FailedPreconditionError, InvalidArgumentError
 
 # Functions defined here run on the workers, which cannot import this test module.
