@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import convoy as cv
-from convoy.distribute import _scheduler
+from convoy.distribute import _schedule_messages, _scheduler
 from convoy.distribute._worker_context import worker_context
 from convoy.distribute.coordinator import (
     DEFAULT_PIPELINING,
@@ -415,3 +415,19 @@ def test_remote_value_done_once_the_function_finished(cluster, make, tmp_path):
     assert failing.done()
     with pytest.raises(ValueError, match="boom"):
         failing.fetch()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("locked", [True, False], ids=["applied-locked", "applied"])
+def test_an_instruction_the_scheduler_does_not_know_is_an_error(monkeypatch, locked):
+    scheduler = _scheduler.Scheduler([], 1, "test-unknown-instruction")  # no worker: no lane
+    try:
+        if locked:  # an instruction no branch of the locked ladder names
+            monkeypatch.setattr(scheduler._state, "apply", lambda event: ["not an instruction"])
+        else:  # one the locked ladder passes on, but that the caller's ladder does not name
+            monkeypatch.setattr(scheduler, "_apply_locked", lambda event: ["not an instruction"])
+        with pytest.raises(TypeError, match="not an instruction"):
+            scheduler._apply(_schedule_messages.Closed())
+    finally:
+        monkeypatch.undo()
+        scheduler.close()

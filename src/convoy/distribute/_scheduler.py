@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 #: functions. At pipelining 1 the worker runs its lanes' Runs one at a time: the second is
 #: sent ahead (see :mod:`convoy.distribute._schedule_state`).
 LANES_PER_WORKER = 2
+#: Instructions the thread that applied the event carries out (it asked for them).
+_FOR_THE_CALLER = msg.Run | msg.Build | msg.RaiseError
+#: Instructions that may block, carried out on threads of their own.
+_ON_THREADS = msg.Probe | msg.Rebuild | msg.CancelRunning
 #: How often a lost worker is probed.
 PROBE_INTERVAL_S = 0.5
 #: How long a function cancelled on its worker (because another failed) has to stop before
@@ -192,8 +196,10 @@ class Scheduler:
                 self._thread(self._rebuild, instruction, f"rebuild-w{instruction.worker}")
             elif isinstance(instruction, msg.CancelRunning):
                 self._thread(self._cancel, instruction, f"cancel-w{instruction.worker}")
-            else:
+            elif isinstance(instruction, _FOR_THE_CALLER):
                 for_caller.append(instruction)
+            else:
+                raise TypeError(instruction)
         return for_caller
 
     def _apply_locked(self, event: msg.Event) -> list[msg.Instruction]:
@@ -217,8 +223,10 @@ class Scheduler:
             elif isinstance(instruction, msg.Free):
                 send_without_waiting(self._workers[instruction.worker].client, "Free",
                                       instruction.resource_ids)
-            else:
+            elif isinstance(instruction, _FOR_THE_CALLER | _ON_THREADS):
                 others.append(instruction)
+            else:
+                raise TypeError(instruction)
         if self._state.settled or self._state.error is not None:
             self._progress.notify_all()
         return others
