@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -10,6 +11,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from convoy.data.service._common import invariants
+
+# The dispatcher's and workers' states check their invariants after every event: in this
+# process, and in the servers the tests start (they inherit the environment).
+os.environ["CONVOY_VALIDATE_STATE"] = "1"
+invariants.ENABLED = True
 
 
 class UserModules:

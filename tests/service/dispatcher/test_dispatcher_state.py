@@ -959,3 +959,11 @@ def test_lost_answers_and_restarts_lose_and_repeat_no_split(
         repetition[worker] += end
     for passes in received:
         assert sorted(passes) == [(u, u + 1) for u in range(units)]
+
+
+def test_validate_names_a_broken_invariant() -> None:
+    state = st.DispatcherState()
+    state.validate()
+    state.records.named_jobs["gone"] = 12345
+    with pytest.raises(AssertionError, match="job name 'gone' -> 12345"):
+        state.validate()

@@ -381,3 +381,12 @@ def test_random_interleavings_keep_the_workers_promises(steps: list[tuple[str, A
         assert len(run.started) == len(set(run.started)), f"a task started twice: {run.started}"
     run.settle()
     assert len(run.started) == len(set(run.started))
+
+
+def test_validate_names_a_broken_invariant() -> None:
+    state = ws.WorkerState("w:1", heartbeat_interval=1.0, dispatcher_timeout=60.0, now=0.0)
+    state.validate()
+    state.ended.add(7)
+    state.deleted.add(7)
+    with pytest.raises(AssertionError, match="both ended and deleted"):
+        state.validate()

@@ -28,6 +28,7 @@ import random
 from typing import Any
 
 from convoy._transport.events import Handlers
+from convoy.data.service._common import invariants
 from convoy.data.service._common import ranges as _ranges
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.data.service._common.coordinated import adds_tasks, check_coordinated_job
@@ -119,7 +120,40 @@ class DispatcherState:
         result = _HANDLERS(self, event)
         if self.records.finished_now:
             self.gc.bury_finished()
+        if invariants.ENABLED:
+            self.validate()
         return result
+
+    def validate(self) -> None:
+        """Check the invariants that tie the records together (AssertionError on the first
+        broken): names, keys and indexes point at the records they index."""
+        require, records = invariants.require, self.records
+        for name, job_id in records.named_jobs.items():
+            job = records.jobs.get(job_id)
+            require(job is not None and job.name == name, f"job name {name!r} -> {job_id}")
+        for (job_id, repetition), iteration_id in records.iteration_keys.items():
+            iteration = records.iterations.get(iteration_id)
+            require(iteration is not None
+                    and (iteration.job_id, iteration.repetition) == (job_id, repetition),
+                    f"iteration key {(job_id, repetition)} -> {iteration_id}")
+        for job_id, ids in records.job_iterations.items():
+            for iteration_id in ids:
+                iteration = records.iterations.get(iteration_id)
+                require(iteration is not None and iteration.job_id == job_id,
+                        f"iteration {iteration_id} filed under job {job_id}")
+        for task_id, task in records.tasks.items():
+            require(task.task_id == task_id, f"task {task_id} filed under another id")
+            require(task.iteration_id in records.iterations,
+                    f"task {task_id} of a missing iteration {task.iteration_id}")
+        for runner, tasks in records.worker_tasks.items():
+            for task_id, task in tasks.items():
+                require(records.tasks.get(task_id) is task,
+                        f"{runner}'s task {task_id} is not the task of that id")
+        for client_id, client in records.clients.items():
+            require(client.client_id == client_id, f"client {client_id} filed under another id")
+        ids = [*records.jobs, *records.iterations, *records.tasks, *records.clients]
+        require(not ids or max(ids) <= records.next_id,
+                f"an id above the next one to give ({records.next_id})")
 
     def is_durable(self, event: ev.Event) -> bool:
         """Whether ``event`` would change more than last-seen times (which a restart need not

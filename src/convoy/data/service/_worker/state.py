@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from convoy._transport.events import Handlers
+from convoy.data.service._common import invariants
 from convoy.data.service._common.config import ShardingPolicy
 from convoy.errors import UnavailableError
 
@@ -210,7 +211,25 @@ class WorkerState:
 
     def apply(self, event: Event) -> Result:
         """Apply one event; returns the answer to a consumer (if it asked) and what to do."""
-        return _HANDLERS(self, event)
+        result = _HANDLERS(self, event)
+        if invariants.ENABLED:
+            self.validate()
+        return result
+
+    def validate(self) -> None:
+        """Check the invariants between the records (AssertionError on the first broken)."""
+        require = invariants.require
+        for task_id, record in self.tasks.items():
+            require(record.definition.task_id == task_id,
+                    f"task {task_id} is filed under another id's definition")
+        require(not (self.tasks.keys() & self.ended), "a task both running and ended")
+        require(not (self.tasks.keys() & self.deleted), "a task both running and deleted")
+        require(not (self.ended & self.deleted), "a task both ended and deleted")
+        require(not (self.unknown.keys() & self.tasks.keys()),
+                "a task both running and unknown")
+        require(0 <= self.heartbeats_answered <= self.heartbeats_sent,
+                f"heartbeats answered {self.heartbeats_answered} of {self.heartbeats_sent} sent")
+        require(self.failed_heartbeats >= 0, "a negative count of failed heartbeats")
 
     # ----- the control thread -------------------------------------------------------------------
     def _on_Tick(self, event: Tick) -> Result:
