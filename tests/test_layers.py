@@ -254,7 +254,7 @@ def test_imports_under_type_checking_do_not_count(tmp_path: Path) -> None:
 # ----- convoy.torch -----------------------------------------------------------------------------
 TORCH = "convoy.torch"
 #: The private modules of other packages that convoy.torch may import: the shared helpers.
-TORCH_HELPERS = ("convoy._base.check", "convoy._values.pickling")
+TORCH_HELPERS = ("convoy._base.bounded", "convoy._base.check", "convoy._values.pickling")
 #: Private modules convoy.torch still imports, by importing module: each entry is one to
 #: replace by a public name (the parameter-server handles and the data service's equal shares).
 TORCH_NOT_YET_PUBLIC = {

@@ -42,7 +42,7 @@ def test_the_first_failure_is_logged_then_one_line_per_period(caplog, monkeypatc
 
 @pytest.mark.timeout(60)
 def test_the_dispatcher_logs_workers_jobs_and_clients(caplog):
-    caplog.set_level(logging.INFO, logger="convoy.data.service._dispatch_server")
+    caplog.set_level(logging.INFO, logger="convoy.data.service")
     with InProcessCluster(num_workers=1) as cluster:
         service = cv.data.service
         dataset = cv.data.Dataset.range(20).apply(service.distribute(

@@ -19,9 +19,9 @@ import pytest
 from convoy._base import fs as _fs
 from convoy.data import Dataset
 from convoy.data.service import distribute
-from convoy.data.service._dispatch_server import _Handlers
 from convoy.data.service._dispatcher.journal import Journal
 from convoy.data.service._dispatcher.journal_objects import ObjectStorage
+from convoy.data.service._dispatcher_impl import DispatcherImpl
 from convoy.errors import AbortedError, DataLossError
 from convoy.testing import ProcessCluster, ServerProcess
 
@@ -55,7 +55,7 @@ class S3Recorder(local.Recorder):  # type: ignore[misc,name-defined]
         self.snapshots.append(local.durable(self.state.snapshot()))
         if self.restart_every_event:
             self.journal.close()
-            self.handlers = _Handlers(Journal(ObjectStorage(self.url), self.compact_every,
+            self.handlers = DispatcherImpl(Journal(ObjectStorage(self.url), self.compact_every,
                                               local.ID_BASE))
             assert local.durable(self.state.snapshot()) == self.snapshots[-1]
 
@@ -135,7 +135,7 @@ def test_a_second_dispatcher_on_one_work_dir_is_fenced(s3_bucket: str) -> None:
     url = f"{s3_bucket}/shared"
     first = S3Recorder(url)
     local.scenario(first)
-    second = _Handlers(Journal(ObjectStorage(url), local.COMPACT_EVERY, local.ID_BASE))
+    second = DispatcherImpl(Journal(ObjectStorage(url), local.COMPACT_EVERY, local.ID_BASE))
     # the second recovered the first's state; whoever writes next wins the next number
     assert local.durable(second.state.snapshot()) == local.durable(first.state.snapshot())
     event = local.ev.RegisterDataset("fp-other", b"x", "", b"", 1, 1)

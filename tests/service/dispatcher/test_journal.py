@@ -1,7 +1,7 @@
 """The dispatcher journal: replay, compaction, torn tails, damage, crashes mid-compaction.
 
-No network: events are applied through the dispatcher's own request shell (``_Handlers``), which
-journals every event that changes more than a last-seen time into
+No network: events are applied through the dispatcher's own request handlers
+(``DispatcherImpl``), which journals every event that changes more than a last-seen time into
 ``Journal(LocalStorage(tmp_path))``, and a second ``Journal`` over the same directory must
 recover a state whose ``snapshot()`` is equal but for last-seen times.
 """
@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from convoy.data.service._common.config import ShardingPolicy
-from convoy.data.service._dispatch_server import _Handlers
 from convoy.data.service._dispatcher import events as ev
 from convoy.data.service._dispatcher import state as st
 from convoy.data.service._dispatcher.journal import COMPACT_EVERY, Journal, LocalStorage
 from convoy.data.service._dispatcher.journal_format import encode_event
+from convoy.data.service._dispatcher_impl import DispatcherImpl
 from convoy.data.tfrecord import TFRecordWriter, read_records
 from convoy.errors import DataLossError, NotFoundError
 
@@ -66,7 +66,7 @@ class Recorder:
         self.directory = directory
         self.compact_every = compact_every
         self.restart_every_event = restart_every_event
-        self.handlers = _Handlers(Journal(storage or LocalStorage(directory), compact_every,
+        self.handlers = DispatcherImpl(Journal(storage or LocalStorage(directory), compact_every,
                                           ID_BASE))
         self.snapshots = [durable(self.state.snapshot())]
 
@@ -100,7 +100,7 @@ class Recorder:
         self.snapshots.append(durable(self.state.snapshot()))
         if self.restart_every_event:
             self.journal.close()
-            self.handlers = _Handlers(Journal(LocalStorage(self.directory), self.compact_every,
+            self.handlers = DispatcherImpl(Journal(LocalStorage(self.directory), self.compact_every,
                                               ID_BASE))
             assert durable(self.state.snapshot()) == self.snapshots[-1]
 
@@ -537,7 +537,7 @@ def test_heartbeats_that_only_move_last_seen_are_not_journaled(tmp_path: Path) -
     assert rec.journal.records == records + 1
     rec.journal.close()
     # the dispatcher restarts at 200
-    handlers = _Handlers(Journal(LocalStorage(tmp_path), id_base=ID_BASE))
+    handlers = DispatcherImpl(Journal(LocalStorage(tmp_path), id_base=ID_BASE))
     assert {a: w.last_seen for a, w in handlers.state.workers.items()} == {"w1:1": 100.0,
                                                                           "w2:2": 0.0}
     assert handlers.collect_garbage(229.0, 60.0, 30.0, since=200.0) == []
@@ -549,7 +549,7 @@ def test_heartbeats_that_only_move_last_seen_are_not_journaled(tmp_path: Path) -
 def test_dispatchers_started_afresh_never_reuse_ids(tmp_path: Path) -> None:
     """Ids held by clients and workers of a lost dispatcher must not name a new one's
     objects (they would read the wrong data); a fault-tolerant one keeps its ids."""
-    fresh = {_Handlers().state.next_id for _ in range(20)}
+    fresh = {DispatcherImpl().state.next_id for _ in range(20)}
     assert len(fresh) == 20
     first = Journal(LocalStorage(tmp_path / "a")).recover().next_id
     assert Journal(LocalStorage(tmp_path / "a")).recover().next_id == first
