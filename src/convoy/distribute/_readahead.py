@@ -23,18 +23,18 @@ variable out.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any
 
+from convoy._base.bounded import BoundedDict
 from convoy.distribute import _operations as ops
 
 #: A whole-variable read: (the store, the variable's key in it).
 WholeRead = tuple[Any, str]
 
-_plans: OrderedDict[bytes, tuple[WholeRead, ...]] = OrderedDict()
-_plans_lock = threading.Lock()
 _PLANS_KEPT = 1024
+_plans: BoundedDict[bytes, tuple[WholeRead, ...]] = BoundedDict(_PLANS_KEPT)
+_plans_lock = threading.Lock()
 
 
 def whole_read(operations: list[ops.Operation]) -> str | None:
@@ -106,6 +106,3 @@ def remember(function: bytes, reads: list[WholeRead]) -> None:
     """Keep a run's ``reads`` as the plan of the function's next run."""
     with _plans_lock:
         _plans[function] = tuple(reads)
-        _plans.move_to_end(function)
-        while len(_plans) > _PLANS_KEPT:
-            _plans.popitem(last=False)
