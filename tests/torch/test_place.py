@@ -16,6 +16,7 @@ from torch import nn
 
 import convoy as cv
 import convoy.torch._place as placing
+import convoy.torch._step as stepping
 from convoy.distribute._worker_calls import RunningCall, enter_call
 from convoy.errors import InvalidArgumentError
 
@@ -70,13 +71,13 @@ def dense_gradients(pairs):
 def pulls(monkeypatch):
     """Counts the pulls of placed modules (each is one call per parameter server)."""
     count = [0]
-    original = placing.pull
+    original = stepping.pull
 
     def counting(*args, **kwargs):
         count[0] += 1
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(placing, "pull", counting)
+    monkeypatch.setattr(stepping, "pull", counting)
     return count
 
 
@@ -215,7 +216,7 @@ def test_ids_that_differ_from_those_found_are_pulled_on_their_own(pulls):
 def test_a_forward_without_backward_keeps_nothing(pulls):
     _, placed = twins(BagModel)
     pulled = []
-    original = placing.pull
+    original = stepping.pull
 
     def remember(*args, **kwargs):
         context = original(*args, **kwargs)
@@ -224,7 +225,7 @@ def test_a_forward_without_backward_keeps_nothing(pulls):
         pulled.extend(weakref.ref(t) for t in pulled_now.rows.values())
         return _Entered(pulled_now)
 
-    placing.pull = remember
+    stepping.pull = remember
     try:
         out = placed(torch.randint(0, 50, (8, 3)))
         assert pulled and all(ref() is not None for ref in pulled)
@@ -237,7 +238,7 @@ def test_a_forward_without_backward_keeps_nothing(pulls):
         gc.collect()
         assert all(ref() is None for ref in pulled)
     finally:
-        placing.pull = original
+        stepping.pull = original
     assert placing._local.state.grads == {}
 
 

@@ -10,11 +10,11 @@ active (so its partitioner splits them as it splits any variable); the weights o
 Each call of the module pulls the parameters it needs into fresh tensors of the calling
 thread, one call per parameter server: the embeddings' ids are found first, by running the
 forward without values up to its last embedding call when the previous call showed they are
-not all known at its first parameter use (see :class:`_Step`). ``model.gradients()`` then
-returns the ``(gradient, variable)`` pairs of this thread's pulls whose tensors received
-gradients since its last call, and releases them. A forward without ``backward()`` keeps
-nothing: a pull's tensors are held by the autograd graph alone until a backward reaches them.
-Gradients a scheduled function did not take are released when it ends.
+not all known at its first parameter use (see :class:`convoy.torch._step.Step`).
+``model.gradients()`` then returns the ``(gradient, variable)`` pairs of this thread's pulls
+whose tensors received gradients since its last call, and releases them. A forward without
+``backward()`` keeps nothing: a pull's tensors are held by the autograd graph alone until a
+backward reaches them. Gradients a scheduled function did not take are released when it ends.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ import sys
 import threading
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -39,88 +37,17 @@ from convoy._base.bounded import BoundedDict
 from convoy._values.pickling import PickleCache, digested
 from convoy._values.pickling import dumps as _dumps
 from convoy._values.slices import IndexedSlices
-from convoy.distribute._worker_calls import current_call
-from convoy.distribute.variables import ShardedVariable, Variable
+from convoy.distribute.variables import Variable
 from convoy.errors import InvalidArgumentError
 from convoy.torch._dynamic import _DynamicBase
-from convoy.torch._pull import pull
+from convoy.torch._step import Call, Enough, Recording, Slot, Step, ThreadState
 
 _ROW_READ = (nn.Embedding, nn.EmbeddingBag)
 
 
-@dataclass(eq=False)
-class _Slot:
-    """One placed parameter: its variable, and how a step reads it."""
-
-    variable: Variable | ShardedVariable
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    rows: bool  # read by rows (an embedding's weight)
-
-    def zeros(self) -> torch.Tensor:
-        """A zero tensor of the parameter's shape that allocates no memory (the forward
-        that only looks for ids computes with it)."""
-        return torch.zeros((), dtype=self.dtype).expand(self.shape)
-
-
-@dataclass(eq=False)
-class _Call:
-    """An embedding call a step serves: the ids, and where their rows are in a pulled
-    block (``whole``: the block holds this call's rows alone, shaped as its ids)."""
-
-    slot: _Slot
-    ids: np.ndarray
-    padding_idx: int | None
-    block: torch.Tensor | None = None
-    start: int = 0
-    whole: bool = False
-
-
-#: What a pulled tensor's gradient is for: its slot, and for rows the ids looked up and which
-#: of them get gradients (None: all).
-_Tracked = tuple[_Slot, np.ndarray | None, np.ndarray | None]
-
-
-class _Enough(BaseException):  # not an Exception: a forward's own handlers let it pass
-    """Ends a forward that looks for ids once it has seen as many embedding calls as the
-    previous call of the module made."""
-
-
-@dataclass(eq=False)
-class _Recording:
-    limit: int
-    calls: list[_Call] = field(default_factory=list)
-
-
-class _Thread:
-    """A thread's steps in progress, its gradients waiting for ``gradients()``, and which
-    scheduled function they belong to."""
-
-    def __init__(self) -> None:
-        self.steps: list[_Step] = []
-        self.recording: _Recording | None = None
-        self.grads: dict[str, list[tuple[torch.Tensor, _Tracked]]] = {}
-        self.call: Any = None
-
-    def new_step(self) -> None:
-        """Gradients nobody asked for in a scheduled function are released when it ends (and
-        any left by code outside scheduled functions when one starts): they must not be
-        applied by a later one."""
-        call = current_call()
-        if call is not self.call:
-            self.call = call
-            self.grads.clear()
-            if call is not None:
-                call.on_finish(self._call_ended)
-
-    def _call_ended(self) -> None:
-        self.grads.clear()
-        self.call = None
-
-
 class _Local(threading.local):
     def __init__(self) -> None:
-        self.state = _Thread()
+        self.state = ThreadState()
 
 
 _local = _Local()
@@ -128,136 +55,6 @@ _local = _Local()
 #: (module token) -> (embedding calls, look for ids first) learned from the last call.
 _plans: dict[str, tuple[int, bool]] = {}
 _PLANS_KEPT = 4096
-
-
-class _Step:
-    """One call of a placed module (the entry: the outermost placed module called) in one
-    thread: the tensors pulled for it, served to the parameters and embedding calls of the
-    modules under it.
-
-    Pulls are lazy: the first use of a parameter pulls every dense parameter, together with
-    the rows of the embedding call that caused it, if one did. That is one pull per parameter
-    server when the forward calls one embedding before using other parameters. Otherwise (the
-    previous call says so) the ids are found first: the forward runs without gradients on
-    zeros until it has made as many embedding calls as last time, and everything is pulled at
-    once before the real forward; a call whose ids differ from those found pulls on its own.
-    """
-
-    def __init__(self, module: nn.Module, state: _Thread) -> None:
-        self.tree: tuple[_Slot, ...] = module.__dict__["_convoy_tree"]
-        self.slots: frozenset[_Slot] = module.__dict__["_convoy_slotset"]
-        self.dense_slots: tuple[_Slot, ...] = module.__dict__["_convoy_dense"]
-        self.token: str = module.__dict__["_convoy_token"]
-        self.state = state
-        self.dense: dict[_Slot, torch.Tensor] | None = None
-        self.whole: dict[_Slot, torch.Tensor] = {}
-        self.ready: dict[_Slot, deque[_Call]] = {}
-        self.first: str | None = None  # "dense" or "rows": what the forward used first
-        self.embedding_calls = 0
-
-    def plan(self) -> tuple[int, bool]:
-        lazy_is_one_pull = self.embedding_calls == 0 or (
-            self.embedding_calls == 1 and self.first == "rows")
-        return self.embedding_calls, not lazy_is_one_pull
-
-    def fetch(self, dense: bool, calls: list[_Call]) -> None:
-        """Pull (one call per parameter server) every dense parameter if ``dense``, and the
-        rows of ``calls``, placing each call's rows in a block of its table's."""
-        dense_slots = self.dense_slots if dense else ()
-        by_slot: dict[_Slot, list[_Call]] = {}
-        for call in calls:
-            by_slot.setdefault(call.slot, []).append(call)
-        # A call alone on its table gets its rows shaped as its ids: no view to take of them.
-        rows = {slot: np.concatenate([c.ids.reshape(-1) for c in slot_calls])
-                if len(slot_calls) > 1 else slot_calls[0].ids
-                for slot, slot_calls in by_slot.items()}
-        with pull(dense=[s.variable for s in dense_slots],
-                  rows={s.variable: ids for s, ids in rows.items()}) as pulled:
-            pass
-        tracked: list[tuple[torch.Tensor, _Tracked]] = []
-        if dense:
-            self.dense = {}
-            for slot, (tensor, _) in zip(dense_slots, pulled.dense, strict=True):
-                self.dense[slot] = tensor
-                tracked.append((tensor, (slot, None, None)))
-        for slot, slot_calls in by_slot.items():
-            block = pulled.rows[slot.variable]
-            start = 0
-            for call in slot_calls:
-                call.block, call.start = block, start
-                start += call.ids.size
-            slot_calls[0].whole = len(slot_calls) == 1
-            tracked.append((block, (slot, rows[slot].reshape(-1), _kept(slot_calls))))
-        if torch.is_grad_enabled():
-            self._track(tracked)
-
-    def _track(self, tracked: list[tuple[torch.Tensor, _Tracked]]) -> None:
-        """Once a backward reaches one of the tensors, hold it for ``gradients()``. The hook
-        holds no reference to them: until then only the autograd graph does."""
-        grads, token = self.state.grads, self.token
-        waiting = {id(tensor): what for tensor, what in tracked}
-
-        def reached(leaf: torch.Tensor) -> None:
-            what = waiting.pop(id(leaf), None)
-            if what is not None:
-                grads.setdefault(token, []).append((leaf, what))
-
-        for tensor, _ in tracked:
-            _on_accumulated(tensor, reached)
-
-    def prefetch(self, calls: list[_Call]) -> None:
-        calls = [c for c in calls if c.slot in self.slots]  # not another placed module's
-        self.fetch(True, calls)
-        for call in calls:
-            self.ready.setdefault(call.slot, deque()).append(call)
-
-    def dense_value(self, slot: _Slot) -> torch.Tensor:
-        self.first = self.first or "dense"
-        if slot.rows:  # an embedding's table used whole (e.g. tied to an output layer)
-            if slot not in self.whole:
-                with pull(dense=[slot.variable]) as pulled:
-                    pass
-                self.whole[slot] = pulled.dense[0][0]
-                if torch.is_grad_enabled():
-                    self._track([(self.whole[slot], (slot, None, None))])
-            return self.whole[slot]
-        if self.dense is None:
-            self.fetch(True, [])
-        assert self.dense is not None
-        return self.dense[slot]
-
-    def rows(self, slot: _Slot, ids: np.ndarray, padding_idx: int | None) -> _Call:
-        self.first = self.first or "rows"
-        self.embedding_calls += 1
-        ready = self.ready.get(slot)
-        if ready and ready[0].ids.shape == ids.shape and np.array_equal(ready[0].ids, ids):
-            return ready.popleft()
-        call = _Call(slot, ids, padding_idx)
-        self.fetch(self.dense is None, [call])
-        return call
-
-
-def _on_accumulated(leaf: torch.Tensor, hook: Any) -> None:
-    """``leaf.register_post_accumulate_grad_hook(hook)`` for a leaf just pulled (a plain
-    tensor with no hooks yet), as that method sets it, without the removable handle nobody
-    uses: that is most of a step's cost of hooks."""
-    if _HOOKS_ATTRIBUTE:
-        leaf._post_accumulate_grad_hooks = {0: hook}
-    else:
-        leaf.register_post_accumulate_grad_hook(hook)
-
-
-#: Whether tensors keep their post-accumulate-grad hooks in the dict this attribute sets.
-_HOOKS_ATTRIBUTE = hasattr(torch.Tensor, "_post_accumulate_grad_hooks")
-
-
-def _kept(calls: list[_Call]) -> np.ndarray | None:
-    """Which rows of a block get gradients: all but those of padding ids."""
-    if len(calls) == 1 and calls[0].padding_idx is None or \
-            all(c.padding_idx is None for c in calls):
-        return None
-    return np.concatenate([(c.ids != c.padding_idx).reshape(-1) if c.padding_idx is not None
-                           else np.ones(c.ids.size, bool) for c in calls])
 
 
 def _ids(input: torch.Tensor, copy: bool) -> np.ndarray:
@@ -297,18 +94,18 @@ def _module_call(module: nn.Module, args: tuple, kwargs: dict) -> Any:
 
 
 # ----- the forwards and attributes of placed modules -------------------------------------------
-def _served(module: nn.Module, input: torch.Tensor) -> tuple[_Call | None, np.ndarray]:
+def _served(module: nn.Module, input: torch.Tensor) -> tuple[Call | None, np.ndarray]:
     """For an embedding's forward: the call serving ``input``'s rows; None while the forward
     only looks for ids (the call is recorded)."""
-    slot: _Slot = module.__dict__["_convoy_slots"]["weight"]
+    slot: Slot = module.__dict__["_convoy_slots"]["weight"]
     padding_idx = module.padding_idx
     state = _local.state
     recording = state.recording
     if recording is not None:
         ids = _ids(input, copy=True)
-        recording.calls.append(_Call(slot, ids, padding_idx))
+        recording.calls.append(Call(slot, ids, padding_idx))
         if len(recording.calls) >= recording.limit:
-            raise _Enough
+            raise Enough
         return None, ids
     for step in reversed(state.steps):
         if slot in step.slots:
@@ -372,7 +169,7 @@ def _embedding_bag_forward(self: nn.EmbeddingBag, input: torch.Tensor,
 
 def _parameter(name: str) -> property:
     def get(self: nn.Module) -> torch.Tensor:
-        slot: _Slot = self.__dict__["_convoy_slots"][name]
+        slot: Slot = self.__dict__["_convoy_slots"][name]
         state = _local.state
         if state.recording is not None:
             return slot.zeros()
@@ -398,7 +195,7 @@ def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             if step.slots.issuperset(tree):  # a step of a module holding this one serves it
                 return _module_call(self, args, kwargs)
     state.new_step()
-    step = _Step(self, state)
+    step = Step(self, state)
     key = self.__dict__["_convoy_plan"]
     plan = _plans.get(key)
     if plan is not None and plan[1]:
@@ -414,14 +211,14 @@ def _placed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return output
 
 
-def _find_ids(module: nn.Module, state: _Thread, limit: int, args: tuple,
-              kwargs: dict) -> list[_Call]:
+def _find_ids(module: nn.Module, state: ThreadState, limit: int, args: tuple,
+              kwargs: dict) -> list[Call]:
     """The embedding calls of a forward without values, up to the ``limit``-th."""
-    recording = state.recording = _Recording(limit)
+    recording = state.recording = Recording(limit)
     try:
         with torch.no_grad():
             _module_call(module, args, kwargs)
-    except (_Enough, Exception):  # a failure on zeros: the real forward decides
+    except (Enough, Exception):  # a failure on zeros: the real forward decides
         pass
     finally:
         state.recording = None
@@ -626,7 +423,7 @@ def _waiting(module: nn.Module, recurse: bool) -> list[tuple[str, torch.Tensor]]
     return found
 
 
-def _coalesced(grad: torch.Tensor, slot: _Slot, ids: np.ndarray, keep: np.ndarray | None
+def _coalesced(grad: torch.Tensor, slot: Slot, ids: np.ndarray, keep: np.ndarray | None
                ) -> tuple[torch.Tensor, np.ndarray]:
     """A leaf whose gradient is ``grad`` (rows of ``ids``) with the rows of one id added up
     and those not kept left out, and its ids."""
@@ -835,13 +632,13 @@ def place(module: nn.Module) -> nn.Module:
                                    f"{type(module).__name__}")
     if "_convoy_slots" in module.__dict__:
         raise InvalidArgumentError("this module is placed already")
-    slots: dict[int, _Slot] = {}
+    slots: dict[int, Slot] = {}
     for path, submodule in module.named_modules():
         if isinstance(submodule, _ROW_READ):
             _check_embedding(path, submodule)
         if isinstance(submodule, _DynamicBase):
             submodule._placed()
-        own: dict[str, _Slot] = {}
+        own: dict[str, Slot] = {}
         for name, parameter in list(submodule._parameters.items()):
             if parameter is None:
                 continue
@@ -849,7 +646,7 @@ def place(module: nn.Module) -> nn.Module:
             slot = slots.get(id(parameter))
             if slot is None:
                 value = _numpy(key, parameter)
-                slot = slots[id(parameter)] = _Slot(
+                slot = slots[id(parameter)] = Slot(
                     Variable(value, name=key, trainable=parameter.requires_grad),
                     tuple(value.shape), parameter.dtype,
                     isinstance(submodule, _ROW_READ) and name == "weight")
