@@ -9,6 +9,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,15 @@ def user_modules(tmp_path: Path) -> Iterator[UserModules]:
     modules = UserModules(tmp_path / "user_code")
     yield modules
     modules.hide()
+
+
+@pytest.fixture(scope="module")
+def training_cluster() -> Iterator[Any]:
+    """Two workers and two parameter servers (a TrainingCluster), shared by a module's tests."""
+    from convoy.testing import TrainingCluster
+
+    with TrainingCluster(num_workers=2, num_ps=2) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

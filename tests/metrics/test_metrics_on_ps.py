@@ -12,24 +12,17 @@ import pytest
 
 import convoy as cv
 from convoy.distribute.partitioners import FixedShardsPartitioner
-from convoy.testing import TrainingCluster
 
 # Functions defined here run on the workers, which cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with TrainingCluster(num_workers=2, num_ps=2) as training_cluster:
-        yield training_cluster
-
-
 @pytest.fixture
-def make(cluster):
+def make(training_cluster):
     coordinators = []
 
     def build(partitioner=None):
-        strategy = cv.distribute.ParameterServerStrategy(cluster.resolver(), partitioner)
+        strategy = cv.distribute.ParameterServerStrategy(training_cluster.resolver(), partitioner)
         coordinator = cv.distribute.ClusterCoordinator(strategy)
         coordinators.append(coordinator)
         return strategy, coordinator

@@ -42,17 +42,11 @@ def make_batch(step):
     return ids, (preference[ids].sum(1) > 0).astype(np.float32)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with TrainingCluster(num_workers=2, num_ps=2) as training_cluster:
-        yield training_cluster
-
-
 @pytest.fixture
-def make(cluster):
+def make(training_cluster):
     coordinators = []
 
-    def build(shards=2, on=cluster):
+    def build(shards=2, on=training_cluster):
         strategy = cv.distribute.ParameterServerStrategy(on.resolver(),
                                                          FixedShardsPartitioner(shards))
         with strategy.scope():
@@ -129,7 +123,7 @@ def count_messages(step, ps, ids, labels):
 
 
 @pytest.mark.timeout(120)
-def test_one_pull_and_one_push_per_parameter_server_per_step(make, cluster):
+def test_one_pull_and_one_push_per_parameter_server_per_step(make, training_cluster):
     coordinator, model, optimizer = make()
 
     def step(ids, labels, forward_done):
@@ -139,7 +133,7 @@ def test_one_pull_and_one_push_per_parameter_server_per_step(make, cluster):
         loss.backward()
         optimizer.apply_gradients(model.gradients())
 
-    ps = cluster.cluster["ps"]
+    ps = training_cluster.cluster["ps"]
     for i in range(6):  # one at a time: nothing else on the worker sends meanwhile
         counts = coordinator.schedule(count_messages, args=(step, ps, *make_batch(i))).fetch()
         assert counts == {"pull ps0": 1, "pull ps1": 1, "push ps0": 1, "push ps1": 1}
