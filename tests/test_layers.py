@@ -147,7 +147,7 @@ def test_the_service_has_no_import_cycle() -> None:
 @pytest.mark.parametrize(("module", "source", "broken"), [
     ("_common/x.py", "from convoy.data.service._worker import state", "(the core) imports"),
     ("_client/x.py", "from convoy.data.service._shm.segments import Process", "(wing _client)"),
-    ("_worker/x.py", "import convoy.data.service._reader", "(wing _worker) imports"),
+    ("_worker/x.py", "import convoy.data.service._client_reader", "(wing _worker) imports"),
     ("_dispatcher/x.py", "import socket", "reaches socket"),
     ("_dispatcher/x.py", "from convoy._transport import rpc", "reaches convoy._transport.rpc"),
     ("_dispatcher/x.py", "from . import y", "reaches grpc through"),
@@ -159,7 +159,7 @@ def test_the_contract_catches_what_it_forbids(tmp_path: Path, module: str, sourc
         (service / wing).mkdir(parents=True)
         (service / wing / "__init__.py").write_text("")
     (service / "__init__.py").write_text("")
-    (service / "_reader.py").write_text("")
+    (service / "_client_reader.py").write_text("")
     (service / "_dispatcher" / "y.py").write_text("import grpc\n")
     (service / module).write_text(source + "\n")
     assert any(broken in line for line in violations(graph(tmp_path)))
@@ -260,7 +260,7 @@ TORCH_HELPERS = ("convoy._base.bounded", "convoy._base.check", "convoy._values.p
 TORCH_NOT_YET_PUBLIC = {
     "convoy.torch": {"convoy.distribute._worker_context"},
     "convoy.torch._data": {"convoy.data._core._op", "convoy.data._ops._shuffle",
-                           "convoy.data.service._distribute", "convoy.data.service._shares"},
+                           "convoy.data.service._distribute", "convoy.data.service._client_shares"},
     "convoy.torch._tensors": {"convoy._values.nest", "convoy._values.tensors"},
     "convoy.torch._pull": {"convoy._values.slices", "convoy.distribute._operations",
                            "convoy.distribute._store_clients"},
@@ -300,7 +300,7 @@ def test_convoy_torch_imports_only_public_names() -> None:
 
 
 @pytest.mark.parametrize(("source", "allowed"), [
-    ("from convoy.data.service._shares import Share", False),
+    ("from convoy.data.service._client_shares import Share", False),
     ("from convoy.data._core import _op", False),
     ("import convoy.data._dataset", False),
     ("from convoy._values import pickling", True),
@@ -315,7 +315,7 @@ def test_the_torch_contract_catches_what_it_forbids(tmp_path: Path, source: str,
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")
     for module in ("convoy/_values/pickling.py", "convoy/_base/check.py",
-                   "convoy/data/_core/_op.py", "convoy/data/service/_shares.py",
+                   "convoy/data/_core/_op.py", "convoy/data/service/_client_shares.py",
                    "convoy/data/_dataset.py", "convoy/torch/_tensors.py"):
         (tmp_path / module).write_text("")
     (tmp_path / "convoy" / "__init__.py").write_text("")

@@ -15,8 +15,8 @@ import cloudpickle
 import pytest
 
 import convoy as cv
+from convoy.data.service import _client_reader as _reader
 from convoy.data.service import _distribute as _client
-from convoy.data.service import _reader
 from convoy.errors import UnavailableError
 from convoy.testing import InProcessCluster, ProcessCluster, free_port, stop_process
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from convoy.data.service._client_shares import Share
 from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
-from convoy.data.service._shares import Share
 from convoy.errors import FailedPreconditionError
 
 

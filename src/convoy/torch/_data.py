@@ -39,8 +39,8 @@ from convoy.data import Dataset, DatasetIterator
 from convoy.data._core._op import Op, derive_key, replaced, seeded, upstream
 from convoy.data._ops._shuffle import ShuffleOp
 from convoy.data.service import ShardingPolicy
+from convoy.data.service._client_shares import Share, equal_share, share_state
 from convoy.data.service._distribute import DataServiceOp
-from convoy.data.service._shares import Share, equal_share, share_state
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from convoy.torch._tensors import to_torch
 
@@ -182,7 +182,7 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
             self._resume = state
 
     def _equal_pass(self, epoch: int, saved: dict[str, Any] | None) -> Iterator[Any]:
-        """This reader's equal share of the epoch's pass of the job (see ``_shares``), from
+        """This reader's equal share of the epoch's pass of the job (see ``_client_shares``), from
         ``saved`` if given."""
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)

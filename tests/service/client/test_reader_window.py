@@ -1,6 +1,6 @@
 """The consumer's side of a reader's window: when the elements it hands out count as returned.
 
-A :class:`~convoy.data.service._reader.Reader` built without opening it (no threads, no
+A :class:`~convoy.data.service._client_reader.Reader` built without opening it (no threads, no
 calls): batches go straight into its results channel, as its reader threads put them."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from convoy._transport import rpc as _rpc
 from convoy.data.service._client import reader_events as ev
 from convoy.data.service._client.coordinated_reader_state import ReadRounds
 from convoy.data.service._client.options import read_options
+from convoy.data.service._client_reader import Reader
 from convoy.data.service._common.wire import DISPATCHER, DISPATCHER_METHODS
-from convoy.data.service._reader import Reader
 from convoy.errors import DeadlineExceededError
 
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as hs
 
 from convoy.codec import Encoder, decode
 from convoy.data.service import service_pb2 as pb
+from convoy.data.service._client_reader import answer_elements
 from convoy.data.service._common.host import SHM_DIR, host_identity
 from convoy.data.service._common.wire import ELEMENTS, NOT_READY, SHARED_MEMORY
-from convoy.data.service._reader import answer_elements
 from convoy.data.service._shm import consumer_end
 from convoy.data.service._shm import segments as _shm
 from convoy.data.service._shm.consumer_end import SegmentReader, reader_identity

@@ -2,7 +2,7 @@
 
 A distributed dataset is a source op (:class:`DataServiceOp`) in the trainer's local graph,
 so transformations applied after ``distribute`` run locally. Each iterator over it is one
-repetition, read by a :class:`~convoy.data.service._reader.Reader`.
+repetition, read by a :class:`~convoy.data.service._client_reader.Reader`.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from convoy.data.service._client.resume import (
     resume_point,
     saved_state,
 )
+from convoy.data.service._client_reader import Reader
 from convoy.data.service._common.config import ShardingPolicy, policy_name
-from convoy.data.service._reader import Reader
 from convoy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 
 
