@@ -89,6 +89,11 @@ class PickleCache:
                     pass
         return cached
 
+    def clear(self) -> None:
+        """Forget every pickle made so far."""
+        with self._lock:
+            self._cache.clear()
+
 
 def digested(data: bytes) -> tuple[bytes, bytes]:
     """(the SHA-1 digest of ``data``, ``data``): how a pickle sent again is recognised."""

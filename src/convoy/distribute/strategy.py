@@ -394,8 +394,7 @@ def _forget_pickles() -> None:
     name a parameter server's old address."""
     from convoy.distribute import _coordinator_calls
 
-    with _coordinator_calls._pickled_lock:
-        _coordinator_calls._pickled.clear()
+    _coordinator_calls._pickled.clear()
     placing = sys.modules.get("convoy.torch._place")
     if placing is not None:
         placing._sent.clear()
