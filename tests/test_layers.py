@@ -264,7 +264,7 @@ TORCH_NOT_YET_PUBLIC = {
     "convoy.torch._tensors": {"convoy._values.nest", "convoy._values.tensors"},
     "convoy.torch._pull": {"convoy._values.slices", "convoy.distribute._operations",
                            "convoy.distribute._store_clients"},
-    "convoy.torch._place": {"convoy._values.slices"},
+    "convoy.torch._root": {"convoy._values.slices"},
     "convoy.torch._step": {"convoy.distribute._worker_calls"},
     "convoy.torch._dynamic": {"convoy._values.slices", "convoy.distribute._scope",
                               "convoy.distribute._store_clients",

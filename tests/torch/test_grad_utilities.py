@@ -114,4 +114,4 @@ def test_a_torch_optimizer_is_refused_naming_the_cv_optimizer():
 
 
 def teardown_function():
-    assert cv.torch._place._local.state.grads == {}  # every test takes its gradients
+    assert cv.torch._step.local.state.grads == {}  # every test takes its gradients

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import convoy as cv
-import convoy.torch._place as placing
 import convoy.torch._step as stepping
 from convoy.distribute._worker_calls import RunningCall, enter_call
 from convoy.errors import InvalidArgumentError
@@ -239,7 +238,7 @@ def test_a_forward_without_backward_keeps_nothing(pulls):
         assert all(ref() is None for ref in pulled)
     finally:
         stepping.pull = original
-    assert placing._local.state.grads == {}
+    assert stepping.local.state.grads == {}
 
 
 class _Entered:
@@ -286,12 +285,12 @@ def test_gradients_not_taken_are_released_when_the_scheduled_function_ends():
     enter_call(call)  # as a worker runs a scheduled function
     try:
         placed(torch.tensor([[1, 2]])).sum().backward()  # and no gradients()
-        assert placing._local.state.grads
+        assert stepping.local.state.grads
     finally:
         enter_call(None)
     call.finish()
-    assert placing._local.state.grads == {}
-    assert placing._local.state.call is None
+    assert stepping.local.state.grads == {}
+    assert stepping.local.state.call is None
 
 
 def test_gradients_of_several_backwards_add_up_until_asked_for():

@@ -147,10 +147,10 @@ def test_gradients_not_taken_are_released_when_the_scheduled_function_ends(make,
     def forget(ids):
         import json
 
-        import convoy.torch._place as placing
+        import convoy.torch._step as stepping
         from convoy.distribute._worker_calls import current_call
 
-        state = placing._local.state
+        state = stepping.local.state
         model(torch.from_numpy(ids)).sum().backward()  # and no gradients()
         held = sum(len(grads) for grads in state.grads.values())
 

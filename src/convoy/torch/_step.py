@@ -5,6 +5,7 @@ gradients it leaves for ``gradients()`` (:class:`ThreadState`).
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,3 +217,12 @@ def _kept(calls: list[Call]) -> np.ndarray | None:
         return None
     return np.concatenate([(c.ids != c.padding_idx).reshape(-1) if c.padding_idx is not None
                            else np.ones(c.ids.size, bool) for c in calls])
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.state = ThreadState()
+
+
+#: This thread's steps and gradients.
+local = _Local()
