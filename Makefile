@@ -30,7 +30,8 @@ test: $(STAMP)
 # tests longer: CONVOY_STRESS=n runs n times their epochs. See docs/architecture.md, "The tests".
 STRESS ?= 5
 stress: $(STAMP)
-	CONVOY_STRESS=$(STRESS) $(PY) -m pytest -q -n $(TEST_WORKERS) tests/torch
+	CONVOY_STRESS=$(STRESS) $(PY) -m pytest -q -n $(TEST_WORKERS) tests/torch \
+		tests/distribute/test_convergence.py
 
 # The parsers' fuzz test, longer, against a build of the compiled parser with AddressSanitizer
 # and UndefinedBehaviorSanitizer (into build/fuzz; the installed one is left alone).

@@ -11,6 +11,7 @@ parameters other steps have not yet updated, and the higher rates collapse to ch
 
 from __future__ import annotations
 
+import os
 import sys
 
 import cloudpickle
@@ -93,6 +94,9 @@ HELD_OUT = make_clicks(20_000, seed=2)
 #: (name, learning rate): the optimizer made in convoy and in torch with matching arguments.
 CASES = [("SGD", 0.5), ("SGD", 1.0), ("Adagrad", 0.3), ("Adagrad", 0.5),
          ("Adam", 0.01), ("Adam", 0.03)]
+#: The higher rate of each optimizer runs by default (stale reads collapse it first); the
+#: lower ones under CONVOY_STRESS.
+LOWER_RATES = {("SGD", 0.5), ("Adagrad", 0.3), ("Adam", 0.01)}
 
 
 def convoy_optimizer(name: str, rate: float) -> cv.optimizers.Optimizer:
@@ -154,18 +158,15 @@ def train_on_cluster(cluster: TrainingCluster, name: str, rate: float,
         coordinator.shutdown()
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with TrainingCluster(num_workers=2, num_ps=2) as training_cluster:
-        yield training_cluster
-
-
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("name", "rate"), CASES, ids=[f"{n}-{r}" for n, r in CASES])
-def test_default_training_learns_as_local_pytorch(cluster, name, rate):
+@pytest.mark.parametrize(("name", "rate"), [pytest.param(
+    name, rate, id=f"{name}-{rate}", marks=pytest.mark.skipif(
+        (name, rate) in LOWER_RATES and not os.environ.get("CONVOY_STRESS"),
+        reason="a lower learning rate: CONVOY_STRESS=1 runs it")) for name, rate in CASES])
+def test_default_training_learns_as_local_pytorch(training_cluster, name, rate):
     local = train_locally(name, rate)
     assert local > 0.7, f"the local run itself did not learn (AUC {local:.3f})"
-    distributed = train_on_cluster(cluster, name, rate)
+    distributed = train_on_cluster(training_cluster, name, rate)
     assert abs(distributed - local) <= TOLERANCE, (
         f"{name}(learning_rate={rate}): held-out AUC {distributed:.3f} on parameter servers "
         f"against {local:.3f} locally")
