@@ -163,6 +163,7 @@ class ScheduleState:
         self._release(lane)
         back = [closure_id for closure_id, outcome in zip(ids, event.outcomes)
                 if type(outcome.error) is WithdrawnError]
+        instructions: list[msg.Instruction]
         if back:
             if self.error is not None or self.closed:
                 instructions = [msg.Resolve(closure_id, self._cancelled()) for closure_id in back]

@@ -25,6 +25,7 @@ from convoy._values.nest import spec_from_value
 
 if TYPE_CHECKING:
     from convoy.data._core._rows import RowNode, RowSource
+    from convoy.data._dataset import Dataset
 
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
@@ -177,21 +178,22 @@ def through_passing(op: Op) -> Op:
 
 # The public face wrapping an op (convoy.data.Dataset), registered when its module is
 # imported: ops that hand datasets to user functions (window, load's reader_func) build them
-# through as_dataset, as the face's module imports every op module.
-_FACE: list[type] = []
+# through as_dataset, as the face's module imports every op module. The face is typed by a
+# type-only import: at run time ops never import it.
+_FACE: list[type[Dataset]] = []
 
 
-def register_face(face: type) -> None:
+def register_face(face: type[Dataset]) -> None:
     """Make ``face(op)`` what :func:`as_dataset` builds (called once, by the face's module)."""
     _FACE[:] = [face]
 
 
-def face() -> type:
+def face() -> type[Dataset]:
     """The registered face: the class of datasets (``convoy.data.Dataset``)."""
     return _FACE[0]
 
 
-def as_dataset(op: Op) -> Any:
+def as_dataset(op: Op) -> Dataset:
     """``op`` wrapped in the public face, a ``convoy.data.Dataset``."""
     return _FACE[0](op)
 

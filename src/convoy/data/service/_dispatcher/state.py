@@ -151,8 +151,8 @@ class DispatcherState:
                         f"{runner}'s task {task_id} is not the task of that id")
         for client_id, client in records.clients.items():
             require(client.client_id == client_id, f"client {client_id} filed under another id")
-        ids = [*records.jobs, *records.iterations, *records.tasks, *records.clients]
-        require(not ids or max(ids) <= records.next_id,
+        given = [*records.jobs, *records.iterations, *records.tasks, *records.clients]
+        require(not given or max(given) <= records.next_id,
                 f"an id above the next one to give ({records.next_id})")
 
     def is_durable(self, event: ev.Event) -> bool:
