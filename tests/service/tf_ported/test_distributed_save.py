@@ -4,8 +4,8 @@ kernel_tests/service/): ``distributed_save_test.py``, ``distributed_save_load_te
 comes from. testSaveLoad, testCompression, testRepeatedDataset, testLoadWithCustomReaderFunc,
 testBadDispatcherAddress, testBadCardinality, testDuplicateSnapshot, testWorkerFailure,
 testBadElementSpec and testBadCompression (on a save TensorFlow wrote) are in
-tests/data/test_distributed_save_layout.py; the dispatcher restarts of ``distributed_save_ft_test.py``
-are in test_distributed_save_ft.py.
+tests/data/test_distributed_save_layout.py; the dispatcher restarts of
+``distributed_save_ft_test.py`` are in test_distributed_save_ft.py.
 
 TensorFlow's "v2" load (``load_op._load_distributed_snapshot_v2``) reads a save while it is
 written; convoy's is ``Dataset.load(path, wait=True)``. Where convoy differs:
