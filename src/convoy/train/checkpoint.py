@@ -24,14 +24,12 @@ tells :func:`latest_checkpoint` which is the newest.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
 import operator
 import os
 import re
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +42,7 @@ from convoy._base import fs as _fs
 from convoy.distribute import _operations as ops
 from convoy.distribute.variables import ShardedVariable, Variable
 from convoy.errors import DataLossError, InvalidArgumentError, NotFoundError
+from convoy.train._states import StateEncoder, contiguous, decode_state, placed_state
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +126,6 @@ def _slots(variable: Variable | ShardedVariable) -> dict[str, np.ndarray]:
             else per_shard[0][name] for name in names if all(name in s for s in per_shard)}
 
 
-def _contiguous(value: np.ndarray) -> np.ndarray:
-    # Not np.ascontiguousarray: it turns a scalar (e.g. a step counter) into shape (1,).
-    return np.asarray(value, order="C")
-
-
 def _restore_slot(variable: Variable | ShardedVariable, slot: str, value: np.ndarray) -> None:
     if isinstance(variable, ShardedVariable):
         parts = np.split(value, variable._offsets[1:-1]) if value.ndim else \
@@ -140,103 +134,6 @@ def _restore_slot(variable: Variable | ShardedVariable, slot: str, value: np.nda
             shard.handle.store.execute([ops.SetSlot(shard.handle.key, slot, part)])
     else:
         variable.handle.store.execute([ops.SetSlot(variable.handle.key, slot, value)])
-
-
-class _StateEncoder:
-    """An object's ``state_dict()`` as JSON (its structure and plain values, with the types
-    JSON lacks tagged: tuples, bytes, dicts with keys of any type) plus tensors (its arrays
-    and torch tensors, named under ``path``)."""
-
-    def __init__(self, path: str, tensors: dict[str, np.ndarray]) -> None:
-        self._path, self._tensors = path, tensors
-
-    def encode(self, value: Any, at: str = "") -> Any:
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        if isinstance(value, (list, tuple)):
-            items = [self.encode(v, f"{at}/{i}") for i, v in enumerate(value)]
-            return items if isinstance(value, list) else {"tuple": items}
-        if isinstance(value, dict):
-            return {"dict": [[self.encode(k, f"{at}/key"), self.encode(v, f"{at}/{k}")]
-                             for k, v in value.items()]}
-        if isinstance(value, bytes):
-            return {"bytes": base64.b64encode(value).decode()}
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(value, torch.Tensor):
-            tensor = value.detach().cpu()
-            dtype = str(tensor.dtype).removeprefix("torch.")
-            if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits as int16
-                tensor = tensor.view(torch.int16)
-            return {"tensor": self._name(at, tensor.contiguous().numpy()), "torch": dtype}
-        if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biufc":
-            return {"tensor": self._name(at, np.asarray(value))}
-        raise InvalidArgumentError(
-            f"the state_dict() of {self._path!r} holds a {type(value).__name__} at "
-            f"{at or '/'}; a checkpoint saves None, bool, int, float, str, bytes, lists, "
-            f"tuples, dicts, numeric numpy arrays and torch tensors")
-
-    def _name(self, at: str, array: np.ndarray) -> str:
-        name = f"{self._path}{at}"
-        while name in self._tensors:  # keys that contain "/" may collide
-            name += "'"
-        self._tensors[name] = _contiguous(array)
-        return name
-
-
-def _decode_state(value: Any, tensors: dict[str, np.ndarray], used: set[str]) -> Any:
-    """The inverse of :class:`_StateEncoder`; adds the tensor names it takes to ``used``."""
-    if isinstance(value, list):
-        return [_decode_state(v, tensors, used) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "tuple" in value:
-        return tuple(_decode_state(v, tensors, used) for v in value["tuple"])
-    if "dict" in value:
-        return {_decode_state(k, tensors, used): _decode_state(v, tensors, used)
-                for k, v in value["dict"]}
-    if "bytes" in value:
-        return base64.b64decode(value["bytes"])
-    name = value["tensor"]
-    if name not in tensors:
-        raise DataLossError(f"the checkpoint has no tensor {name!r}, which its metadata names")
-    used.add(name)
-    array = tensors[name]
-    if "torch" not in value:
-        return array
-    import torch
-
-    tensor = torch.from_numpy(array)
-    if value["torch"] == "bfloat16":
-        tensor = tensor.view(torch.bfloat16)
-    return tensor
-
-
-def _placed_state(path: str, tensors: dict[str, np.ndarray], states: dict[str, Any],
-                  used: set[str]) -> dict[str, Any] | None:
-    """The ``state_dict`` of the module a placed module saved at ``path`` was (its variables
-    by key, its buffers and dynamic tables), to restore it unplaced (for serving); None if
-    nothing was saved there. Optimizer slots are left out."""
-    prefix = f"{path}/"
-    taken: set[str] = set()
-    state: dict[str, Any] = {}
-    for name, array in tensors.items():
-        rest = name.removeprefix(prefix)
-        if rest != name and "/" not in rest and name not in states:  # a variable
-            import torch
-
-            state[rest] = torch.from_numpy(array)
-            taken.add(name)
-    for name, encoded in states.items():
-        child = name.removeprefix(prefix)
-        if child != name and "/" not in child:  # "buffers", or a dynamic table's module
-            decoded = _decode_state(encoded, tensors, taken)
-            state.update(decoded if child == "buffers" else
-                         {f"{child}.{key}": value for key, value in decoded.items()})
-            taken.add(name)
-    if not state:
-        return None
-    used |= taken
-    return state
 
 
 class CheckpointLoadStatus:
@@ -445,10 +342,10 @@ class Checkpoint:
         graph = _Graph(self._objects)
         tensors: dict[str, np.ndarray] = {}
         for path, variable in graph.variables.items():
-            tensors[path] = _contiguous(variable.read_value())
+            tensors[path] = contiguous(variable.read_value())
             for slot, value in _slots(variable).items():
-                tensors[f"{path}{_SLOTS}{slot}"] = _contiguous(value)
-        states = {path: _StateEncoder(path, tensors).encode(value.state_dict())
+                tensors[f"{path}{_SLOTS}{slot}"] = contiguous(value)
+        states = {path: StateEncoder(path, tensors).encode(value.state_dict())
                   for path, value in graph.states.items()}
         metadata = {"format": _FORMAT, "objects": json.dumps(states)}
         if self._save_counter:  # as TensorFlow's, the counter exists once save() numbered
@@ -517,13 +414,13 @@ class Checkpoint:
         for path_, value in graph.states.items():
             name = next((n for n in graph.names(path_) if n in states), None)
             if name is None:
-                placed = _placed_state(path_, tensors, states, used)
+                placed = placed_state(path_, tensors, states, used)
                 if placed is None:
                     unmatched.append(path_)
                 else:
                     value.load_state_dict(placed)
                 continue
-            value.load_state_dict(_decode_state(states[name], tensors, used))
+            value.load_state_dict(decode_state(states[name], tensors, used))
             used.add(name)
         counter = metadata.get("save_counter")
         if counter is not None:
