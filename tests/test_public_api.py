@@ -47,16 +47,17 @@ PUBLIC = {
                           "LocalCluster", "ShardingPolicy", "WorkerConfig", "WorkerServer",
                           "distribute",
                           "from_dataset_id", "register_dataset"},
-    convoy.distribute: {"ClusterCoordinator", "ClusterSpec", "InputContext",
-                        "ParameterServerStrategy", "ReduceOp", "RemoteValue", "Server",
-                        "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
+    convoy.distribute: {"ClusterCoordinator", "ClusterSpec", "DynamicTable", "InputContext",
+                        "ParameterServerStrategy", "ReduceOp", "RemoteValue", "RowInitializer",
+                        "Server", "ShardInfo", "ShardedVariable", "cluster_resolver", "coordinator",
                         "experimental", "partitioners"},
     convoy.metrics: {"AUC", "Accuracy", "BinaryAccuracy", "Mean", "Metric", "Sum"},
     convoy.monitoring: {"BUFFERED_BYTES", "BYTES_PRODUCED", "BYTES_SERVED",
                         "CONSUMER_WAIT_SECONDS", "COORDINATOR_FUNCTIONS_DONE",
                         "COORDINATOR_FUNCTIONS_FAILED", "COORDINATOR_FUNCTIONS_QUEUED",
                         "COORDINATOR_FUNCTIONS_RUNNING", "ELEMENTS_PRODUCED", "ELEMENTS_SERVED",
-                        "HEARTBEATS", "MAX_BUFFERED_BYTES", "PS_BYTES", "PS_OPERATIONS",
+                        "HEARTBEATS", "MAX_BUFFERED_BYTES", "PS_BYTES", "PS_EMBEDDING_EVICTIONS",
+                        "PS_EMBEDDING_ROWS", "PS_OPERATIONS",
                         "REFUSED_CALLS", "REGISTRY", "ROLES", "RPC_SECONDS", "MetricsServer",
                         "add_readiness_check", "export", "readiness", "remove_readiness_check",
                         "serve"},
@@ -85,7 +86,8 @@ PUBLIC = {
 try:
     import convoy.torch
 
-    PUBLIC[convoy.torch] = {"IterableDataset", "Pulled", "place", "pull"}
+    PUBLIC[convoy.torch] = {"DynamicEmbedding", "DynamicEmbeddingBag", "IterableDataset",
+                            "Pulled", "place", "pull"}
 except ImportError:  # PyTorch is optional
     pass
 
