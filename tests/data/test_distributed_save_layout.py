@@ -123,7 +123,7 @@ def test_the_dispatcher_marks_the_save_done_when_its_last_worker_cannot(
     """The worker that finished the last stream is lost before it writes ``DONE``: the
     dispatcher has written it already (TensorFlow's dispatcher writes it too)."""
     from convoy.data._persistence import _distributed_snapshot as layout
-    from convoy.data.service import _worker_server
+    from convoy.data.service import _worker_save
 
     class LostBeforeDone:  # the worker's view of the layout, minus its final DONE
         def __getattr__(self, name: str) -> Any:
@@ -133,7 +133,7 @@ def test_the_dispatcher_marks_the_save_done_when_its_last_worker_cannot(
             if not (name == layout.DONE_FILE and Path(path) == tmp_path / "saved"):
                 layout.mark(path, name, text)
 
-    monkeypatch.setattr(_worker_server, "layout", LostBeforeDone())
+    monkeypatch.setattr(_worker_save, "layout", LostBeforeDone())
     with InProcessCluster(num_workers=1) as cluster:
         cv.data.experimental.distributed_save(cv.data.Dataset.range(10), tmp_path / "saved",
                                               cluster.address)

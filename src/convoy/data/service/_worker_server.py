@@ -32,7 +32,6 @@ from convoy._base.log_summary import RepeatedFailures
 from convoy._transport import rpc as _rpc
 from convoy._transport.security import LOOPBACK
 from convoy._values.codec import decode
-from convoy.data._persistence import _distributed_snapshot as layout
 from convoy.data.service import service_pb2 as pb
 from convoy.data.service._common.config import ShardingPolicy, policy_from_name
 from convoy.data.service._common.server_config import WorkerConfig
@@ -50,10 +49,10 @@ from convoy.data.service._common.wire import (
 from convoy.data.service._shm.worker_end import SegmentServer
 from convoy.data.service._worker import state as ws
 from convoy.data.service._worker.served import ServedTask
-from convoy.data.service._worker.snapshot_stream import StreamStopped, write_stream
 from convoy.data.service._worker.task import BufferBudget
 from convoy.data.service._worker.trainer_cache import DEFAULT_CACHE_BYTES
 from convoy.data.service._worker.trainer_window import WindowStats
+from convoy.data.service._worker_save import SaveStreams
 from convoy.errors import (
     ConvoyError,
     DataLossError,
@@ -96,8 +95,6 @@ STOP_WAIT_S = 3.0
 STOP_GRACE_S = 1.0
 #: A draining worker (SIGTERM) lets its consumers take what it buffered for this long at most.
 DRAIN_TIMEOUT_S = 10.0
-#: How often an idle worker asks the dispatcher for a stream of a distributed save to write.
-SNAPSHOT_POLL_S = 0.5
 
 
 class WorkerServer(_rpc.ServerBase):
@@ -213,67 +210,10 @@ class WorkerServer(_rpc.ServerBase):
         self._heartbeat_answered(heartbeat, response)
         self._control = _threads.start("convoy-worker-control", self._control_loop,
                                        on_error=self._control_failed)
-        _threads.start("convoy-worker-snapshots", self._snapshot_loop, restart=True)
+        saves = SaveStreams(self._call, self._address, self._uid,
+                            config.dispatcher_timeout_s, lambda: self._stopping)
+        _threads.start("convoy-worker-snapshots", saves.loop, restart=True)
         log.info("worker serving at %s", self._address)
-
-    # ----- distributed_save: one stream at a time, asked for when idle -----------------------
-    def _snapshot_loop(self) -> None:
-        while not self._stopping:
-            try:
-                found = self._call("GetSnapshotStream", pb.GetSnapshotStreamRequest(
-                    worker_address=self._address, worker_uid=self._uid))
-            except ConvoyError:
-                found = None
-            if found is None or not found.found:
-                time.sleep(SNAPSHOT_POLL_S)
-                continue
-            self._write_stream(found)
-
-    def _write_stream(self, found: pb.GetSnapshotStreamResponse) -> None:
-        numbers = itertools.count(1)
-
-        def stopped() -> bool:
-            return self._stopping
-
-        def splits(repetition: int) -> Iterator[tuple[int, int]]:
-            while True:
-                request = pb.GetSnapshotSplitRequest(
-                    path=found.path, stream_index=found.stream_index,
-                    worker_address=self._address, repetition=repetition,
-                    request_number=next(numbers))
-                answer = _rpc.retry(
-                    functools.partial(self._call, "GetSnapshotSplit", request),
-                    self._config.dispatcher_timeout_s,
-                    f"worker {self._address} asking for splits of a save", stopped)
-                if answer.end_of_splits:
-                    return
-                yield answer.split.start, answer.split.stop
-
-        error = ""
-        try:
-            write_stream(found.path, found.stream_index, found.dataset, found.compression,
-                         found.seed, splits, stopped, self._uid)
-        except StreamStopped:
-            return
-        except Exception as failure:  # noqa: BLE001 - the save fails, the worker goes on
-            if self._stopping:
-                return
-            error = f"{type(failure).__name__}: {failure}"
-            log.warning("stream %d of the save at %s failed: %s", found.stream_index,
-                        found.path, error)
-            layout.mark(found.path, layout.ERROR_FILE, error)
-        request = pb.SnapshotStreamDoneRequest(
-            path=found.path, stream_index=found.stream_index, worker_address=self._address,
-            error=error)
-        try:
-            answer = _rpc.retry(functools.partial(self._call, "SnapshotStreamDone", request),
-                                self._config.dispatcher_timeout_s,
-                                f"worker {self._address} finishing a stream of a save",
-                                stopped)
-        except ConvoyError:
-            return
-        if answer.snapshot_done:
-            layout.mark(found.path, layout.DONE_FILE)
 
     # ----- the state and its instructions -------------------------------------------------------
     def _apply(self, event: Any) -> ws.Result:
