@@ -5,6 +5,10 @@ a heartbeat thread keeps the task list fresh and learns when the iteration has f
 reader threads pull batches of elements from the workers' tasks into a bounded channel the
 consumer takes them from. What to do next is decided by :class:`ReaderState`; these threads
 only carry its instructions out.
+
+The module is longer than most because it is one concept, the shell of one reading: its
+decisions, events and resume positions already live in the client wing (``_client/``), and
+the dispatcher's and the workers' sides share the reader's lock, state and channel.
 """
 
 from __future__ import annotations
