@@ -1,16 +1,27 @@
-"""The data service's import contract, read from the source (an AST walk, nothing imported).
+"""convoy's import contract, read from the source (an AST walk, nothing imported).
 
-``convoy/data/service`` is a shared core (``_common``), four wings that import only the core
-(``_dispatcher``, ``_worker``, ``_client``, ``_shm``; the generated ``service_pb2`` counts as
-core) and, at the top, the shells that join
-wings (the gRPC servers, the consumer's threads, ``distribute``) and the public face. The
-dispatcher's wing is pure: none of its modules, nor any service module they import, opens a
-socket or speaks gRPC. No service module takes part in an import cycle.
+- **The whole package is layered** (:data:`LAYERS`): the foundations (errors, metrics
+  registry, threads, file systems, values, transport, tf.* operations) import no engine and
+  no face, the engines (``data``, ``distribute``, ``io``) import no face, and no module of
+  ``convoy`` takes part in an import cycle, function-local imports included.
+- **``convoy.data`` is layered by role** (:data:`DATA_LAYERS`): its core and file formats,
+  sources, ops, persistence, sharding, the faces (``Dataset`` and its iterators), the
+  service, then the public modules that gather them. Ops reach the ``Dataset`` face only
+  through a hook it fills in, so they never import it; ``data`` has no import cycle.
+- **The data service is a core, wings and shells**: ``convoy/data/service`` has a shared
+  core (``_common``; the generated ``service_pb2`` counts as core), four wings that import
+  only the core (``_dispatcher``, ``_worker``, ``_client``, ``_shm``) and, at the top, the
+  shells that join wings (the gRPC servers, the consumer's threads, ``distribute``) and the
+  public face. The dispatcher's wing is pure: none of its modules, nor any service module
+  they import, opens a socket or speaks gRPC. No service module takes part in an import
+  cycle.
+- **``convoy.torch`` imports only public names** of the other packages, plus the shared
+  helpers (:data:`TORCH_HELPERS`); the private imports it still makes are listed, each one
+  to replace (:data:`TORCH_NOT_YET_PUBLIC`).
+- **Parameter-server training** (``distribute``, ``train``, ``torch``) has no import cycle.
 
-The whole package is layered too (:data:`LAYERS`): the foundations (errors, metrics
-registry, threads, file systems, values, transport, tf.* operations) import no engine and no
-face, the engines (``data``, ``distribute``, ``io``) import no face, and no module of
-``convoy`` takes part in an import cycle, function-local imports included.
+Imports under ``if TYPE_CHECKING:`` do not count. Each rule has a test that it catches what
+it forbids.
 """
 
 from __future__ import annotations
