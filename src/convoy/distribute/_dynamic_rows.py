@@ -122,8 +122,8 @@ class DynamicRows:
         self._high = 0  # rows [0, _high) have been handed out at least once
         self._free = np.empty(0, np.int64)  # freed rows below _high, reused first
         self._count = 0
-        self._index = np.full(_index_size(capacity), _EMPTY, np.int32 if capacity < 2**31
-                              else np.int64)
+        self._index: np.ndarray = np.full(_index_size(capacity), _EMPTY,
+                                          np.int32 if capacity < 2**31 else np.int64)
         self._used = 0  # index positions not empty (rows and tombstones)
         self._tick = 0
         self._seen = np.empty(capacity, np.int64) if self.eviction else None  # last tick / hits
@@ -266,11 +266,11 @@ class DynamicRows:
             todo = todo[~placed[todo]]
             position[todo] = (position[todo] + 1) & mask
         for i in todo.tolist():
-            at = position.item(i)
-            while (slot := index.item(at)) >= 0:
-                at = (at + 1) & mask
+            end = position.item(i)
+            while (slot := index.item(end)) >= 0:
+                end = (end + 1) & mask
             self._used += slot == _EMPTY
-            index[at] = rows.item(i)
+            index[end] = rows.item(i)
 
     def _rebuild(self, at_least: int) -> None:
         """A new index of the rows held, with room for ``at_least`` // 2 entries at half load."""

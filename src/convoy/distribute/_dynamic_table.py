@@ -120,7 +120,7 @@ class DynamicTable:
                                 [TableLookup(self.shards[s].key, take_rows(unique, at))])
                                for s, at in routes])
         if len(routes) == 1:
-            rows = answers[0][0]
+            rows: np.ndarray = answers[0][0]
             return rows if rows.flags.writeable else rows.copy()  # the caller's to change
         rows = np.empty((unique.size, self.dim), self.dtype)
         for (_, at), (values,) in zip(routes, answers, strict=True):
@@ -207,7 +207,7 @@ class DynamicTable:
 
 
 def _initial(parts: list[dict[str, Any]], name: str) -> float:
-    return next(p["slot_initial"][name] for p in parts if name in p["slot_initial"])
+    return float(next(p["slot_initial"][name] for p in parts if name in p["slot_initial"]))
 
 
 def _initializer(initializer: Any, seed: int | None) -> Any:

@@ -7,7 +7,7 @@ import ctypes
 import ctypes.util
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -41,7 +41,7 @@ def table(store: Any, key: str) -> DynamicRows:
     rows = store.tables.get(key)
     if rows is None:
         raise NotFoundError(f"dynamic table {key!r} does not exist on this store")
-    return rows
+    return cast(DynamicRows, rows)
 
 
 def _create(store: Any, key: str, config: dict[str, Any], exist_ok: bool = False) -> None:
