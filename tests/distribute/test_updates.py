@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from convoy._values.slices import IndexedSlices, combine_rows, put_rows, take_rows
+from convoy.distribute._operations import Apply
 from convoy.distribute._updates import _unique_rows, apply_update
 from convoy.errors import InvalidArgumentError
 
@@ -167,8 +168,8 @@ def test_apply_gradients_sends_arrays_of_its_own(monkeypatch):
     cv.optimizers.SGD(0.1).apply_gradients([
         (dense, dense_variable), (cv.IndexedSlices(rows, ids), table),
         (cv.IndexedSlices(rows, ids), sharded), (whole, sharded)])
-    arrays = [array for _, operations in sent for kind, _, updates in operations
-              if kind == "apply" for _, gradient in updates
+    arrays = [array for _, operations in sent for operation in operations
+              if isinstance(operation, Apply) for _, gradient in operation.updates
               for array in (gradient if isinstance(gradient, IndexedSlices) else [gradient])
               if isinstance(array, np.ndarray)]
     assert len(arrays) == 1 + 2 + 4 + 2

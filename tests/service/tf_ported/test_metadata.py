@@ -109,4 +109,4 @@ def test_from_dataset_id_omits_element_spec_and_compression(
     dataset_id = service.register_dataset(cluster1.target, dataset, compression=compression)
     read = service.from_dataset_id(ShardingPolicy.OFF, cluster1.target, dataset_id)
     assert read.element_spec == dataset.element_spec
-    assert [str(x) for x in read_within(read, 30)] == list("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    assert list(read_within(read, 30)) == [c.encode() for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"]
