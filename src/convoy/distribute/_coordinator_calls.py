@@ -70,6 +70,8 @@ class WorkerLink:
         self.index = index
         self.security = _security.for_clients()
         self.client = _rpc.Client(address, WORKER_SERVICE, WORKER_METHODS, self.security)
+        #: the worker process last seen answering (None: not yet): a lane's Runs are for it
+        self.incarnation: str | None = None
 
     def run_stream(self) -> MethodStream:
         """A stream of ``Run`` calls of its own (framed where the worker has a port)."""
@@ -97,6 +99,7 @@ class WorkerLink:
         incarnation = decode_one(self.client.call("Ping", encode(None), timeout=5))
         if type(incarnation) is not str:
             raise DataLossError(f"worker {self.index} answered Ping with {incarnation!r:.100}")
+        self.incarnation = incarnation
         return incarnation
 
 
@@ -128,7 +131,8 @@ class Lane:
     def run(self, calls: list[Call]) -> list[Outcome]:
         """Run ``calls`` at once on the lane's stream; raises UnavailableError if the worker
         cannot be reached."""
-        return self.worker.outcomes(calls, self._call(run_request(calls, self.one_at_a_time)))
+        request = run_request(calls, self.one_at_a_time, self.worker.incarnation)
+        return self.worker.outcomes(calls, self._call(request))
 
     def _call(self, request: bytes) -> bytes | memoryview:
         with self._lock:

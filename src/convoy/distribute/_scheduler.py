@@ -33,7 +33,7 @@ from convoy.distribute._coordinator_calls import (
 )
 from convoy.distribute._schedule_state import ScheduleState
 from convoy.distribute._values import PerWorkerValues, RemoteValue
-from convoy.distribute._wire import Call
+from convoy.distribute._wire import Call, WorkerReplacedError
 from convoy.distribute._worker_context import build_resource
 from convoy.errors import FailedPreconditionError, UnavailableError
 
@@ -291,6 +291,8 @@ class Scheduler:
                 return None
             except Exception as error:
                 answers = [Outcome(error=error)] * len(calls)
+            if any(isinstance(answer.error, WorkerReplacedError) for answer in answers):
+                return None  # probed, rebuilt and run again as for a lost worker
             answered = iter(answers)
             outcomes = [next(answered) if outcome is None else outcome for outcome in outcomes]
         return tuple(outcome for outcome in outcomes if outcome is not None)

@@ -25,7 +25,13 @@ import cloudpickle
 from convoy._transport import rpc as _rpc
 from convoy._transport.rpc import Outcome
 from convoy._values.codec import Encoder, decode
-from convoy.errors import CancelledError, DataLossError, InvalidArgumentError, UnknownError
+from convoy.errors import (
+    CancelledError,
+    DataLossError,
+    InvalidArgumentError,
+    UnavailableError,
+    UnknownError,
+)
 
 PS_SERVICE = "convoy.distribute.ParameterServer"
 WORKER_SERVICE = "convoy.distribute.Worker"
@@ -112,23 +118,36 @@ class WithdrawnError(CancelledError):
     """The outcome of a call withdrawn before it started: the coordinator runs it elsewhere."""
 
 
-def run_request(calls: list[Call], one_at_a_time: bool = False) -> bytes:
+class WorkerReplacedError(UnavailableError):
+    """A Run reached a worker process other than the one the coordinator last saw (a task
+    restarted at the same address): it ran nothing, as the new process lacks the resources
+    the calls may use."""
+
+
+def run_request(calls: list[Call], one_at_a_time: bool = False,
+                incarnation: str | None = None) -> bytes:
     """A worker ``Run`` request: calls the worker runs at once; ``one_at_a_time``: only once
-    no other such Run runs there (it may wait, and be withdrawn meanwhile)."""
+    no other such Run runs there (it may wait, and be withdrawn meanwhile); ``incarnation``:
+    the worker process they are meant for (None: any)."""
+    if incarnation is not None:
+        return encode((calls, one_at_a_time, incarnation))
     return encode((calls, True) if one_at_a_time else calls)
 
 
-def load_run_request(request: bytes | memoryview) -> tuple[list[Any], bool]:
-    """The calls of a ``Run`` request (each call is checked as it runs), and whether it runs
-    one at a time."""
+def load_run_request(request: bytes | memoryview) -> tuple[list[Any], bool, str | None]:
+    """The calls of a ``Run`` request (each call is checked as it runs), whether it runs
+    one at a time, and the worker process it is meant for (None: any)."""
     calls = decode_one(request)
-    one_at_a_time = type(calls) is tuple and len(calls) == 2 and calls[1] is True
-    if one_at_a_time:
-        calls = calls[0]
+    one_at_a_time, incarnation = False, None
+    if type(calls) is tuple and len(calls) == 3 and type(calls[1]) is bool \
+            and type(calls[2]) is str:
+        calls, one_at_a_time, incarnation = calls
+    elif type(calls) is tuple and len(calls) == 2 and calls[1] is True:
+        calls, one_at_a_time = calls[0], True
     if type(calls) is not list or not calls:
         raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
                                    f"{type(calls).__name__}")
-    return calls, one_at_a_time
+    return calls, one_at_a_time, incarnation
 
 
 def run_answer(outcomes: list[bytes]) -> bytes:

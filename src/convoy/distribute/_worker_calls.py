@@ -101,8 +101,10 @@ class CallRunner:
     thread, the others on ``pool``) and marks them cancelled on ``Cancel``. A function that
     pickles to more than ``max_function_bytes`` is refused."""
 
-    def __init__(self, pool: Executor, max_function_bytes: int | None = None) -> None:
+    def __init__(self, pool: Executor, max_function_bytes: int | None = None,
+                 incarnation: str | None = None) -> None:
         self._pool = pool
+        self._incarnation = incarnation
         self._max_function_bytes = max_function_bytes
         self._lock = threading.Lock()
         self._running: dict[int, RunningCall] = {}  # call id -> the call running under it
@@ -122,7 +124,13 @@ class CallRunner:
         """A worker's ``Run``: the request's calls, all at once; answers each one's pickled
         :class:`Outcome`. A call that fails cancels the others (as the coordinator would once
         it hears, which is when they end)."""
-        calls, one_at_a_time = _wire.load_run_request(request)
+        calls, one_at_a_time, meant_for = _wire.load_run_request(request)
+        if meant_for is not None and meant_for != self._incarnation:
+            replaced = _wire.WorkerReplacedError(
+                f"this worker process ({self._incarnation}) is not the one the coordinator "
+                f"last saw ({meant_for}): it restarted, and runs nothing until the coordinator "
+                f"rebuilds its resources")
+            return _wire.run_answer([_wire.pickle_outcome(Outcome(error=replaced))] * len(calls))
         mates = [RunningCall() for _ in calls]
         if one_at_a_time:
             withdrawn = self._take_turn(calls, mates)

@@ -116,7 +116,7 @@ class Server(_rpc.ServerBase):
                     framed_port_method: lambda _: encode(framed_port),
                     STATUS: lambda _: encode(self.status())}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="convoy-call")
-        calls = self._calls = CallRunner(self._pool, self.max_function_bytes)
+        calls = self._calls = CallRunner(self._pool, self.max_function_bytes, self.incarnation)
         if ps_transport() == "framed":
             self._framed = FramedServer(WORKER_SERVICE, "Run", calls.run, self._security,
                                         self._host, self.framed_port)

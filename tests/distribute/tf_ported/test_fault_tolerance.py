@@ -236,6 +236,19 @@ def test_worker_preemption_between_functions(cluster, coordinator):
     assert model.iterations.numpy() == 4
 
 
+def test_worker_replaced_at_its_address_between_functions(cluster, coordinator):
+    # As testWorkerPreemptionBetweenFunctions, with no downtime to notice: the first Run
+    # reaches the new process, which refuses it (it is not the process the coordinator saw)
+    # rather than run a function whose per-worker iterators it lacks.
+    model = Model(coordinator)
+    model.schedule_training_functions(2)
+    model.join_training_functions()
+    restart(cluster, 0, "worker")
+    model.schedule_training_functions(4)
+    model.join_training_functions()
+    assert model.iterations.numpy() == 6
+
+
 def test_worker_preemption_midst_function(cluster, coordinator):
     # BaseFaultToleranceTest.testWorkerPreemptionMidstFunction
     model = Model(coordinator)
