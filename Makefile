@@ -9,8 +9,9 @@ TF_VERSION ?= 2.21.0
 
 .PHONY: test stress fuzz demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
 
-# The compiled parser (convoy.io._native) is built by the editable install: its sources rebuild it.
-$(STAMP): pyproject.toml setup.py src/convoy/io/_native.cpp
+# The compiled modules (convoy.io._native, convoy.distribute._row_index) are built by the
+# editable install: their sources rebuild them.
+$(STAMP): pyproject.toml setup.py src/convoy/io/_native.cpp src/convoy/distribute/_row_index.cpp
 	$(PYTHON) -m venv $(VENV)
 	# The CPU build of PyTorch, pinned, first: an unpinned torch (torchdata asks for one)
 	# resolves to a multi-GB CUDA build.

@@ -1,4 +1,5 @@
-"""The compiled part of convoy: the wire-format reader of convoy.io's parsers (C++17).
+"""The compiled parts of convoy (C++17): the wire-format reader of convoy.io's parsers, and the
+row index of dynamic embedding tables.
 
 Everything else (metadata, dependencies, package data) is in pyproject.toml.
 """
@@ -12,16 +13,22 @@ from setuptools import Extension, setup
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover"]
 sanitize = os.environ.get("CONVOY_SANITIZE") == "1"
 
+
+def _extension(name: str, source: str) -> Extension:
+    return Extension(
+        name,
+        sources=[source],
+        include_dirs=[numpy.get_include()],
+        language="c++",
+        extra_compile_args=["-std=c++17", "-O2" if sanitize else "-O3", "-pthread",
+                            *(SANITIZE if sanitize else [])],
+        extra_link_args=["-pthread", *(SANITIZE if sanitize else [])],
+    )
+
+
 setup(
     ext_modules=[
-        Extension(
-            "convoy.io._native",
-            sources=["src/convoy/io/_native.cpp"],
-            include_dirs=[numpy.get_include()],
-            language="c++",
-            extra_compile_args=["-std=c++17", "-O2" if sanitize else "-O3", "-pthread",
-                                *(SANITIZE if sanitize else [])],
-            extra_link_args=["-pthread", *(SANITIZE if sanitize else [])],
-        )
+        _extension("convoy.io._native", "src/convoy/io/_native.cpp"),
+        _extension("convoy.distribute._row_index", "src/convoy/distribute/_row_index.cpp"),
     ]
 )

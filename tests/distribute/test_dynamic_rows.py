@@ -48,6 +48,45 @@ def test_many_rows_grow_the_storage_and_stay_distinct():
     np.testing.assert_array_equal(table.lookup(ids[:10]), table.lookup(ids[:10]))
 
 
+def test_the_index_agrees_with_a_dict_through_evictions_and_rebuilds():
+    """Many lookups that evict (tombstones in the index) and grow it (rebuilds): every id
+    held is found at its row, with its own id, and no id is held twice."""
+    rng = np.random.default_rng(7)
+    table = DynamicRows(2, max_rows=300, eviction="lru", capacity=16)
+    made: dict[int, np.ndarray] = {}
+    for _ in range(200):
+        ids = np.unique(rng.integers(0, 2_000, rng.integers(1, 60)))
+        rows = table.lookup(ids)
+        for id_, row in zip(ids.tolist(), rows, strict=True):
+            if id_ in made and id_ in set(table.keys().tolist()):
+                np.testing.assert_array_equal(made[id_], row)
+            made[id_] = row
+    keys = table.keys()
+    assert keys.size == table.size() == np.unique(keys).size <= 300
+    found = table.find(keys)
+    np.testing.assert_array_equal(table.ids[found], keys)
+    assert (table.find(np.setdiff1d(np.arange(2_000), keys)) == -1).all()
+
+
+def test_the_compiled_index_refuses_bad_arrays():
+    from convoy.distribute import _row_index
+
+    index = np.full(16, -1, np.int32)
+    keys, ids = np.zeros(4, np.int64), np.array([1, 2], np.int64)
+    out = np.empty(2, np.int64), np.empty(2, np.int64)
+    with pytest.raises(TypeError, match="ids"):
+        _row_index.probe(index, keys, ids.astype(np.int32), *out)
+    with pytest.raises(ValueError, match="power of two"):
+        _row_index.probe(np.full(12, -1, np.int32), keys, ids, *out)
+    with pytest.raises(ValueError, match="as long as ids"):
+        _row_index.probe(index, keys, ids, np.empty(1, np.int64), out[1])
+    index[:] = 9  # rows past the keys, and no empty entry to end a search
+    with pytest.raises(RuntimeError, match="corrupt"):
+        _row_index.probe(index, keys, ids, *out)
+    with pytest.raises(RuntimeError, match="full"):
+        _row_index.insert(np.full(16, 0, np.int32), ids, np.array([0, 1], np.int64))
+
+
 @pytest.mark.parametrize("eviction", ["lru", "lfu"])
 def test_eviction_keeps_max_rows_and_drops_the_least_used(eviction):
     table = DynamicRows(2, max_rows=10, eviction=eviction)

@@ -1,8 +1,9 @@
 """A dynamic embedding table's rows on one store: rows made on first lookup of their id.
 
 :class:`DynamicRows` maps int64 ids (0 to 2**63 - 1) to rows of preallocated numpy storage
-through an open-addressing hash index (linear probing, at most half full), so a row costs its
-id, its values and its optimizer slots plus 8 to 16 bytes of index, not a Python object.
+through an open-addressing hash index (linear probing, at most half full; searched and filled
+by compiled code, ``_row_index.cpp``), so a row costs its id, its values and its optimizer
+slots plus 8 to 16 bytes of index, not a Python object.
 Storage grows by doubling into uninitialised memory: pages never written take no memory.
 With ``max_rows``, a lookup that would exceed it first evicts the least recently (``"lru"``)
 or least frequently (``"lfu"``) looked-up rows, with their slots.
@@ -22,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from convoy._values.slices import IndexedSlices, put_rows, take_rows
+from convoy.distribute import _row_index
 from convoy.errors import InvalidArgumentError
 
 _EMPTY, _TOMBSTONE = -1, -2
 _LOW = (1 << 32) - 1
-_ONE_BY_ONE = 32  # ids still probing when a vectorised pass costs more than a loop over them
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 EVICTION_POLICIES = ("lru", "lfu")
 
@@ -178,25 +179,10 @@ class DynamicRows:
 
     def _probe(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row of each id or -1, the index position where its search ended)."""
-        index, keys, mask = self._index, self.ids, self._index.size - 1
-        position = (mix64(ids) & np.uint64(mask)).astype(np.int64)
-        found = np.full(ids.size, -1, np.int64)
-        todo = np.arange(ids.size)
-        while todo.size > _ONE_BY_ONE:
-            row = index[position[todo]]
-            hit = row >= 0
-            hit[hit] = keys[row[hit]] == ids[todo[hit]]
-            found[todo[hit]] = row[hit]
-            todo = todo[~(hit | (row == _EMPTY))]
-            position[todo] = (position[todo] + 1) & mask
-        for i in todo.tolist():
-            at, wanted = position.item(i), ids.item(i)
-            while (row := index.item(at)) != _EMPTY:
-                if row >= 0 and keys.item(row) == wanted:
-                    found[i] = row
-                    break
-                at = (at + 1) & mask
-            position[i] = at
+        found = np.empty(ids.size, np.int64)
+        position = np.empty(ids.size, np.int64)
+        _row_index.probe(self._index, self.ids, np.ascontiguousarray(ids, np.int64), found,
+                         position)
         return found, position
 
     def _insert(self, ids: np.ndarray, protect: np.ndarray) -> np.ndarray:
@@ -248,29 +234,8 @@ class DynamicRows:
     def _index_rows(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """Put ``rows`` (of the distinct ``ids``, absent from the index) into the index, which
         has room for them."""
-        index, mask = self._index, self._index.size - 1
-        position = (mix64(ids) & np.uint64(mask)).astype(np.int64)
-        todo = np.arange(ids.size)
-        while todo.size > _ONE_BY_ONE:
-            slot = index[position[todo]]
-            open_ = slot < 0
-            candidates = todo[open_]
-            # two ids probing the same open position: one takes it, the other probes on
-            at = position[candidates]
-            empty = slot[open_] == _EMPTY
-            index[at] = rows[candidates]
-            won = index[at] == rows[candidates]  # one writer per position stays
-            self._used += int(np.count_nonzero(empty[won]))
-            placed = np.zeros(ids.size, bool)
-            placed[candidates[won]] = True
-            todo = todo[~placed[todo]]
-            position[todo] = (position[todo] + 1) & mask
-        for i in todo.tolist():
-            end = position.item(i)
-            while (slot := index.item(end)) >= 0:
-                end = (end + 1) & mask
-            self._used += slot == _EMPTY
-            index[end] = rows.item(i)
+        self._used += _row_index.insert(self._index, np.ascontiguousarray(ids, np.int64),
+                                        np.ascontiguousarray(rows, np.int64))
 
     def _rebuild(self, at_least: int) -> None:
         """A new index of the rows held, with room for ``at_least`` // 2 entries at half load."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,6 +32,7 @@ from convoy.distribute._store_clients import LocalStore, execute_all
 from convoy.errors import InvalidArgumentError
 
 _SHARD_SALT = np.uint64(0x5EED5EED5EED5EED)  # not the in-shard index's hash: both stay even
+_FEW_SHARDS = 8
 _names = itertools.count()
 _names_lock = threading.Lock()
 
@@ -84,6 +86,8 @@ class DynamicTable:
                   "max_rows": per_shard, "eviction": eviction}
         execute_all([(store, [TableCreate(key, config)]) for store in stores])
         self.shards = [_Shard(store, key) for store in stores]
+        self._remembered: tuple[weakref.ref[np.ndarray], list[tuple[int, np.ndarray]]] | None \
+            = None
 
     def __getstate__(self) -> dict[str, Any]:
         if isinstance(self.shards[0].store, LocalStore):
@@ -91,18 +95,31 @@ class DynamicTable:
                 f"dynamic table {self.name!r} was made outside strategy.scope(): it lives in "
                 f"this process only and cannot be sent to workers; make it inside "
                 f"strategy.scope()")
-        return dict(self.__dict__)
+        return {**self.__dict__, "_remembered": None}
 
     def route(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """(shard, positions in ``ids``) for each shard some of the flat int64 ``ids`` go to."""
-        if len(self.shards) == 1:
-            return [(0, np.arange(ids.size))]
-        hashed = mix64(ids.astype(np.uint64) ^ _SHARD_SALT)
-        shard = (hashed % np.uint64(len(self.shards))).astype(np.int64)
-        order = np.argsort(shard, kind="stable")
-        bounds = np.searchsorted(shard[order], np.arange(len(self.shards) + 1))
-        return [(s, order[bounds[s]:bounds[s + 1]]) for s in range(len(self.shards))
-                if bounds[s + 1] > bounds[s]]
+        """(shard, positions in ``ids``) for each shard some of the flat int64 ``ids`` go to.
+        The routes of a read-only ``ids`` are kept for the next call with that same array
+        (a lookup's ids, routed again when their gradients are applied)."""
+        remembered = self._remembered
+        if remembered is not None and remembered[0]() is ids:
+            return remembered[1]
+        shards = len(self.shards)
+        if shards == 1:
+            routes = [(0, np.arange(ids.size))]
+        else:
+            hashed = mix64(ids.astype(np.uint64) ^ _SHARD_SALT)
+            shard = (hashed % np.uint64(shards)).astype(np.int64)
+            if shards <= _FEW_SHARDS:  # a pass per shard costs less than a sort
+                routes = [(s, at) for s in range(shards) if (at := np.flatnonzero(shard == s)).size]
+            else:
+                order = np.argsort(shard, kind="stable")
+                bounds = np.searchsorted(shard[order], np.arange(shards + 1))
+                routes = [(s, order[bounds[s]:bounds[s + 1]]) for s in range(shards)
+                          if bounds[s + 1] > bounds[s]]
+        if not ids.flags.writeable:
+            self._remembered = (weakref.ref(ids), routes)
+        return routes
 
     def lookup(self, ids: Any) -> np.ndarray:
         """The rows of ``ids`` (non-negative integers, any shape), made where missing: shape
@@ -130,7 +147,10 @@ class DynamicTable:
     def updates(self, gradient: IndexedSlices) -> list[tuple[IndexedSlices, _Shard]]:
         """``gradient`` (rows for ids) as one gradient per shard, every shard included (an
         empty one where no id goes, so per-table optimizer state advances on each)."""
-        ids = checked_ids(gradient.indices, "gradient ids")
+        ids = gradient.indices
+        remembered = self._remembered
+        if remembered is None or remembered[0]() is not ids:  # else checked and routed
+            ids = checked_ids(ids, "gradient ids")
         values = np.asarray(gradient.values, self.dtype)
         if values.shape != (ids.size, self.dim):
             values = values.reshape(ids.size, self.dim)

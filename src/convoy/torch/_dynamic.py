@@ -89,6 +89,7 @@ class _DynamicBase(nn.Module):
                 unique = np.delete(unique, at)
                 zero = unique.size
                 inverse = np.where(inverse == at, zero, inverse - (inverse > at))
+        unique.flags.writeable = False  # its routes are kept for its gradients (route())
         looked_up = torch.from_numpy(self.table.lookup_distinct(unique))
         if torch.is_grad_enabled():
             looked_up.requires_grad_(True)
@@ -104,8 +105,11 @@ class _DynamicBase(nn.Module):
         pending.clear()
         if not taken:
             return []
-        values = np.concatenate([grad.numpy() for grad, _ in taken])
-        ids = np.concatenate([ids for _, ids in taken])
+        if len(taken) == 1:  # the very ids looked up: their routes are known
+            values, ids = taken[0][0].numpy(), taken[0][1]
+        else:
+            values = np.concatenate([grad.numpy() for grad, _ in taken])
+            ids = np.concatenate([ids for _, ids in taken])
         return [(IndexedSlices(values, ids), self.table)]
 
     def size(self) -> int:
