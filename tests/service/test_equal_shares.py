@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from convoy.data.service._client_shares import Share
-from convoy.data.service._dispatcher.shares import EqualShares, ShareReport
-from convoy.errors import FailedPreconditionError
+from convoy.data.service._dispatcher.shares import EqualShares, ShareReport, digest
+from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
 
 def report(rank: int, *, world_size: int = 2, workers: int = 1, worker: int = 0,
@@ -131,16 +131,18 @@ def test_resumed_readers_start_the_shares_afresh_from_their_saved_counts():
     shares.report(report(1, reader=2, fetched=2))
     assert shares.report(report(0, reader=1, fetched=20, wants=True)).allowed == 11
     # both ranks restart from states saved earlier: rank 0 had taken 8, handed out 3
-    assert shares.report(report(0, reader=5, generation=1, fetched=8, yielded=3, allowed=3,
-                                wants=True)).allowed == 4  # floor(8 / 2), rank 1 not back
+    answer = shares.report(report(0, reader=5, generation=1, fetched=8, yielded=3, allowed=3,
+                                  wants=True))
+    assert (answer.allowed, answer.ready) == (3, False)  # nothing before rank 1 is back
     with pytest.raises(FailedPreconditionError, match="resumed from saved states"):
         shares.report(report(1, reader=2, fetched=2, first=False))  # the old reader
     shares.report(report(1, reader=6, generation=1, fetched=2))
     assert shares.report(report(0, reader=5, generation=1, fetched=8, yielded=4,
                                 wants=True)).allowed == 5
     # resumed again from the same states (the first resume died): afresh again
-    assert shares.report(report(1, reader=7, generation=1, fetched=2, yielded=1, allowed=1,
-                                wants=True)).allowed == 1  # floor(2 / 2), rank 0 not back
+    answer = shares.report(report(1, reader=7, generation=1, fetched=2, yielded=1, allowed=1,
+                                  wants=True))
+    assert (answer.allowed, answer.ready) == (1, False)  # rank 0 not back
     with pytest.raises(FailedPreconditionError, match="resumed from saved states"):
         shares.report(report(0, reader=5, generation=1, fetched=8, first=False))
 
@@ -175,22 +177,26 @@ def test_a_resume_takes_over_from_readers_of_the_same_state_that_read_on_to_the_
     shares.report(resumed(1, 4, fetched=50, yielded=2, exhausted=True, done=True,
                           first=False))  # (and says so; worker 0 has not yet)
     # resumed again from the saved state: its readers take the pass over ...
-    answer = shares.report(resumed(0, 5, fetched=5, yielded=2, allowed=2, wants=True))
-    assert answer.allowed == 3
+    shares.report(resumed(0, 5, fetched=5, yielded=2, allowed=2, wants=True))
     with pytest.raises(FailedPreconditionError, match="worker 0 came to read .* again"):
         shares.report(resumed(0, 3, fetched=50, exhausted=True, done=True, first=False))
     shares.report(resumed(1, 6, fetched=5, yielded=2, allowed=2))
+    answer = shares.report(resumed(0, 5, fetched=5, yielded=2, wants=True, first=False))
+    assert answer.allowed == 5  # its 3 held of the 10 taken
     # ... and read it to its end between them alone
     for worker, reader in ((0, 5), (1, 6)):
         shares.report(resumed(worker, reader, fetched=50, yielded=2, exhausted=True,
                               first=False))
-    assert shares.report(resumed(0, 5, fetched=50, yielded=3, exhausted=True, wants=True,
+    assert shares.report(resumed(0, 5, fetched=50, yielded=5, exhausted=True, wants=True,
                                  first=False)).allowed == 50  # its own 50 of the 100
     for worker, reader in ((0, 5), (1, 6)):
         shares.report(resumed(worker, reader, fetched=50, yielded=50, exhausted=True,
                               done=True, first=False))
     # the pass is over, whatever the first resume did: a resume from the state still may be
-    assert shares.report(resumed(0, 7, fetched=5, yielded=2, allowed=2, wants=True)).allowed == 3
+    assert shares.report(resumed(0, 7, fetched=5, yielded=2, allowed=2, wants=True)).allowed == 2
+    shares.report(resumed(1, 8, fetched=5, yielded=2, allowed=2))
+    assert shares.report(resumed(0, 7, fetched=5, yielded=2, wants=True,
+                                 first=False)).allowed == 5
 
 
 def test_readers_have_ids_of_their_own_whatever_the_state_of_random():
@@ -202,3 +208,46 @@ def test_readers_have_ids_of_their_own_whatever_the_state_of_random():
         return Share("job 'j', repetition 0", 0, 1, 1, 2, True, 10.0).request.reader
 
     assert reader() != reader()
+
+
+def test_readers_resumed_from_before_and_after_the_settlement_share_afresh():
+    """Rank 0's reader was saved after the settlement: it hands out 5 in all (the share),
+    having received b"c" from rank 1's and handed b"x" over to rank 1's other reader; rank
+    1's readers were saved before it. The elements rank 1's readers hold or take again are
+    asked about: b"c" is discarded once (rank 0 has it), b"x" is handed over again."""
+    shares = EqualShares()
+
+    def rank1(worker: int, **fields: Any) -> ShareReport:
+        return report(1, workers=2, worker=worker, reader=10 + worker, generation=1, **fields)
+
+    frozen = report(0, reader=1, generation=1, frozen=True, exhausted=True, fetched=5,
+                    allowed=5, yielded=5, total=5, share=5, claims=(digest(b"c"),),
+                    gifts=(b"x",))
+    answer = shares.report(rank1(0, fetched=1, yielded=1, allowed=1, wants=True))
+    assert (answer.ready, answer.allowed) == (False, 1)  # not before every reader came
+    shares.report(frozen)
+    shares.report(rank1(1, discarded=()))
+    answer = shares.report(rank1(0, fetched=1, yielded=1, wants=True, first=False))
+    assert (answer.ready, answer.claims, answer.share) == (True, (digest(b"c"),), 5)
+    # both hold an element b"c": the first to ask discards it, the other keeps its own
+    assert shares.report(rank1(1, candidates=(digest(b"c"),), first=False)).discard == (True,)
+    assert shares.report(rank1(0, fetched=2, candidates=(digest(b"c"),),
+                               first=False)).discard == (False,)
+    # rank 1 may hand out 4 more of the 5 (its reader 0 had handed out 1): 3 of its own
+    assert shares.report(rank1(0, fetched=2, yielded=1, wants=True, first=False)).allowed == 2
+    shares.report(rank1(1, fetched=2, exhausted=True, first=False))
+    answer = shares.report(rank1(0, fetched=2, yielded=2, exhausted=True, wants=True,
+                                 first=False))
+    assert answer.settled and answer.allowed + answer.receive == 3
+    other = shares.report(rank1(1, fetched=2, exhausted=True, first=False))
+    assert other.allowed + other.receive == 2 and answer.give == other.give == 0
+    assert sorted(answer.elements + other.elements) == [b"x"]  # handed over again
+    assert shares.report(frozen).allowed == 5
+
+
+def test_a_frozen_reader_names_a_share_of_another_epoch():
+    shares = EqualShares()
+    base = dict(generation=1, frozen=True, exhausted=True, first=True)
+    shares.report(report(0, reader=1, share=5, total=5, **base))
+    with pytest.raises(InvalidArgumentError, match="disagree on the ranks' share"):
+        shares.report(report(1, reader=2, share=6, total=6, **base))

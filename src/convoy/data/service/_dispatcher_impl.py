@@ -276,12 +276,17 @@ class DispatcherImpl:
             exhausted=r.exhausted, given=tuple(r.given), given_start=r.given_start,
             received=r.received, done=r.done, first=r.first, full=r.full, error=r.error,
             timeout_s=r.timeout_ms / 1000, now=time.monotonic(), reader=r.reader,
-            generation=r.generation, allowed=r.allowed, settled=r.settled)
+            generation=r.generation, allowed=r.allowed, settled=r.settled, mixed=r.mixed,
+            discarded=tuple(r.discarded), candidates=tuple(r.candidates), frozen=r.frozen,
+            total=r.total, share=r.share, claims=tuple(r.claims), gifts=tuple(r.gifts),
+            firsts=tuple(r.firsts))
         with self.lock:
             answer = self.shares.report(report)
         return pb.ShareResponse(allowed=answer.allowed, settled=answer.settled,
                                 give=answer.give, pad=answer.pad, receive=answer.receive,
-                                elements=answer.elements, more=answer.more)
+                                elements=answer.elements, more=answer.more,
+                                share=answer.share, padded=answer.padded, ready=answer.ready,
+                                claims=answer.claims, discard=answer.discard)
 
     def ClientHeartbeat(self, r: pb.ClientHeartbeatRequest) -> pb.ClientHeartbeatResponse:
         settled = tuple((run.task_id, run.incarnation) for run in r.settled)

@@ -395,7 +395,7 @@ class ReleasedSegment(_message.Message):
     def __init__(self, name: _Optional[str] = ..., handout: _Optional[int] = ...) -> None: ...
 
 class ShareRequest(_message.Message):
-    __slots__ = ("key", "world_size", "rank", "workers", "worker", "pad", "fetched", "yielded", "wants", "exhausted", "given", "given_start", "received", "done", "first", "timeout_ms", "full", "error", "reader", "generation", "allowed", "settled")
+    __slots__ = ("key", "world_size", "rank", "workers", "worker", "pad", "fetched", "yielded", "wants", "exhausted", "given", "given_start", "received", "done", "first", "timeout_ms", "full", "error", "reader", "generation", "allowed", "settled", "mixed", "discarded", "candidates", "frozen", "total", "share", "claims", "gifts", "firsts")
     KEY_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -418,6 +418,15 @@ class ShareRequest(_message.Message):
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     SETTLED_FIELD_NUMBER: _ClassVar[int]
+    MIXED_FIELD_NUMBER: _ClassVar[int]
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    GIFTS_FIELD_NUMBER: _ClassVar[int]
+    FIRSTS_FIELD_NUMBER: _ClassVar[int]
     key: str
     world_size: int
     rank: int
@@ -440,10 +449,19 @@ class ShareRequest(_message.Message):
     generation: int
     allowed: int
     settled: bool
-    def __init__(self, key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., workers: _Optional[int] = ..., worker: _Optional[int] = ..., pad: _Optional[bool] = ..., fetched: _Optional[int] = ..., yielded: _Optional[int] = ..., wants: _Optional[bool] = ..., exhausted: _Optional[bool] = ..., given: _Optional[_Iterable[bytes]] = ..., given_start: _Optional[int] = ..., received: _Optional[int] = ..., done: _Optional[bool] = ..., first: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., full: _Optional[bool] = ..., error: _Optional[str] = ..., reader: _Optional[int] = ..., generation: _Optional[int] = ..., allowed: _Optional[int] = ..., settled: _Optional[bool] = ...) -> None: ...
+    mixed: bool
+    discarded: _containers.RepeatedScalarFieldContainer[bytes]
+    candidates: _containers.RepeatedScalarFieldContainer[bytes]
+    frozen: bool
+    total: int
+    share: int
+    claims: _containers.RepeatedScalarFieldContainer[bytes]
+    gifts: _containers.RepeatedScalarFieldContainer[bytes]
+    firsts: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, key: _Optional[str] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., workers: _Optional[int] = ..., worker: _Optional[int] = ..., pad: _Optional[bool] = ..., fetched: _Optional[int] = ..., yielded: _Optional[int] = ..., wants: _Optional[bool] = ..., exhausted: _Optional[bool] = ..., given: _Optional[_Iterable[bytes]] = ..., given_start: _Optional[int] = ..., received: _Optional[int] = ..., done: _Optional[bool] = ..., first: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., full: _Optional[bool] = ..., error: _Optional[str] = ..., reader: _Optional[int] = ..., generation: _Optional[int] = ..., allowed: _Optional[int] = ..., settled: _Optional[bool] = ..., mixed: _Optional[bool] = ..., discarded: _Optional[_Iterable[bytes]] = ..., candidates: _Optional[_Iterable[bytes]] = ..., frozen: _Optional[bool] = ..., total: _Optional[int] = ..., share: _Optional[int] = ..., claims: _Optional[_Iterable[bytes]] = ..., gifts: _Optional[_Iterable[bytes]] = ..., firsts: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ShareResponse(_message.Message):
-    __slots__ = ("allowed", "settled", "give", "pad", "receive", "elements", "more")
+    __slots__ = ("allowed", "settled", "give", "pad", "receive", "elements", "more", "share", "padded", "ready", "claims", "discard")
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     SETTLED_FIELD_NUMBER: _ClassVar[int]
     GIVE_FIELD_NUMBER: _ClassVar[int]
@@ -451,6 +469,11 @@ class ShareResponse(_message.Message):
     RECEIVE_FIELD_NUMBER: _ClassVar[int]
     ELEMENTS_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    PADDED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_FIELD_NUMBER: _ClassVar[int]
     allowed: int
     settled: bool
     give: int
@@ -458,7 +481,12 @@ class ShareResponse(_message.Message):
     receive: int
     elements: _containers.RepeatedScalarFieldContainer[bytes]
     more: bool
-    def __init__(self, allowed: _Optional[int] = ..., settled: _Optional[bool] = ..., give: _Optional[int] = ..., pad: _Optional[int] = ..., receive: _Optional[int] = ..., elements: _Optional[_Iterable[bytes]] = ..., more: _Optional[bool] = ...) -> None: ...
+    share: int
+    padded: _containers.RepeatedScalarFieldContainer[bool]
+    ready: bool
+    claims: _containers.RepeatedScalarFieldContainer[bytes]
+    discard: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, allowed: _Optional[int] = ..., settled: _Optional[bool] = ..., give: _Optional[int] = ..., pad: _Optional[int] = ..., receive: _Optional[int] = ..., elements: _Optional[_Iterable[bytes]] = ..., more: _Optional[bool] = ..., share: _Optional[int] = ..., padded: _Optional[_Iterable[bool]] = ..., ready: _Optional[bool] = ..., claims: _Optional[_Iterable[bytes]] = ..., discard: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

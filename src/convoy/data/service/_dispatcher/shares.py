@@ -18,12 +18,23 @@ finds a lower generation, or another reader in its slot (an earlier resume from 
 states), starts the iteration's shares afresh from the counts the consumers saved. Another
 reader coming to a slot (rank, loader worker), or to an iteration read to its end, reads an
 epoch a second time: refused, naming the cause. No I/O: the server carries elements as opaque bytes.
+
+A resumed consumer saved once the shares were settled is *frozen*: it hands out what its state
+holds and reports its part of the settlement (how many it hands out in all, the rank's share,
+the elements it received and handed over). Beside consumers saved before (their states older
+than the settlement), the shares start afresh with those counts fixed and the rank's share
+known: elements a frozen consumer handed over to a consumer saved before (which never had
+them) are handed over again (*orphans*), and the elements a frozen consumer received from a
+consumer saved before (which has them still, or will take them again from the resumed job)
+are *claimed*: a live consumer holding one (told by its digest, see ``_client_shares``) asks,
+and the dispatcher rules which of them discard it, one per claim.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
+import hashlib
+from collections import Counter, deque
 
 from convoy.errors import FailedPreconditionError, InvalidArgumentError
 
@@ -62,6 +73,15 @@ class ShareReport:
     generation: int = 0  # resumes of the iteration so far
     allowed: int = 0  # of its elements, those the dispatcher allowed (a total)
     settled: bool = False  # it has the settled shares
+    mixed: bool = False  # it reads beside frozen consumers (it needs this record)
+    discarded: tuple[bytes, ...] = ()  # digests of claimed elements its state discarded
+    candidates: tuple[bytes, ...] = ()  # digests of its elements that match a claim, in order
+    frozen: bool = False  # resumed once settled: the fields below are its part of that
+    total: int = 0  # elements it hands out in the epoch in all
+    share: int = 0  # each rank's
+    claims: tuple[bytes, ...] = ()  # digests of the elements (not copies) it received
+    gifts: tuple[bytes, ...] = ()  # the elements (not copies) it handed over
+    firsts: tuple[bytes, ...] = ()  # its first elements, to pad with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +96,11 @@ class ShareAnswer:
     receive: int = 0  # elements it receives in all
     elements: tuple[bytes, ...] = ()  # received, from ``received`` on
     more: bool = False  # take more ahead: no consumer can go on otherwise
+    share: int = 0  # settled: each rank's
+    padded: tuple[bool, ...] = ()  # which of ``elements`` are copies ("pad")
+    ready: bool = True  # every consumer has come (resumed: take nothing before)
+    claims: tuple[bytes, ...] = ()  # ready: digests of elements to ask about when held
+    discard: tuple[bool, ...] = ()  # the rulings on its candidates so far, in order
 
 
 @dataclasses.dataclass
@@ -97,6 +122,9 @@ class _Consumer:
     receive: int = 0
     given: int = 0  # elements handed over so far
     inbox: list[bytes] = dataclasses.field(default_factory=list)
+    padded: list[bool] = dataclasses.field(default_factory=list)  # of the inbox, the copies
+    frozen: bool = False  # hands out what its state holds, alone
+    rulings: list[bool] = dataclasses.field(default_factory=list)  # discard its candidates?
 
 
 @dataclasses.dataclass
@@ -112,6 +140,13 @@ class _Iteration:
     #: settled: consumers still to receive, in order, and how many each
     owed: deque[tuple[_Consumer, int]] = dataclasses.field(default_factory=deque)
     seen: float = 0.0
+    share: int | None = None  # each rank's, when a frozen consumer said it
+    #: frozen consumers' reports, by slot; once every consumer came, what they leave to do
+    frozen: dict[tuple[int, int], ShareReport] = dataclasses.field(default_factory=dict)
+    discarded: Counter[bytes] = dataclasses.field(default_factory=Counter)
+    claims: Counter[bytes] | None = None
+    orphans: list[bytes] = dataclasses.field(default_factory=list)
+    firsts: list[bytes] = dataclasses.field(default_factory=list)
 
 
 class EqualShares:
@@ -131,15 +166,19 @@ class EqualShares:
         c = self._consumer(it, r)
         c.seen = r.now
         self._check_missing(it, r)
+        if r.frozen:
+            self._freeze(it, r)
+        self._reconcile(it)
+        self._rule(it, c, r)
         if it.settled:
             self._take(it, c, r)
-        else:
+        elif not c.frozen:
             c.fetched = max(c.fetched, r.fetched)
             c.exhausted = c.exhausted or r.exhausted
             c.left = r.done and not c.exhausted
             c.error = r.error
             c.full = r.full
-            if r.wants and r.yielded >= c.allowed:
+            if r.wants and r.yielded >= c.allowed and self._ready(it):
                 self._grant(it, c)
             c.wanting = r.wants and r.yielded >= c.allowed
             # settled only once needed: a reader saved before resumes beside the others
@@ -147,7 +186,7 @@ class EqualShares:
                 self._settle(it)
         if r.done:
             c.done = True
-            if all(other.done for other in it.consumers.values()):
+            if self._present(it) and all(other.done for other in it.consumers.values()):
                 del self._iterations[r.key]
                 if not c.left:
                     self._finished[r.key] = (it.generation, r.now)
@@ -166,11 +205,11 @@ class EqualShares:
                 f"{r.key} was resumed from saved states since this reader started (rank "
                 f"{r.rank}'s loader worker {r.worker}): it cannot go on beside them")
         if it is None:
-            if r.settled:
+            if r.settled or r.mixed:
                 raise FailedPreconditionError(
                     f"the dispatcher no longer knows the settled equal shares of {r.key} (it "
-                    "restarted while the ranks handed elements over): their readers cannot "
-                    "go on")
+                    "restarted while the ranks handed elements over, or while readers "
+                    "resumed beside readers saved once settled): their readers cannot go on")
             if r.key in self._finished and not resumed:
                 raise FailedPreconditionError(_again(r, "was read to its end"))
             it = self._iterations[r.key] = _Iteration(r.world_size, r.pad, r.now,
@@ -210,15 +249,57 @@ class EqualShares:
                     "shares were settled")
             # its own counts: 0 if new, else saved (resumed) or kept (a restarted dispatcher)
             c = it.consumers[r.rank, r.worker] = _Consumer(
-                r.rank, r.worker, r.reader, r.fetched, min(r.allowed, r.fetched), r.exhausted)
+                r.rank, r.worker, r.reader, r.fetched, min(r.allowed, r.fetched), r.exhausted,
+                frozen=r.frozen)
+            it.discarded.update(r.discarded)
         return c
+
+    # ----- consumers saved once settled, beside others saved before ------------------------------
+    def _freeze(self, it: _Iteration, r: ShareReport) -> None:
+        if it.share is not None and it.share != r.share:
+            raise InvalidArgumentError(
+                f"the readers of {r.key} saved once settled disagree on the ranks' share "
+                f"({it.share} and {r.share}): their states are of different epochs")
+        it.share = r.share
+        it.frozen[r.rank, r.worker] = r
+
+    def _ready(self, it: _Iteration) -> bool:
+        """Whether consumers may take and hand out: resumed, or beside frozen consumers, once
+        every consumer came (so the claims are known)."""
+        return not (it.resumed or it.frozen) or self._present(it)
+
+    def _reconcile(self, it: _Iteration) -> None:
+        """Once ready, the claims and orphans the frozen consumers leave (see the module)."""
+        if it.claims is not None or not self._ready(it):
+            return
+        received = Counter(d for f in it.frozen.values() for d in f.claims)
+        for gift in (g for f in it.frozen.values() for g in f.gifts):
+            if received[digest(gift)]:
+                received[digest(gift)] -= 1  # handed from frozen to frozen
+            else:
+                it.orphans.append(gift)  # to a consumer saved before: it never had it
+        it.claims = +(received - it.discarded)
+        it.firsts = next((list(f.firsts) for f in it.frozen.values() if f.firsts), [])
+
+    def _rule(self, it: _Iteration, c: _Consumer, r: ShareReport) -> None:
+        """Rule on ``c``'s new candidates: each claim is discarded by the first to ask."""
+        if it.claims is None:
+            return
+        for d in r.candidates[len(c.rulings):]:
+            hit = it.claims[d] > 0
+            if hit:
+                it.claims[d] -= 1
+            c.rulings.append(hit)
 
     def _granted(self, it: _Iteration, rank: int) -> int:
         return sum(c.allowed for c in it.consumers.values() if c.rank == rank)
 
     def _grant(self, it: _Iteration, c: _Consumer) -> None:
-        taken = sum(other.fetched for other in it.consumers.values())
-        room = taken // it.world_size - self._granted(it, c.rank)
+        if it.share is not None:  # known: no rank hands out more
+            room = it.share - self._granted(it, c.rank)
+        else:
+            taken = sum(other.fetched for other in it.consumers.values())
+            room = taken // it.world_size - self._granted(it, c.rank)
         held = c.fetched - c.allowed
         grant = min(held, room, max(1, room // it.workers[c.rank]))
         if grant > 0:
@@ -248,11 +329,9 @@ class EqualShares:
                 if c is None and not it.settled:
                     raise FailedPreconditionError(
                         f"rank {rank}'s loader worker {worker} never came to read {r.key} "
-                        f"within {r.timeout_s:.1f} s (dispatcher_timeout_ms)" + (
-                            ": resumed, it was saved after the shares of the epoch's end "
-                            "were settled, and this reader before; save every rank's "
-                            "readers at the same step" if it.resumed else ""))
-                if c is not None and not c.done and r.now - c.seen > r.timeout_s:
+                        f"within {r.timeout_s:.1f} s (dispatcher_timeout_ms)")
+                if (c is not None and not c.done and not c.frozen
+                        and r.now - c.seen > r.timeout_s):
                     raise FailedPreconditionError(
                         f"rank {rank}'s loader worker {worker} reading {r.key} has been silent "
                         f"for {r.now - c.seen:.1f} s (dispatcher_timeout_ms): it stopped?")
@@ -276,59 +355,87 @@ class EqualShares:
 
     def _settle(self, it: _Iteration) -> None:
         total = sum(c.fetched for c in it.consumers.values())
-        share = -(-total // it.world_size) if it.pad else total // it.world_size
+        share = it.share
+        if share is None:
+            share = -(-total // it.world_size) if it.pad else total // it.world_size
         surplus: list[_Consumer] = []
         wanting: list[tuple[_Consumer, int]] = []
         for rank in range(it.world_size):
             mine = [it.consumers[rank, w] for w in range(it.workers[rank])]
+            live = [c for c in mine if not c.frozen]
             need = max(0, share - self._granted(it, rank))
-            for c in mine:
+            for c in live:
                 keep = min(c.fetched - c.allowed, need)
                 c.allowed += keep
                 need -= keep
                 if c.fetched > c.allowed:
                     surplus.append(c)
-            for index, c in enumerate(mine):  # the rank's lack, spread over its consumers
-                c.receive = need // len(mine) + (index < need % len(mine))
+            for index, c in enumerate(live):  # the rank's lack, spread over its consumers
+                c.receive = need // len(live) + (index < need % len(live))
                 if c.receive:
                     wanting.append((c, c.receive))
+        it.share, it.owed, it.settled = share, deque(wanting), True
         lacking = sum(n for _, n in wanting)
+        for orphan in it.orphans[:lacking]:  # in "drop", the rest go to no one
+            self._deliver(it, orphan, False)
+        lacking = max(0, lacking - len(it.orphans))
         for c in surplus:
             c.give = min(c.fetched - c.allowed, lacking)
             lacking -= c.give
         if lacking:  # "pad" (fewer than world_size): copies of one consumer's first ones
-            first = next(c for c in it.consumers.values() if c.fetched)
-            first.pad = lacking
-        it.owed = deque(wanting)
-        it.settled = True
+            first = next((c for c in it.consumers.values() if c.fetched and not c.frozen),
+                         None)
+            if first is not None:
+                first.pad = lacking
+            elif not it.firsts:
+                raise FailedPreconditionError(
+                    f"the ranks lack {lacking} elements of {it.share} each, but no reader of "
+                    "the epoch has an element to pad with")
+            for index in range(lacking if first is None else 0):
+                self._deliver(it, it.firsts[index % len(it.firsts)], True)
 
     def _take(self, it: _Iteration, c: _Consumer, r: ShareReport) -> None:
         """Put the elements ``c`` hands over into the inboxes of those owed them."""
         fresh = r.given[max(0, c.given - r.given_start):]
-        c.given += len(fresh)
         for element in fresh:
-            if not it.owed:
-                raise InvalidArgumentError(f"more elements handed over for {r.key} than owed")
-            owed, count = it.owed[0]
-            owed.inbox.append(element)
-            if count == 1:
-                it.owed.popleft()
-            else:
-                it.owed[0] = (owed, count - 1)
+            c.given += 1
+            self._deliver(it, element, c.given > c.give, r.key)
+
+    def _deliver(self, it: _Iteration, element: bytes, padded: bool, key: str = "") -> None:
+        if not it.owed:
+            raise InvalidArgumentError(f"more elements handed over for {key} than owed")
+        owed, count = it.owed[0]
+        owed.inbox.append(element)
+        owed.padded.append(padded)
+        if count == 1:
+            it.owed.popleft()
+        else:
+            it.owed[0] = (owed, count - 1)
 
     def _answer(self, c: _Consumer, r: ShareReport) -> ShareAnswer:
         it = self._iterations.get(r.key)
-        if it is None or not it.settled:
-            return ShareAnswer(c.allowed, settled=it is None,
-                               more=it is not None and self._stuck(it, c))
+        if it is None:
+            return ShareAnswer(c.allowed, settled=True, discard=tuple(c.rulings))
+        ready = self._ready(it)
+        claims = tuple(+it.claims) if ready and it.claims else ()
+        if not it.settled:
+            return ShareAnswer(c.allowed, more=self._stuck(it, c), share=it.share or 0,
+                               ready=ready, claims=claims, discard=tuple(c.rulings))
         return ShareAnswer(c.allowed, True, c.give, c.pad, c.receive,
-                           tuple(c.inbox[r.received:]))
+                           tuple(c.inbox[r.received:]), share=it.share or 0,
+                           padded=tuple(c.padded[r.received:]), claims=claims,
+                           discard=tuple(c.rulings))
 
     def _forget(self, now: float) -> None:
         for key in [k for k, it in self._iterations.items() if now - it.seen > FORGET_AFTER_S]:
             del self._iterations[key]
         for key in [k for k, (_, at) in self._finished.items() if now - at > FORGET_AFTER_S]:
             del self._finished[key]
+
+
+def digest(message: bytes) -> bytes:
+    """An element's digest, from its codec message: equal elements have equal ones."""
+    return hashlib.blake2b(message, digest_size=16).digest()
 
 
 def _replaceable(c: _Consumer) -> bool:
