@@ -251,3 +251,14 @@ def test_a_frozen_reader_names_a_share_of_another_epoch():
     shares.report(report(0, reader=1, share=5, total=5, **base))
     with pytest.raises(InvalidArgumentError, match="disagree on the ranks' share"):
         shares.report(report(1, reader=2, share=6, total=6, **base))
+
+
+def test_a_claimed_element_found_nowhere_fails_the_settlement_naming_the_cause():
+    """The pipeline after distribute made other elements when resumed: not once each."""
+    shares = EqualShares()
+    shares.report(report(0, reader=1, generation=1, frozen=True, exhausted=True, fetched=1,
+                         allowed=1, total=1, share=1, claims=(digest(b"c"),)))
+    shares.report(report(1, reader=2, generation=1, fetched=1, exhausted=True))
+    with pytest.raises(FailedPreconditionError, match="1 elements .* not found again"):
+        shares.report(report(1, reader=2, generation=1, fetched=1, exhausted=True, wants=True,
+                             yielded=1, first=False))

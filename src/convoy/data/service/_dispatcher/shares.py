@@ -354,6 +354,14 @@ class EqualShares:
         return self._present(it) and all(c.exhausted for c in it.consumers.values())
 
     def _settle(self, it: _Iteration) -> None:
+        unfound = sum(it.claims.values()) if it.claims else 0
+        if unfound:
+            raise FailedPreconditionError(
+                f"{unfound} elements that readers saved once the shares were settled had "
+                "received were not found again among those the readers saved before hold or "
+                "took again: the pipeline after distribute makes other elements when resumed "
+                "(a batch after distribute, or randomness without a seed), so the epoch "
+                "cannot be resumed from these states with each element once")
         total = sum(c.fetched for c in it.consumers.values())
         share = it.share
         if share is None:
