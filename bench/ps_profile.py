@@ -2,7 +2,8 @@
 and messages per step, for the chief (this process), each worker and each ps.
 
 Usage: ``python bench/ps_profile.py [--steps N] [--tfstyle | --module] [--py-spy DIR]
-[--perf FILE]`` (``--module``: the step on a placed ``nn.Module``, ``ps_embedding_module``'s).
+[--perf FILE]`` (``--module``: the step on a placed ``nn.Module``, ``ps_embedding_module``'s;
+``--dynamic``: that step on ``ps_dynamic_embedding``'s model, warmed up, and Zipf ids).
 CPU and context switches come from ``/proc`` (every thread of each process), messages from
 each server's ``rpc_duration_seconds_count``. With ``--py-spy``, ``py-spy record`` samples
 every process during the measured steps and writes its raw stacks per process into DIR
@@ -25,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 import workloads  # noqa: E402
 
 import convoy as cv  # noqa: E402
@@ -59,10 +61,11 @@ def _counters(pid: int) -> dict[str, float]:
 
 def _messages(port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://localhost:{port}/metrics", timeout=5).read().decode()
-    found = {}
-    for method, count in re.findall(
-            r'rpc_duration_seconds_count\{method="(\w+)",service="[\w.]+"\} ([\d.e+]+)', text):
-        found[method] = float(count)
+    found: dict[str, float] = {}
+    for labels, count in re.findall(r"rpc_duration_seconds_count\{([^}]*)\} ([\d.e+]+)", text):
+        method = re.search(r'method="(\w+)"', labels)
+        if method:  # every status code's calls together
+            found[method[1]] = found.get(method[1], 0.0) + float(count)
     return found
 
 
@@ -72,20 +75,27 @@ def main() -> None:
     face = parser.add_mutually_exclusive_group()
     face.add_argument("--tfstyle", action="store_true")
     face.add_argument("--module", action="store_true")
+    face.add_argument("--dynamic", action="store_true")
     parser.add_argument("--py-spy", default=None, metavar="DIR")
     parser.add_argument("--perf", default=None, metavar="FILE")
     args = parser.parse_args()
     step = workloads._embedding_step_tfstyle if args.tfstyle else \
-        workloads._module_step if args.module else workloads._embedding_step
+        workloads._module_step if args.module or args.dynamic else workloads._embedding_step
     with _MeteredCluster(num_workers=2, num_ps=2) as cluster:
         strategy = cv.distribute.ParameterServerStrategy(
             cluster.resolver(),
             variable_partitioner=cv.distribute.partitioners.FixedShardsPartitioner(2))
         with strategy.scope():
             made = workloads._embedding_module() if args.module else \
+                (cv.torch.place(workloads.DynamicEmbeddingModel()),
+                 cv.optimizers.SGD(workloads.LEARNING_RATE)) if args.dynamic else \
                 workloads._embedding_variables(not args.tfstyle)
+        if args.dynamic:  # the bench's warm-up: a million rows made
+            for first in range(0, workloads.WARM_ROWS, 50_000):
+                made[0].bag.table.lookup(np.arange(first, first + 50_000))
         coordinator = cv.distribute.ClusterCoordinator(strategy)
-        iterator = iter(coordinator.create_per_worker_dataset(workloads._embedding_dataset))
+        dataset_fn = workloads._zipf_dataset if args.dynamic else workloads._embedding_dataset
+        iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
         step_args = (iterator, *made)
         for _ in range(50):
             coordinator.schedule(step, step_args)
@@ -103,7 +113,7 @@ def main() -> None:
             for name, pid in processes.items():
                 spies.append(subprocess.Popen(
                     [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
-                     "--rate", "100", "--nonblocking", "--threads", "--format", "raw",
+                     "--rate", "100", "--nonblocking", "--threads", "--gil", "--format", "raw",
                      "--output", f"{args.py_spy}/{name}.txt"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)
@@ -131,7 +141,8 @@ def main() -> None:
         coordinator.shutdown()
     per_step = {name: {key: (after[name][key] - before[name][key]) / args.steps
                        for key in before[name]} for name in processes}
-    face = "tfstyle" if args.tfstyle else "module" if args.module else "torch"
+    face = "tfstyle" if args.tfstyle else "module" if args.module else \
+        "dynamic" if args.dynamic else "torch"
     print(f"{args.steps / seconds:.0f} steps/s, {face}")
     print(f"{'process':<8}{'user ms':>9}{'sys ms':>9}{'vol cs':>8}{'invol cs':>9}{'faults':>8}"
           "  messages")
