@@ -140,13 +140,14 @@ class _Iteration:
     #: settled: consumers still to receive, in order, and how many each
     owed: deque[tuple[_Consumer, int]] = dataclasses.field(default_factory=deque)
     seen: float = 0.0
-    share: int | None = None  # each rank's, when a frozen consumer said it
-    #: frozen consumers' reports, by slot; once every consumer came, what they leave to do
+    share: int | None = None  # each rank's: as frozen consumers said, or once settled
+    #: frozen consumers' latest reports, by slot
     frozen: dict[tuple[int, int], ShareReport] = dataclasses.field(default_factory=dict)
-    discarded: Counter[bytes] = dataclasses.field(default_factory=Counter)
+    discarded: Counter[bytes] = dataclasses.field(default_factory=Counter)  # by the states
+    #: once every consumer came: the elements to discard (digests), to hand over again
     claims: Counter[bytes] | None = None
     orphans: list[bytes] = dataclasses.field(default_factory=list)
-    firsts: list[bytes] = dataclasses.field(default_factory=list)
+    firsts: list[bytes] = dataclasses.field(default_factory=list)  # a frozen one's, to pad
 
 
 class EqualShares:
