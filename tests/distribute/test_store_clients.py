@@ -15,7 +15,7 @@ import pytest
 
 from convoy._transport import rpc as _rpc
 from convoy.distribute._operations import Create, Gather, Read, ScatterAdd
-from convoy.distribute._store_clients import remote_store
+from convoy.distribute._store_clients import execute_all, remote_store
 from convoy.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from convoy.testing import TrainingCluster, free_port, stop_process
 
@@ -25,14 +25,14 @@ ROWS, WIDTH = 64, 4  # the shape of the ``table`` fixture's variable
 def counting_calls(store):
     """Wrap the store's Execute stream so the number of messages sent can be read."""
     counted = {"calls": 0}
-    call = store._stream.call
+    begin = store._stream.begin
 
     def counting(*args, **kwargs):
         counted["calls"] += 1
-        return call(*args, **kwargs)
+        return begin(*args, **kwargs)
 
-    store._stream.call = counting
-    return counted, lambda: delattr(store._stream, "call")
+    store._stream.begin = counting
+    return counted, lambda: delattr(store._stream, "begin")
 
 
 @pytest.mark.timeout(60)
@@ -78,6 +78,35 @@ def test_queued_operation_lists_share_calls(table):
         restore()
     assert 0 < counted["calls"] < 100, "queued operation lists were not sent together"
     assert store.execute([Read(name)])[0].sum() == 200 * WIDTH
+
+
+@pytest.mark.timeout(60)
+def test_a_caller_sends_from_its_own_thread_when_nothing_is_queued_yet_after_what_is(table):
+    """execute_all sends from the calling thread when the store is idle (no hand-over to the
+    sender thread), and never ahead of a list queued before: a read after this thread's
+    queued updates sees them all."""
+    store, name = table
+    senders = []
+    begin = store._stream.begin
+
+    def noting(*args, **kwargs):
+        senders.append(threading.current_thread())
+        return begin(*args, **kwargs)
+
+    store._stream.begin = noting
+    try:
+        before = store.execute([Read(name)])[0].sum()
+        senders.clear()
+        assert execute_all([(store, [Read(name)])])[0][0].sum() == before
+        assert senders == [threading.current_thread()]  # idle: sent from here
+        for round_ in range(20):
+            for i in range(10):  # queued: the sender thread sends them, in messages of its own
+                store.execute_async([ScatterAdd(name, np.array([i]), np.ones((1, WIDTH)))])
+            total = execute_all([(store, [Read(name)])])[0][0].sum()
+            assert total == before + (round_ + 1) * 10 * WIDTH  # all queued before, applied
+    finally:
+        del store._stream.begin
+    assert any(thread is not threading.current_thread() for thread in senders)
 
 
 @pytest.mark.timeout(60)

@@ -126,6 +126,13 @@ class Channel(Generic[T]):
                 raise Closed(f"{self.name}: closed")
             return []
 
+    def wait_for_items(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` until an item is there to take, or the channel has ended
+        (True: the next ``get`` says which); False if neither happened in time."""
+        with self._cond:
+            return self._wait(lambda: bool(self._items) or self._closed or self._cancelled,
+                              timeout)
+
     def put_back(self, items: list[T]) -> bool:
         """Put ``items`` back at the front, in their order, without waiting (they count
         towards the bounds from then on); False if nothing more will be taken (cancelled, or

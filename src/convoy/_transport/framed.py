@@ -175,6 +175,11 @@ class FramedStream:
         """Send ``request``; its answer (a read-only view), within ``timeout`` seconds (else
         :class:`~convoy.errors.DeadlineExceededError`). An error the server answered is
         raised as itself, and the connection stays open."""
+        self.send(request)
+        return self.receive(timeout)
+
+    def send(self, request: bytes | memoryview) -> None:
+        """Send ``request`` (the first half of :meth:`call`; :meth:`receive` its answer)."""
         sock = self._socket
         if sock is None:
             raise errors.UnavailableError(f"{self._where}: not connected")
@@ -183,20 +188,33 @@ class FramedStream:
             raise errors.UnavailableError(
                 f"{self._where}: the connection had ended before this request (the server "
                 f"stopped, or was restarted); the request was not sent")
-        deadline = time.monotonic() + timeout
         try:
             _send(sock, REQUEST, request)
+        except BaseException as error:  # the framing is lost (KeyboardInterrupt mid-frame too)
+            self.close()
+            if isinstance(error, OSError) and not isinstance(error, errors.ConvoyError):
+                raise errors.UnavailableError(f"{self._where}: {error} while sending a "
+                                              "request") from None
+            raise
+
+    def receive(self, timeout: float) -> memoryview:
+        """The answer to the request :meth:`send` sent, as :meth:`call` returns it."""
+        sock = self._socket
+        if sock is None:
+            raise errors.UnavailableError(f"{self._where}: not connected")
+        deadline = time.monotonic() + timeout
+        try:
             while True:
                 kind, body = self._read_frame(sock, deadline, "its answer", timeout)
                 if kind in (ANSWER, ERROR):
                     break
                 if kind != ALIVE:
                     raise errors.DataLossError(f"{self._where}: an answer of kind {kind}")
-        except BaseException as error:  # the framing is lost (KeyboardInterrupt mid-frame too)
+        except BaseException as error:  # the framing is lost
             self.close()
             if isinstance(error, OSError) and not isinstance(error, errors.ConvoyError):
-                raise errors.UnavailableError(f"{self._where}: {error} while sending a request "
-                                              "or waiting for its answer") from None
+                raise errors.UnavailableError(f"{self._where}: {error} while waiting for an "
+                                              "answer") from None
             raise
         if kind == ERROR:
             raise _error_of(body, self._where)

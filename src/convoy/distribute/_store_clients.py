@@ -9,7 +9,7 @@ next operation raises CancelledError.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from typing import Any, Protocol
 
@@ -68,8 +68,19 @@ class LocalStore:
 
 
 def execute_all(calls: Sequence[tuple[Store, Sequence[Operation]]]) -> list[list[Any]]:
-    """Run each ``(store, operations)`` call, all at once; returns their results in order."""
-    futures = [store.execute_async(operations) for store, operations in calls]
+    """Run each ``(store, operations)`` call, all at once; returns their results in order.
+    A parameter server that has nothing else queued gets its call from this thread, with no
+    hand-over to its sender thread: all are sent, then their answers read."""
+    started: list[tuple[Future[list[Any]], Callable[[], None] | None]] = []
+    try:
+        for store, operations in calls:
+            started.append(store.begin(operations) if isinstance(store, RemoteStore)
+                           else (store.execute_async(operations), None))
+    finally:
+        for _, finish in started:
+            if finish is not None:
+                finish()
+    futures = [future for future, _ in started]
     if len(futures) > 1:  # woken once, by the last answer, not once per answer still due
         wait(futures)
     return [future.result() for future in futures]
@@ -95,6 +106,8 @@ class RemoteStore:
     Operation lists from all threads of the process travel on one ``Execute`` stream, one
     message in flight at a time, carrying every list queued meanwhile. Under load, concurrent
     training steps so share messages, and the per-message cost is paid once for all of them.
+    A caller waiting for its answers (:func:`execute_all`) sends its message itself when
+    nothing is queued or on its way, sparing two hand-overs between threads.
     :attr:`lists_sent` counts the lists.
     """
 
@@ -111,6 +124,7 @@ class RemoteStore:
                                     security)  # the sender thread's only
         self._pending: Channel[_Pending] = Channel(f"operation lists for the ps at {address}")
         self._sender: threading.Thread | None = None
+        self._talking = threading.Lock()  # held while a message is on its way, by its sender
         self._lists_sent = 0
         self._counting = threading.Lock()
 
@@ -145,32 +159,86 @@ class RemoteStore:
         Their arrays are read when the message is sent: leave them unchanged until then. In a
         scheduled function, a read may take an answer read ahead, and the first read sends
         the function's plan along (see :mod:`convoy.distribute._readahead`)."""
-        raise_if_cancelled()
-        operations = list(operations)
-        call = current_call()
-        if call is None:
-            return self._queue(operations)
-        answer, ahead = call.reads.on_operations(self, operations)
-        if answer is not None:
-            return answer
-        future = self._queue(operations)
-        for store, key in ahead:
-            call.reads.prefetched((store, key), store.read_ahead(key))
+        future, finish = self._lists(operations, inline=False)
+        assert finish is None
         return future
+
+    def begin(self, operations: Sequence[Operation]
+              ) -> tuple[Future[list[Any]], Callable[[], None] | None]:
+        """As :meth:`execute_async`, but when nothing is queued for this store and no message
+        is on its way, the message leaves from this thread, now; then the function returned
+        with the future must be called (soon: the store's other callers wait for it), and
+        reads the answer into the future."""
+        return self._lists(operations, inline=True)
 
     def read_ahead(self, key: str) -> Future[list[Any]]:
         """Queue a read of variable ``key`` made ahead of a scheduled function's own (which
         then takes its answer): sent as is, past the function's read-ahead."""
-        return self._queue([Read(key)])
-
-    def _queue(self, operations: list[Operation]) -> Future[list[Any]]:
         future: Future[list[Any]] = Future()
-        with self._counting:
-            self._lists_sent += 1
-        self._pending.put((operations, future))
+        self._queue([([Read(key)], future)])
+        return future
+
+    def _lists(self, operations: Sequence[Operation], inline: bool
+               ) -> tuple[Future[list[Any]], Callable[[], None] | None]:
+        raise_if_cancelled()
+        future: Future[list[Any]] = Future()
+        batch: list[_Pending] = [(list(operations), future)]
+        call = current_call()
+        ahead: list[tuple[Any, str]] = []
+        if call is not None:
+            answer, ahead = call.reads.on_operations(self, batch[0][0])
+            if answer is not None:
+                return answer, None
+            for store, key in ahead:  # this store's reads ahead go in the same message
+                if store is self:
+                    read: Future[list[Any]] = Future()
+                    batch.append(([Read(key)], read))
+                    call.reads.prefetched((store, key), read)
+        finish = self._send_now(batch) if inline else None
+        if finish is None and not future.done():
+            self._queue(batch)
+        if call is not None:
+            for store, key in ahead:
+                if store is not self:
+                    call.reads.prefetched((store, key), store.read_ahead(key))
+        return future, finish
+
+    def _send_now(self, batch: list[_Pending]) -> Callable[[], None] | None:
+        """Send ``batch`` from this thread if nothing is queued or on its way; the function
+        that reads the answer (None: not sent, or settled already)."""
+        if not self._talking.acquire(blocking=False):
+            return None
+        try:
+            if len(self._pending):
+                self._talking.release()
+                return None
+            self._count(len(batch))
+            finish = self._start(batch)
+        except BaseException:
+            self._talking.release()
+            raise
+        if finish is None:
+            self._talking.release()
+            return None
+
+        def finish_and_release() -> None:
+            try:
+                finish()
+            finally:
+                self._talking.release()
+
+        return finish_and_release
+
+    def _queue(self, batch: list[_Pending]) -> None:
+        self._count(len(batch))
+        for pending in batch:
+            self._pending.put(pending)
         if self._sender is None:
             self._start_sender()
-        return future
+
+    def _count(self, lists: int) -> None:
+        with self._counting:
+            self._lists_sent += lists
 
     def _start_sender(self) -> None:
         with self._lock:
@@ -181,39 +249,58 @@ class RemoteStore:
 
     def _send_forever(self) -> None:
         while True:
-            batch = self._pending.get_many(MAX_LISTS_PER_MESSAGE, timeout=EXECUTE_TIMEOUT_S)
-            if not batch:
+            if not self._pending.wait_for_items(timeout=EXECUTE_TIMEOUT_S):
                 continue
-            try:
-                self._send(batch)
-            except Exception as error:  # e.g. an answer of the wrong shape: no caller hangs
-                failure = DataLossError(f"Execute at {self.address}: a bad answer: {error}")
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(failure)
+            # Lists are taken only while talking: a list sent from a caller's thread never
+            # passes one queued before it.
+            with self._talking:
+                batch = self._pending.get_many(MAX_LISTS_PER_MESSAGE, timeout=0)
+                try:
+                    finish = self._start(batch) if batch else None
+                    if finish is not None:
+                        finish()
+                except Exception as error:  # e.g. an answer of the wrong shape: no caller hangs
+                    _fail(batch, DataLossError(f"Execute at {self.address}: {error}"))
 
-    def _send(self, batch: list[_Pending]) -> None:
+    def _start(self, batch: list[_Pending]) -> Callable[[], None] | None:
+        """Send ``batch``'s message; the function that reads its answer into the futures
+        (None: they are settled already, the message not sent)."""
         try:
             request = encode([operations for operations, _ in batch])
         except InvalidArgumentError:  # somebody's operations do not pickle: fail only theirs
             if len(batch) > 1:
                 for one in batch:
-                    self._send([one])
-                return
+                    alone = self._start([one])
+                    if alone is not None:
+                        alone()
+                return None
             batch[0][1].set_exception(_unpicklable(batch[0][0]))
-            return
+            return None
         try:
-            outcomes = load_execute_answer(
-                self._stream.call(request, timeout=EXECUTE_TIMEOUT_S), len(batch), self.address)
+            receive = self._stream.begin(request, timeout=EXECUTE_TIMEOUT_S)
         except Exception as error:
-            for _, future in batch:
-                future.set_exception(error)
-            return
-        for (_, future), outcome in zip(batch, outcomes, strict=True):
-            if outcome.ok:
-                future.set_result(outcome.value)
-            else:
-                future.set_exception(outcome.error)
+            _fail(batch, error)
+            return None
+
+        def finish() -> None:
+            try:
+                outcomes = load_execute_answer(receive(), len(batch), self.address)
+            except Exception as error:
+                _fail(batch, error)
+                return
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if outcome.ok:
+                    future.set_result(outcome.value)
+                else:
+                    future.set_exception(outcome.error)
+
+        return finish
+
+
+def _fail(batch: list[_Pending], error: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(error)
 
 
 def _unpicklable(operations: list[Operation]) -> InvalidArgumentError:

@@ -6,6 +6,9 @@ and the chief's ``Run`` messages to a worker go on the server's framed port (see
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from convoy._transport import rpc as _rpc
 from convoy._transport.framed import FramedStream
 from convoy._transport.security import Security
@@ -38,6 +41,12 @@ class MethodStream:
 
     def call(self, request: bytes, timeout: float | None) -> bytes | memoryview:
         """Send one request; its answer (within ``timeout`` seconds; None: no limit)."""
+        return self.begin(request, timeout)()
+
+    def begin(self, request: bytes, timeout: float | None) -> Callable[[], bytes | memoryview]:
+        """Send one request; the function that waits for its answer (within ``timeout``
+        seconds of its call) and returns it. Call it before the next ``begin``: in between,
+        this thread may send requests to other servers, so that they answer at once."""
         try:
             framed = self._framed
             if framed is not None and not framed.connected and not self._asked:
@@ -46,9 +55,18 @@ class MethodStream:
                 if port is not None:
                     framed.connect(port)
             if framed is not None and framed.connected:
-                return framed.call(request, float("inf") if timeout is None else timeout)
+                framed.send(request)
+                return functools.partial(self._receive, framed,
+                                         float("inf") if timeout is None else timeout)
             answer: bytes = self._grpc.call(request, timeout=timeout)
-            return answer
+            return lambda: answer
+        except Exception:
+            self._asked = False
+            raise
+
+    def _receive(self, framed: FramedStream, timeout: float) -> memoryview:
+        try:
+            return framed.receive(timeout)
         except Exception:
             self._asked = False
             raise
