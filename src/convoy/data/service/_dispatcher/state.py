@@ -60,6 +60,29 @@ def fresh_id_base() -> int:
 RESUMED_SLOT = "resumed-task-"
 
 _RECORDS = ("datasets", "jobs", "iterations", "tasks", "workers", "clients")
+#: Values ``_plain`` returns as they are: immutable, so ``dataclasses.asdict``'s copy is them.
+_ATOMS = (str, int, float, bytes, type(None))
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict(value)``, several times faster on records of plain values (the
+    tests snapshot the state after every event)."""
+    if isinstance(value, _ATOMS):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if type(value) is tuple:
+        return tuple(_plain(v) for v in value)
+    return dataclasses.asdict(_Boxed(value))["value"]  # namedtuples, sets...: asdict's way
+
+
+@dataclasses.dataclass
+class _Boxed:
+    value: Any
 
 
 class DispatcherState:
@@ -209,7 +232,7 @@ class DispatcherState:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain data, records by id and indexes included (for tests)."""
-        plain: dict[str, Any] = {name: {key: dataclasses.asdict(record)
+        plain: dict[str, Any] = {name: {key: _plain(record)
                                         for key, record in getattr(self.records, name).items()}
                                  for name in _RECORDS}
         plain.update(named_jobs=dict(self.named_jobs), iteration_keys=dict(self.iteration_keys),
