@@ -134,8 +134,13 @@ def log_lines(server: ServerProcess, text: str) -> list[str]:
 @pytest.mark.parametrize("kind", ["tmpfs", "simulated"])
 def test_a_full_journal_disk_pauses_a_read_which_completes_once_space_is_freed(
         kind: str, tmp_path: Path) -> None:
-    if kind == "tmpfs" and (why := can_mount()):
+    why = can_mount()
+    if kind == "tmpfs" and why:
         pytest.skip(f"no tmpfs can be mounted here ({why}): the simulated variant runs")
+    if kind == "simulated" and not why and not os.environ.get("CONVOY_STRESS"):
+        # the real disk fills here; the simulated one still has its test below (and the
+        # command's, tests/cli/test_errors.py)
+        pytest.skip("a tmpfs fills here, a real full disk: CONVOY_STRESS=1 runs this too")
     disk = Disk(kind, tmp_path)
     metrics_port = free_port()
     dispatcher = ServerProcess(
