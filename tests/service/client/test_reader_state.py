@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import pytest
@@ -525,20 +526,32 @@ class Model:
             self.outcome = expected[0]
 
 
+@functools.cache
+def event_kinds(asked: bool, unreturned: bool) -> Any:
+    """What kind of event comes next: weights by repetition, so that the events that end the
+    reading are rare and runs go on (one strategy for each case, built once: hypothesis
+    spends more time building a strategy of 600 choices than drawing from it)."""
+    kinds = (["next"] * 8 + ["view"] * 3 + ["tick"] * 4 + ["answer"] * 12 * asked
+             + ["returned"] * 4 * unreturned)
+    return hs.sampled_from([*kinds * 20, "close", "heartbeat_failed"])
+
+
+TASK_SETS = hs.sets(hs.sampled_from(TASKS))
+TICKS = hs.sampled_from([0.1, 0.5, 2.0, 5.0])
+ONE_IN_20 = hs.sampled_from(range(20))
+
+
 def draw_event(draw: Any, model: Model) -> Any:
-    # weights by repetition: events that end the reading are rare, so runs go on
-    kinds = (["next"] * 8 + ["view"] * 3 + ["tick"] * 4 + ["answer"] * 12 * bool(model.asked)
-             + ["returned"] * 4 * (model.unreturned > 0))
-    kind = draw(hs.sampled_from([*kinds * 20, "close", "heartbeat_failed"]))
+    kind = draw(event_kinds(bool(model.asked), model.unreturned > 0))
     if kind == "view":  # mostly the tasks known so far, and maybe new ones
-        listed = draw(hs.sets(hs.sampled_from(TASKS)))
+        listed = draw(TASK_SETS)
         if draw(hs.integers(0, 3)):
             listed |= model.known - model.ended
         return view(*sorted(listed), finished=not draw(hs.integers(0, 5)))
     if kind == "next":
         return ev.NextRead(model.now)
     if kind == "tick":
-        return draw(hs.sampled_from([0.1, 0.5, 2.0, 5.0]))
+        return draw(TICKS)
     if kind == "returned":
         return ev.ElementsReturned(draw(hs.integers(1, model.unreturned)))
     if kind == "close":
@@ -549,7 +562,7 @@ def draw_event(draw: Any, model: Model) -> Any:
     count = draw(hs.integers(0, model.asked[task_id]))
     answers = ([ev.ElementsArrived(task_id, count)] * 4 + [ev.EndOfSequence(task_id)] * 2
                + [ev.WorkerUnreachable(task_id, REFUSED, model.now)] * 6)
-    if not draw(hs.sampled_from(range(20))):  # ends the reading: rare
+    if not draw(ONE_IN_20):  # ends the reading: rare
         return ev.ReadFailed(task_id, UnavailableError("reset"))
     return draw(hs.sampled_from(answers))
 
