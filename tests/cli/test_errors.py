@@ -270,8 +270,9 @@ def test_a_dispatcher_started_on_a_full_disk_names_the_journal(answers, answers_
                     str(answers_dir / "work" / "journal"), "No space left on device")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def worker() -> Iterator[ServerProcess]:
+    """A data-service worker, only asked what it is: one for the module."""
     cluster = ProcessCluster(num_workers=1)
     try:
         yield cluster.workers[0]
