@@ -32,7 +32,8 @@ test: $(STAMP)
 STRESS ?= 5
 stress: $(STAMP)
 	CONVOY_STRESS=$(STRESS) $(PY) -m pytest -q -n $(TEST_WORKERS) tests/torch \
-		tests/distribute/test_convergence.py tests/chaos/test_full_disk.py
+		tests/distribute/test_convergence.py tests/chaos/test_full_disk.py \
+		tests/chaos/test_chaos.py
 
 # The parsers' fuzz test, longer, against a build of the compiled parser with AddressSanitizer
 # and UndefinedBehaviorSanitizer (into build/fuzz; the installed one is left alone).
