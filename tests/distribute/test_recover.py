@@ -18,8 +18,8 @@ from convoy.testing import TrainingCluster, free_port
 
 
 class _Run:
-    """A strategy, coordinator, two variables (one on each ps), a placed torch module, an
-    Adagrad optimizer and a checkpoint manager."""
+    """A strategy, coordinator, two variables (one on each ps), a placed torch module, a
+    dynamic embedding (rows on both ps), an Adagrad optimizer and a checkpoint manager."""
 
     def __init__(self, resolver, directory):
         self.strategy = cv.distribute.ParameterServerStrategy(resolver)
@@ -29,20 +29,27 @@ class _Run:
             self.bias = cv.Variable(np.float32(0), name="bias")
             torch.manual_seed(0)
             self.model = cv.torch.place(torch.nn.Linear(4, 1))
+            self.embedding = cv.torch.place(cv.torch.DynamicEmbedding(3, seed=1))
             self.optimizer = cv.optimizers.Adagrad(0.1)
+        self.steps = 0  # each step makes rows of new ids
         self.checkpoint = cv.train.Checkpoint(weights=self.weights, bias=self.bias,
-                                              model=self.model, optimizer=self.optimizer)
+                                              model=self.model, embedding=self.embedding,
+                                              optimizer=self.optimizer)
         self.manager = cv.train.CheckpointManager(self.checkpoint, directory)
 
     def train(self, steps):
         weights, bias, model, optimizer = self.weights, self.bias, self.model, self.optimizer
+        embedding = self.embedding
 
         def step(i):
             model(torch.full((2, 4), float(i))).sum().backward()
+            embedding(torch.tensor([i, i + 1000, i + 2000])).sum().backward()
             optimizer.apply_gradients([(np.full(4, i % 3 + 1, np.float32), weights),
-                                       (np.float32(-1), bias), *model.gradients()])
+                                       (np.float32(-1), bias), *model.gradients(),
+                                       *embedding.gradients()])
 
-        for i in range(steps):
+        first, self.steps = self.steps, self.steps + steps
+        for i in range(first, first + steps):
             self.coordinator.schedule(step, args=(i,))
         self.coordinator.join()
 
@@ -65,8 +72,11 @@ def lose_ps(run, cluster):
 
 
 def check_recovery(run, tmp_path, saved):
-    """After recover: the checkpoint's values, and training goes on with the same objects."""
+    """After recover: the checkpoint's values (the dynamic table holds the checkpoint's rows
+    alone, on both ps), and training goes on with the same objects."""
     assert_same(run.state(tmp_path / "after"), saved)
+    [ids] = [value for name, value in saved.items() if name.endswith("table.ids")]
+    assert ids.size and run.embedding.size() == ids.size
     iterations = int(run.optimizer.iterations.numpy())
     run.train(4)
     assert int(run.optimizer.iterations.numpy()) == iterations + 4

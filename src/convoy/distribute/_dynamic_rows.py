@@ -130,6 +130,11 @@ class DynamicRows:
         self._seen = np.empty(capacity, np.int64) if self.eviction else None  # last tick / hits
         self.evictions = 0
 
+    def emptied(self) -> DynamicRows:
+        """A table of the same configuration holding no rows (nor optimizer state)."""
+        return DynamicRows(self.dim, self.dtype, initializer=self.initializer,
+                           max_rows=self.max_rows, eviction=self.eviction)
+
     # Lookup and creation.
 
     def size(self) -> int:

@@ -82,10 +82,12 @@ class DynamicTable:
         if strategy is not None:
             key = f"{strategy._unique(self.name)}@{strategy._token}"
         per_shard = None if max_rows is None else -(-max_rows // len(stores))
-        config = {"dim": dim, "dtype": self.dtype.str, "initializer": self.initializer,
-                  "max_rows": per_shard, "eviction": eviction}
-        execute_all([(store, [TableCreate(key, config)]) for store in stores])
+        self.shard_config = {"dim": dim, "dtype": self.dtype.str, "initializer": self.initializer,
+                             "max_rows": per_shard, "eviction": eviction}
+        execute_all([(store, [TableCreate(key, self.shard_config)]) for store in stores])
         self.shards = [_Shard(store, key) for store in stores]
+        if strategy is not None:  # strategy.recover makes it again on a lost ps
+            strategy._tables.add(self)
         self._remembered: tuple[weakref.ref[np.ndarray], list[tuple[int, np.ndarray]]] | None \
             = None
 
@@ -202,9 +204,10 @@ class DynamicTable:
                 "slots": slots, "slot_initial": {name: _initial(parts, name) for name in names},
                 "scalars": scalars}
 
-    def load(self, state: dict[str, Any]) -> None:
+    def load(self, state: dict[str, Any], replace: bool = False) -> None:
         """Set the rows (and slots, and per-table optimizer state) of ``state``'s ids, made
-        where missing, each on the shard its id now hashes to."""
+        where missing, each on the shard its id now hashes to; with ``replace``, the table
+        then holds those rows alone."""
         ids = checked_ids(state["ids"], "state['ids']")
         rows = np.asarray(state["rows"], self.dtype).reshape(ids.size, self.dim)
         slots = {name: np.asarray(value, self.dtype).reshape(ids.size, self.dim)
@@ -218,7 +221,7 @@ class DynamicTable:
                     "slots": {name: take_rows(v, at) for name, v in slots.items()},
                     "slot_initial": dict(state.get("slot_initial") or {}),
                     "scalars": dict(state.get("scalars") or {})}
-            calls.append((shard.store, [TableImport(shard.key, part)]))
+            calls.append((shard.store, [TableImport(shard.key, part, replace)]))
         execute_all(calls)
 
     def __repr__(self) -> str:

@@ -228,10 +228,12 @@ class TableExport(NamedTuple):
 @_operation("table_import")
 class TableImport(NamedTuple):
     """Set the rows and slots of ``state``'s ids in table ``key`` (an export's dict, perhaps
-    a part of one), and its per-table optimizer state."""
+    a part of one), and its per-table optimizer state; with ``replace``, the table holds
+    nothing else after (a checkpoint restored)."""
 
     key: str
     state: dict[str, Any]
+    replace: bool = False
 
 
 #: The update kinds a variable offers as ``assign*`` (a whole new value or delta).

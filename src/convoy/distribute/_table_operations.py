@@ -88,10 +88,12 @@ def _export(store: Any, key: str) -> dict[str, Any]:
     return table(store, key).export()
 
 
-def _import(store: Any, key: str, state: dict[str, Any]) -> None:
+def _import(store: Any, key: str, state: dict[str, Any], replace: bool = False) -> None:
     rows = table(store, key)
     if type(state) is not dict or "ids" not in state or "rows" not in state:
         raise InvalidArgumentError("table_import takes a dict with 'ids' and 'rows'")
+    if replace:
+        rows = store.tables[key] = rows.emptied()
     before = rows.evictions
     rows.load(state["ids"], state["rows"], state.get("slots"), state.get("slot_initial"))
     _count(key, rows, before)

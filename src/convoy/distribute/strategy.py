@@ -109,6 +109,7 @@ class ParameterServerStrategy:
         #: The variables placed on the ps (shards one by one), by key: what recover() remakes.
         self._placed: weakref.WeakValueDictionary[str, Variable] = \
             weakref.WeakValueDictionary()
+        self._tables: weakref.WeakSet[Any] = weakref.WeakSet()  # its DynamicTables
         self._lock = threading.Lock()
         self._colocation = threading.local()  # .variable: where colocate_vars_with places
         self.extended = StrategyExtended(self)
@@ -230,8 +231,9 @@ class ParameterServerStrategy:
     def recover(self, checkpoint_manager: Any, timeout_s: float = 300.0) -> str:
         """After a parameter server was lost (``join``/``fetch`` raised ``UnavailableError``),
         wait for it to answer again, at its address or the one the cluster resolver now
-        gives, make this strategy's variables again on it and restore every variable (on all
-        parameter servers) and everything else ``checkpoint_manager``'s checkpoint holds
+        gives, make this strategy's variables and dynamic tables again on it and restore every
+        variable and table (on all parameter servers) and everything else
+        ``checkpoint_manager``'s checkpoint holds
         from its latest checkpoint; returns that checkpoint's path. The same coordinator,
         variables, models and optimizers then go on; the updates made since the checkpoint
         are lost. Raises UnavailableError naming the parameter servers that did not answer
@@ -292,29 +294,29 @@ class ParameterServerStrategy:
                     time.sleep(0.2)
 
     def _remake(self, index: int, spec: ClusterSpec) -> bool:
-        """Point ps ``index``'s variables at its address in ``spec`` and make them there again
-        (zeros, until restored) if that ps lost them; whether it did."""
+        """Point ps ``index``'s variables and dynamic-table shards at its address in ``spec``
+        and make them there again (zeros and empty tables, until restored) if that ps lost
+        them; whether it did."""
         old = self._stores[index]
         store = RemoteStore.get(spec.task_address("ps", index), index)
         variables = [v for v in list(self._placed.values()) if v.handle.store is old]
+        tables = [t for t in list(self._tables) if t.shards[index].store is old]
         moved = store is not old
         if moved:
             self._stores[index] = store
             self.cluster_spec = _with_ps(self.cluster_spec, index, store.address)
             for variable in variables:
                 variable._move(store)
+            for table in tables:
+                table.shards[index] = table.shards[index]._replace(store=store)
             _forget_pickles()
-        if not variables:
+        if not variables and not tables:
             return moved
-        if not moved:
-            probe = min(variables, key=lambda v: int(np.prod(v.shape)))
-            try:
-                store.execute([ops.Read(probe.handle.key)])
-                return False
-            except NotFoundError:
-                pass
+        if not moved and not _lost(store, variables, [t.shards[index].key for t in tables]):
+            return False
         store.execute([ops.Create(v.handle.key, np.zeros(v.shape, v.dtype), True)
-                       for v in variables])
+                       for v in variables] +
+                      [ops.TableCreate(t.shards[index].key, t.shard_config, True) for t in tables])
         return True
 
     def _reconnect_workers(self, stores: list[RemoteStore], timeout_s: float) -> None:
@@ -387,6 +389,21 @@ def _with_ps(spec: ClusterSpec, index: int, address: str) -> ClusterSpec:
             for job in spec.jobs}
     jobs["ps"][index] = address
     return ClusterSpec(jobs)
+
+
+def _lost(store: RemoteStore, variables: list[Variable], tables: list[str]) -> bool:
+    """Whether ``store`` lost what it held: one of ``variables`` (the smallest) or of the
+    dynamic ``tables`` (keys) is missing there."""
+    if variables:
+        probe = min(variables, key=lambda v: int(np.prod(v.shape)))
+        operation: Any = ops.Read(probe.handle.key)
+    else:
+        operation = ops.TableStats(tables[0])
+    try:
+        store.execute([operation])
+        return False
+    except NotFoundError:
+        return True
 
 
 def _forget_pickles() -> None:

@@ -164,7 +164,7 @@ class _DynamicBase(nn.Module):
                 continue
             state[group][name] = float(value) if group == "slot_initial" else _numpy(value)
         try:
-            self.table.load(state)
+            self.table.load(state, replace=True)  # as a weight loaded: the saved rows alone
         except InvalidArgumentError as error:
             error_msgs.append(f"{prefix}{_PREFIX}: {error}")
 

@@ -255,7 +255,7 @@ def _reduce_ex(self: nn.Module, protocol: Any) -> Any:
     # Rebuilt from the module's own class, pickled once per process (a class defined in a
     # script pickles by value, slowly); empty hook tables are remade, not sent.
     base = type(self).__bases__[0]
-    state = {k: v for k, v in self.__dict__.items()
+    state = {k: v for k, v in self.__getstate__().items()  # the module's own (not __dict__)
              if not (isinstance(v, (dict, set)) and not v and k != "_convoy_slots")}
     return (_rebuild, (_pickled_class(base), tuple(self.__dict__["_convoy_slots"]),
                        _is_root(self)), state)

@@ -26,9 +26,10 @@ def gradients(self: nn.Module) -> list[tuple[Any, Any]]:
     parameters read whole, :class:`~convoy.IndexedSlices` of the rows looked up for
     embeddings. Releases those tensors."""
     taken = local.state.grads.pop(self.__dict__["_convoy_token"], [])
+    # (the tables' own method: a placed root that is one has this function as its gradients)
     pairs: list[tuple[Any, Any]] = [pair for module in self.modules()
                                     if isinstance(module, _DynamicBase)
-                                    for pair in module.gradients()]
+                                    for pair in _DynamicBase.gradients(module)]
     for tensor, (slot, ids, keep) in taken:
         grad = tensor.grad
         if grad is None:
@@ -201,6 +202,20 @@ class _Buffers:
                     buffer.copy_(torch.as_tensor(state_dict[name]))
 
 
+class _OwnTable:
+    """A placed root that is a dynamic embedding itself, as a checkpoint holds its table: by
+    its ``state_dict`` (the root itself the checkpoint walks through, not by state)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> Any:
+        return self.module.load_state_dict(state_dict)
+
+
 def checkpoint_children(self: nn.Module) -> dict[str, Any]:
     """What a Checkpoint saves of the module: each variable under its ``state_dict`` key (a
     tied parameter under its first), and the persistent buffers, if any."""
@@ -208,7 +223,7 @@ def checkpoint_children(self: nn.Module) -> dict[str, Any]:
     seen: set[int] = set()
     for prefix, module in self.named_modules():
         if isinstance(module, _DynamicBase):  # saved through its state_dict
-            children[prefix or "table"] = module
+            children[prefix or "table"] = module if prefix else _OwnTable(module)
         for name, slot in module.__dict__.get("_convoy_slots", {}).items():
             if id(slot) not in seen:
                 seen.add(id(slot))
