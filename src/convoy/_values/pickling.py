@@ -63,6 +63,23 @@ def dumps(obj: Any, what: str, name_of: Callable[[Any], str] | None = None) -> b
         ) from None
 
 
+#: The caches of pickles this process keeps to send again (see keep_sent_pickles_in).
+_sent_caches: list[Any] = []
+
+
+def keep_sent_pickles_in(cache: Any) -> None:
+    """Have :func:`forget_sent_pickles` clear ``cache`` (anything with ``clear()``): a cache
+    of pickles this process sends again and again (scheduled functions, placed modules)."""
+    _sent_caches.append(cache)
+
+
+def forget_sent_pickles() -> None:
+    """Clear every cache :func:`keep_sent_pickles_in` names: what they pickled has changed
+    under them (a parameter server the pickles name moved to a new address)."""
+    for cache in _sent_caches:
+        cache.clear()
+
+
 class PickleCache:
     """Each object's (SHA-1 digest, pickle) from :func:`dumps`, made on its first use only:
     what a function or class captures is fixed when it is first sent. Weakly keyed; a value

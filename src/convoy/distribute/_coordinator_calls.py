@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # A function is pickled once per coordinator process: like a traced function, what it
 # captures is fixed when it is first scheduled.
 _pickled = _pickling.PickleCache()
+_pickling.keep_sent_pickles_in(_pickled)
 
 
 def call_message(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],

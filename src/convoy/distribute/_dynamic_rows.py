@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from convoy._values.slices import IndexedSlices, put_rows, take_rows
-from convoy.distribute import _row_index
+from convoy.distribute._row_index import insert as _index_insert
+from convoy.distribute._row_index import probe as _index_probe
 from convoy.errors import InvalidArgumentError
 
 _EMPTY, _TOMBSTONE = -1, -2
@@ -186,8 +187,7 @@ class DynamicRows:
         """(row of each id or -1, the index position where its search ended)."""
         found = np.empty(ids.size, np.int64)
         position = np.empty(ids.size, np.int64)
-        _row_index.probe(self._index, self.ids, np.ascontiguousarray(ids, np.int64), found,
-                         position)
+        _index_probe(self._index, self.ids, np.ascontiguousarray(ids, np.int64), found, position)
         return found, position
 
     def _insert(self, ids: np.ndarray, protect: np.ndarray) -> np.ndarray:
@@ -239,8 +239,8 @@ class DynamicRows:
     def _index_rows(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """Put ``rows`` (of the distinct ``ids``, absent from the index) into the index, which
         has room for them."""
-        self._used += _row_index.insert(self._index, np.ascontiguousarray(ids, np.int64),
-                                        np.ascontiguousarray(rows, np.int64))
+        self._used += _index_insert(self._index, np.ascontiguousarray(ids, np.int64),
+                                    np.ascontiguousarray(rows, np.int64))
 
     def _rebuild(self, at_least: int) -> None:
         """A new index of the rows held, with room for ``at_least`` // 2 entries at half load."""

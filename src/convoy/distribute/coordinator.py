@@ -191,8 +191,8 @@ def experimental_get_current_worker_index() -> int:
     context = worker_context()
     if context is None:
         raise FailedPreconditionError(
-            "experimental_get_current_worker_index() is called on a worker: inside a function "
-            "passed to ClusterCoordinator.schedule or create_per_worker_dataset")
+            "experimental_get_current_worker_index() must be called on a worker: inside a "
+            "function passed to ClusterCoordinator.schedule or create_per_worker_dataset")
     return context.task_index
 
 

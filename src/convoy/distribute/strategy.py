@@ -11,7 +11,6 @@ import contextlib
 import enum
 import inspect
 import logging
-import sys
 import threading
 import time
 import uuid
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from convoy._values import pickling as _pickling
 from convoy.distribute import _operations as ops
 from convoy.distribute import _scope
 from convoy.distribute._cluster_wait import start_timeout, wait_for_cluster
@@ -409,12 +409,7 @@ def _lost(store: RemoteStore, variables: list[Variable], tables: list[str]) -> b
 def _forget_pickles() -> None:
     """Drop the pickles this process keeps of scheduled functions and placed modules: they
     name a parameter server's old address."""
-    from convoy.distribute import _coordinator_calls
-
-    _coordinator_calls._pickled.clear()
-    placing = sys.modules.get("convoy.torch._place")
-    if placing is not None:
-        placing._sent.clear()
+    _pickling.forget_sent_pickles()
 
 
 #: The least time a worker is given to reach a recovered ps (its connection may be waiting

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from convoy._base.bounded import BoundedDict
-from convoy._values.pickling import PickleCache, digested
+from convoy._values.pickling import PickleCache, digested, keep_sent_pickles_in
 from convoy._values.pickling import dumps as _dumps
 from convoy.distribute.variables import Variable
 from convoy.errors import InvalidArgumentError
@@ -224,6 +224,7 @@ _pickling = _Pickling()
 #: The pickled form of each placed module sent from here, with what it was made from.
 _sent: weakref.WeakKeyDictionary[nn.Module, tuple[Any, bytes, bytes]] = \
     weakref.WeakKeyDictionary()
+keep_sent_pickles_in(_sent)  # they name parameter servers' addresses
 #: Placed modules received here: token -> (digest of their pickle, module), newest last.
 _received: BoundedDict[str, tuple[bytes, nn.Module]] = BoundedDict(64)
 _edits: dict[str, int] = {}  # token -> attribute assignments in its placed modules
