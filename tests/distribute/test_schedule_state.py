@@ -712,7 +712,14 @@ class Interleavings(RuleBasedStateMachine):
         # about to take) for every queued closure
         assert set(state.idle) == self.waiting
         if state.queue and any(state._may_take(w) for w, _ in self.waiting):
-            assert sum(state.workers[w].status == UP for w, _ in self.ready) >= len(state.queue)
+            ready_up = sum(state.workers[w].status == UP for w, _ in self.ready)
+            up = [w for w, record in enumerate(state.workers) if record.status == UP]
+            # With send-ahead, a second closure goes to a worker only once every worker that
+            # is up runs one: until then it is enough that each that runs none has a lane
+            # about to take (its waiting lanes are woken once all are busy).
+            assert ready_up >= len(state.queue) or state.send_ahead and not all(
+                self.busy(w) for w in up) and all(any(lane[0] == w for lane in self.ready)
+                                                  for w in up if not self.busy(w))
         if state.send_ahead:
             assert set(state.ahead) <= {w for w, runs in enumerate(state.runs_of) if runs == 2}
         # a worker up as the process that runs holds every resource
