@@ -78,6 +78,9 @@ def main() -> None:
     face.add_argument("--dynamic", action="store_true")
     parser.add_argument("--py-spy", default=None, metavar="DIR")
     parser.add_argument("--perf", default=None, metavar="FILE")
+    parser.add_argument("--rate", type=int, default=100, help="py-spy's samples per second")
+    parser.add_argument("--all-threads", action="store_true",
+                        help="py-spy samples threads that run without the GIL too")
     args = parser.parse_args()
     step = workloads._embedding_step_tfstyle if args.tfstyle else \
         workloads._module_step if args.module or args.dynamic else workloads._embedding_step
@@ -113,7 +116,8 @@ def main() -> None:
             for name, pid in processes.items():
                 spies.append(subprocess.Popen(
                     [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
-                     "--rate", "100", "--nonblocking", "--threads", "--gil", "--format", "raw",
+                     "--rate", str(args.rate), "--nonblocking", "--threads",
+                     *(() if args.all_threads else ("--gil",)), "--format", "raw",
                      "--output", f"{args.py_spy}/{name}.txt"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)

@@ -72,11 +72,11 @@ def test_closures_run_in_batches_and_resolve():
     assert state.settled
     schedule(state, 1, 2, 3, 4, 5, 6)
     assert not state.settled
-    # Plenty queued for two workers up: a lane takes its batch of two.
-    assert state.apply(Take(0, 0)) == [Run(0, 0, (1, 2))]
-    assert state.apply(Take(1, 0)) == [Run(1, 0, (3, 4))]
-    # Two left for two workers: a lane takes its share, one.
-    assert state.apply(Take(0, 1)) == [Run(0, 1, (5,))]
+    # Plenty queued for two workers up: a lane takes its batch of two (more follow).
+    assert state.apply(Take(0, 0)) == [Run(0, 0, (1, 2), followed=True)]
+    assert state.apply(Take(1, 0)) == [Run(1, 0, (3, 4), followed=True)]
+    # Two left for two workers: a lane takes its share, one; the last Run is not followed.
+    assert state.apply(Take(0, 1)) == [Run(0, 1, (5,), followed=True)]
     assert state.apply(Take(1, 1)) == [Run(1, 1, (6,))]
     assert state.in_flight == 6
     assert resolved(state.apply(Finished(0, 0, (Outcome("a"), Outcome("b"))))) == {
@@ -89,9 +89,9 @@ def test_closures_run_in_batches_and_resolve():
 def test_a_short_queue_is_shared_between_workers():
     state = started(num_workers=3, batch=4)
     schedule(state, 1, 2, 3)
-    assert state.apply(Take(0, 0)) == [Run(0, 0, (1,))]
+    assert state.apply(Take(0, 0)) == [Run(0, 0, (1,), followed=True)]
     schedule(state, 4, 5, 6, 7, 8, 9, 10, 11)
-    assert state.apply(Take(1, 0)) == [Run(1, 0, (2, 3, 4))]  # 9 queued // 3 up
+    assert state.apply(Take(1, 0)) == [Run(1, 0, (2, 3, 4), True)]  # 9 queued // 3 up
 
 
 def test_idle_lanes_are_woken_one_per_queued_closure():
@@ -100,7 +100,7 @@ def test_idle_lanes_are_woken_one_per_queued_closure():
         assert state.apply(Take(*lane)) == []
     assert state.apply(Scheduled(1)) == [Wake(0, 0)]
     assert state.apply(Scheduled(2)) == [Wake(0, 1)]  # (0, 0) is woken for the first
-    assert state.apply(Take(0, 1)) == [Run(0, 1, (1,))]
+    assert state.apply(Take(0, 1)) == [Run(0, 1, (1,), followed=True)]
     assert state.apply(Take(0, 0)) == [Run(0, 0, (2,))]
     assert state.apply(Scheduled(3)) == [Wake(1, 0)]
     assert state.apply(Scheduled(4)) == []  # nobody left waiting
@@ -154,19 +154,19 @@ def test_the_error_kept_is_the_failure_not_the_cancellations_it_caused():
 def test_a_lost_worker_gives_its_closures_back_and_is_probed_once():
     state = started(batch=2)
     schedule(state, *range(1, 9))
-    assert state.apply(Take(0, 0)) == [Run(0, 0, (1, 2))]
-    assert state.apply(Take(0, 1)) == [Run(0, 1, (3, 4))]
+    assert state.apply(Take(0, 0)) == [Run(0, 0, (1, 2), followed=True)]
+    assert state.apply(Take(0, 1)) == [Run(0, 1, (3, 4), followed=True)]
     assert state.apply(WorkerLost(0, 0)) == [Probe(0)]
     assert state.workers[0].status == DOWN
     assert list(state.queue) == [1, 2, 5, 6, 7, 8]  # back at the head, in order
     assert state.apply(WorkerLost(0, 1)) == []  # probed already
     assert list(state.queue) == [3, 4, 1, 2, 5, 6, 7, 8]
-    assert state.apply(Take(1, 0)) == [Run(1, 0, (3, 4))]  # the only worker up: a full batch
+    assert state.apply(Take(1, 0)) == [Run(1, 0, (3, 4), True)]  # the only worker up: a full batch
     assert state.apply(Take(0, 0)) == []  # a down worker takes nothing
     # Back as the same process: no resources to rebuild, it takes work again.
     assert state.apply(WorkerBack(0, "p0")) == [Wake(0, 0)]
     assert state.workers[0].status == UP
-    assert state.apply(Take(0, 0)) == [Run(0, 0, (1, 2))]
+    assert state.apply(Take(0, 0)) == [Run(0, 0, (1, 2), True)]
 
 
 def test_closures_given_back_wake_a_waiting_lane_of_another_worker():
@@ -393,11 +393,11 @@ def test_events_that_do_not_fit_are_refused():
 def test_one_at_a_time_sends_ahead_only_while_every_worker_is_busy():
     state = started(batch=1, send_ahead=True)
     schedule(state, 1, 2, 3, 4)
-    assert state.apply(Take(0, 0)) == [Run(0, 0, (1,))]
+    assert state.apply(Take(0, 0)) == [Run(0, 0, (1,), followed=True)]
     # worker 1 runs nothing yet: worker 0's second lane leaves the queue to it
     assert state.apply(Take(0, 1)) == []
-    assert of(Run, state.apply(Take(1, 0))) == [Run(1, 0, (2,))]
-    assert state.apply(Take(1, 1)) == [Run(1, 1, (3,))]
+    assert of(Run, state.apply(Take(1, 0))) == [Run(1, 0, (2,), followed=True)]
+    assert state.apply(Take(1, 1)) == [Run(1, 1, (3,), followed=True)]
     assert 1 in state.ahead
     # worker 0's waiting lane is woken once both run something (or takes after its timeout)
     assert state.apply(Take(0, 1)) == [Run(0, 1, (4,))]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from convoy._transport import rpc as _rpc
+from convoy.distribute import _outbox
 from convoy.distribute._operations import Create, Gather, Read, ScatterAdd
 from convoy.distribute._store_clients import execute_all, remote_store
 from convoy.errors import InvalidArgumentError, NotFoundError, UnavailableError
@@ -81,10 +82,10 @@ def test_queued_operation_lists_share_calls(table):
 
 
 @pytest.mark.timeout(60)
-def test_a_caller_sends_from_its_own_thread_when_nothing_is_queued_yet_after_what_is(table):
+def test_a_caller_sends_from_its_own_thread_with_what_is_queued_before_it(table):
     """execute_all sends from the calling thread when the store is idle (no hand-over to the
-    sender thread), and never ahead of a list queued before: a read after this thread's
-    queued updates sees them all."""
+    sender thread), carrying the lists queued before it in the same message, and never ahead
+    of one: a read after this thread's queued updates sees them all."""
     store, name = table
     senders = []
     begin = store._stream.begin
@@ -100,13 +101,44 @@ def test_a_caller_sends_from_its_own_thread_when_nothing_is_queued_yet_after_wha
         assert execute_all([(store, [Read(name)])])[0][0].sum() == before
         assert senders == [threading.current_thread()]  # idle: sent from here
         for round_ in range(20):
-            for i in range(10):  # queued: the sender thread sends them, in messages of its own
+            for i in range(10):  # queued: the sender thread or the read below sends them
                 store.execute_async([ScatterAdd(name, np.array([i]), np.ones((1, WIDTH)))])
             total = execute_all([(store, [Read(name)])])[0][0].sum()
             assert total == before + (round_ + 1) * 10 * WIDTH  # all queued before, applied
     finally:
         del store._stream.begin
-    assert any(thread is not threading.current_thread() for thread in senders)
+
+
+@pytest.mark.timeout(60)
+def test_updates_queued_for_later_travel_with_the_next_message_or_on_their_own(
+        table, monkeypatch):
+    """execute_later's lists leave with the process's next message to the ps (one message for
+    both), or with flush(), or on their own once CARRY_S has passed."""
+    store, name = table
+    before = store.execute([Read(name)])[0].sum()
+    counted, restore = counting_calls(store)
+    one_row = np.ones((1, WIDTH))
+    try:
+        monkeypatch.setattr(_outbox, "CARRY_S", 30.0)
+        later = [store.execute_later([ScatterAdd(name, np.array([i]), one_row)])
+                 for i in range(3)]
+        time.sleep(0.2)
+        assert counted["calls"] == 0 and not any(future.done() for future in later)
+        [[total]] = execute_all([(store, [Read(name)])])
+        assert total.sum() == before + 3 * WIDTH  # applied first, in the same message
+        assert counted["calls"] == 1 and all(future.done() for future in later)
+
+        waiting = store.execute_later([ScatterAdd(name, np.array([0]), one_row)])
+        store.flush()
+        assert waiting.result(timeout=0) == [None] and counted["calls"] == 2
+        store.flush()  # nothing queued: nothing sent
+        assert counted["calls"] == 2
+
+        monkeypatch.setattr(_outbox, "CARRY_S", 0.05)
+        alone = store.execute_later([ScatterAdd(name, np.array([0]), one_row)])
+        assert alone.result(timeout=10) == [None] and counted["calls"] == 3
+    finally:
+        restore()
 
 
 @pytest.mark.timeout(60)

@@ -149,10 +149,14 @@ class Unpicklable:
 def test_a_run_request_and_its_answer_round_trip():
     call = call_message(no_op, (1,), {"k": 2}, 7)
     assert _wire.is_call(call) and call[3] == 7
-    assert _wire.load_run_request(run_request([call])) == ([call], False, None)
-    assert _wire.load_run_request(run_request([call], one_at_a_time=True)) == ([call], True, None)
-    assert _wire.load_run_request(run_request([call], True, "abc")) == ([call], True, "abc")
-    assert _wire.load_run_request(run_request([call], False, "abc")) == ([call], False, "abc")
+    assert _wire.load_run_request(run_request([call])) == ([call], False, None, False)
+    assert _wire.load_run_request(run_request([call], one_at_a_time=True)) == \
+        ([call], True, None, False)
+    assert _wire.load_run_request(run_request([call], True, "abc")) == ([call], True, "abc", False)
+    assert _wire.load_run_request(run_request([call], False, "abc")) == \
+        ([call], False, "abc", False)
+    assert _wire.load_run_request(run_request([call], followed=True)) == \
+        ([call], False, None, True)
     answer = _wire.run_answer([_wire.pickle_outcome(Outcome("ran")),
                                _wire.pickle_outcome(Outcome(error=ValueError("boom")))])
     ran, failed = load_outcomes(answer)

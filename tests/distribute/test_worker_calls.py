@@ -254,3 +254,73 @@ def test_a_waiting_run_is_withdrawn_and_a_cancelled_one_gives_the_turn_up(ps_and
     assert answers.wait("after", 3) == [Outcome("ran")]
     answers.wait("deaf")
     client.close()
+
+
+
+def update_after(seconds, address, name):
+    """A scheduled function that sleeps, then queues an update of a variable's first row."""
+    from convoy.distribute._store_clients import remote_store as store_at
+    from convoy.distribute._store_clients import send_updates
+
+    time.sleep(seconds)
+    send_updates([(store_at(address, 0), [ScatterAdd(name, np.array([0]), np.ones((1, WIDTH)))])])
+
+
+def read_after(seconds, address, name):
+    """A scheduled function that sleeps, then reads a variable's first row: when it began and
+    when it read (this host's clock), and the row."""
+    from convoy.distribute._store_clients import remote_store as store_at
+
+    began = time.monotonic()
+    time.sleep(seconds)
+    read_at = time.monotonic()
+    return began, read_at, store_at(address, 0).execute([Read(name)])[0][0].tolist()
+
+
+def set_carry_s(seconds):
+    """A scheduled function that sets how long the worker's queued updates wait to be carried;
+    the value it had."""
+    from convoy.distribute import _outbox
+
+    before, _outbox.CARRY_S = _outbox.CARRY_S, seconds
+    return before
+
+
+@pytest.mark.timeout(60)
+def test_the_next_one_at_a_time_run_starts_when_a_function_returns_and_carries_its_updates(
+        ps_and_worker, table):
+    """At pipelining=1 the next Run starts as soon as the running function has returned, before
+    its updates land: its first operation on the ps carries them, so it reads them applied,
+    and the first Run answers once they have landed. Updates that nothing carries within
+    CARRY_S leave on their own."""
+    _, name = table
+    ps = ps_and_worker.cluster["ps"][0]
+    client = _rpc.Client(ps_and_worker.cluster["worker"][0], WORKER_SERVICE, WORKER_METHODS)
+    base = random.randrange(2**60)
+
+    def rounds(carried, expected_row):
+        answers = Answers(client)
+        answers.send("update", [call_message(update_after, (0.2, ps, name), {}, base)])
+        time.sleep(0.1)  # the read waits for the turn
+        answers.send("read", [call_message(read_after, (0.5, ps, name), {}, base + 1)])
+        [updated] = answers.wait("update")
+        answered = time.monotonic()
+        assert updated.ok
+        began, read_at, row = answers.wait("read")[0].unwrap()
+        assert row == [expected_row] * WIDTH  # its update, and every one before
+        assert began < answered  # it started before the first had answered
+        assert (read_at < answered) == carried
+
+    def run(function, *args):
+        [outcome] = load_outcomes(client.stream("Run").call(run_request(
+            [call_message(function, args, {})])))
+        return outcome.unwrap()
+
+    default = run(set_carry_s, 30.0)
+    try:
+        rounds(carried=True, expected_row=1.0)
+        base += 2
+    finally:
+        run(set_carry_s, default)
+    rounds(carried=False, expected_row=2.0)
+    client.close()

@@ -129,10 +129,10 @@ class Lane:
         with self._lock:
             self._ids, self._abandoned = closure_ids, False
 
-    def run(self, calls: list[Call]) -> list[Outcome]:
-        """Run ``calls`` at once on the lane's stream; raises UnavailableError if the worker
-        cannot be reached."""
-        request = run_request(calls, self.one_at_a_time, self.worker.incarnation)
+    def run(self, calls: list[Call], followed: bool = False) -> list[Outcome]:
+        """Run ``calls`` at once on the lane's stream (``followed``: more Runs are due);
+        raises UnavailableError if the worker cannot be reached."""
+        request = run_request(calls, self.one_at_a_time, self.worker.incarnation, followed)
         return self.worker.outcomes(calls, self._call(request))
 
     def _call(self, request: bytes) -> bytes | memoryview:

@@ -114,9 +114,11 @@ Event = (Start | Scheduled | Take | Finished | WorkerLost | GraceOver | WorkerBa
 
 @dataclass(frozen=True, slots=True)
 class Run:
+    """Send the closures to the worker on the lane; ``followed``: more were queued."""
     worker: int
     lane: int
     closure_ids: tuple[int, ...]
+    followed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,7 +127,7 @@ class ScheduleState:
         if self.runs_of[event.worker]:
             self.ahead[event.worker] = lane
         self.runs_of[event.worker] += 1
-        run: list[msg.Instruction] = [msg.Run(event.worker, event.lane, ids)]
+        run: list[msg.Instruction] = [msg.Run(event.worker, event.lane, ids, bool(self.queue))]
         # one more worker busy: lanes of the others may send ahead now
         return run + self._wakes() if self.send_ahead else run
 

@@ -265,7 +265,7 @@ class Scheduler:
                 assert isinstance(run, msg.Run)
                 lane.begin(run.closure_ids)
                 closures = [self._closures[i] for i in run.closure_ids]
-            outcomes = self._run(lane, closures)
+            outcomes = self._run(lane, closures, run.followed)
             # Held while the lane waits, the closures would keep their arguments (per-worker
             # iterators the chief dropped) alive until the lane's next Run.
             del closures, run
@@ -273,8 +273,10 @@ class Scheduler:
                         else msg.Finished(lane.worker.index, lane.index, outcomes))
             del outcomes
 
-    def _run(self, lane: Lane, closures: list[Closure]) -> tuple[Outcome, ...] | None:
-        """The closures' outcomes on the lane's worker; None if it cannot be reached."""
+    def _run(self, lane: Lane, closures: list[Closure], followed: bool
+             ) -> tuple[Outcome, ...] | None:
+        """The closures' outcomes on the lane's worker (``followed``: more closures were
+        queued); None if it cannot be reached."""
         outcomes: list[Outcome | None] = []
         calls = []
         for closure in closures:
@@ -286,7 +288,7 @@ class Scheduler:
                 outcomes.append(None)
         if calls:
             try:
-                answers = lane.run(calls)
+                answers = lane.run(calls, followed)
             except UnavailableError:
                 return None
             except Exception as error:

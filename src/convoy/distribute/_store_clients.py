@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from convoy._base import threads as _threads
 from convoy._transport import rpc as _rpc
 from convoy._transport import security as _security
-from convoy._transport.channel import Channel
 from convoy.distribute._operations import Operation, Read
+from convoy.distribute._outbox import Outbox
 from convoy.distribute._store import VariableStore
 from convoy.distribute._transport import MethodStream
 from convoy.distribute._wire import PS_METHODS, PS_SERVICE, encode, load_execute_answer
@@ -39,12 +39,22 @@ def send_updates(calls: Sequence[tuple[Store, Sequence[Operation]]]) -> None:
     """Apply ``(store, operations)`` calls. In a scheduled function they are only queued: the
     function counts as done once they are applied, and fails if one fails. Elsewhere this
     waits for them. (Later operations of this process on the same store see them: each
-    store's calls leave in order.)"""
+    store's calls leave in order.)
+
+    A scheduled function's updates to a parameter server wait for this process's next message
+    to it (the next step's reads, as a rule), to travel with it; the function sends what is
+    still waiting once its body has returned (see :meth:`RemoteStore.execute_later`)."""
     call = current_call()
     if call is None:
         execute_all(calls)
         return
-    call.updates.extend(store.execute_async(operations) for store, operations in calls)
+    for store, operations in calls:
+        if isinstance(store, RemoteStore):
+            call.updates.append(store.execute_later(operations))
+            if store not in call.held:
+                call.held.append(store)
+        else:
+            call.updates.append(store.execute_async(operations))
 
 
 class LocalStore:
@@ -122,7 +132,7 @@ class RemoteStore:
         self._client = _rpc.Client(address, PS_SERVICE, PS_METHODS, security)
         self._stream = MethodStream(self._client, PS_SERVICE, "Execute",
                                     security)  # the sender thread's only
-        self._pending: Channel[_Pending] = Channel(f"operation lists for the ps at {address}")
+        self._pending: Outbox[_Pending] = Outbox()
         self._sender: threading.Thread | None = None
         self._talking = threading.Lock()  # held while a message is on its way, by its sender
         self._lists_sent = 0
@@ -163,6 +173,22 @@ class RemoteStore:
         assert finish is None
         return future
 
+    def execute_later(self, operations: Sequence[Operation]) -> Future[list[Any]]:
+        """As :meth:`execute_async`, but they leave with this process's next message to this
+        ps if one goes within :data:`~convoy.distribute._outbox.CARRY_S` (else on their
+        own), or with :meth:`flush`."""
+        future, finish = self._lists(operations, inline=False, later=True)
+        assert finish is None
+        return future
+
+    def flush(self) -> None:
+        """Send everything queued for this ps from this thread, and read the answers (waiting
+        for a message on its way first): the lists queued before this call are settled when
+        it returns."""
+        with self._talking:
+            while batch := self._pending.take_first(MAX_LISTS_PER_MESSAGE):
+                self._send_batch(batch)
+
     def begin(self, operations: Sequence[Operation]
               ) -> tuple[Future[list[Any]], Callable[[], None] | None]:
         """As :meth:`execute_async`, but when nothing is queued for this store and no message
@@ -178,7 +204,7 @@ class RemoteStore:
         self._queue([([Read(key)], future)])
         return future
 
-    def _lists(self, operations: Sequence[Operation], inline: bool
+    def _lists(self, operations: Sequence[Operation], inline: bool, later: bool = False
                ) -> tuple[Future[list[Any]], Callable[[], None] | None]:
         raise_if_cancelled()
         future: Future[list[Any]] = Future()
@@ -196,7 +222,7 @@ class RemoteStore:
                     call.reads.prefetched((store, key), read)
         finish = self._send_now(batch) if inline else None
         if finish is None and not future.done():
-            self._queue(batch)
+            self._queue(batch, later)
         if call is not None:
             for store, key in ahead:
                 if store is not self:
@@ -204,16 +230,18 @@ class RemoteStore:
         return future, finish
 
     def _send_now(self, batch: list[_Pending]) -> Callable[[], None] | None:
-        """Send ``batch`` from this thread if nothing is queued or on its way; the function
-        that reads the answer (None: not sent, or settled already)."""
+        """Send ``batch`` from this thread, after the lists queued before it (in one message),
+        if no message is on its way and they fit; the function that reads the answer (None:
+        not sent, or settled already)."""
         if not self._talking.acquire(blocking=False):
             return None
         try:
-            if len(self._pending):
+            queued = self._pending.take(MAX_LISTS_PER_MESSAGE - len(batch))
+            if queued is None:  # more than one message's worth: they go first, as queued
                 self._talking.release()
                 return None
             self._count(len(batch))
-            finish = self._start(batch)
+            finish = self._start(queued + batch)
         except BaseException:
             self._talking.release()
             raise
@@ -229,10 +257,9 @@ class RemoteStore:
 
         return finish_and_release
 
-    def _queue(self, batch: list[_Pending]) -> None:
+    def _queue(self, batch: list[_Pending], later: bool = False) -> None:
         self._count(len(batch))
-        for pending in batch:
-            self._pending.put(pending)
+        self._pending.put(batch, later)
         if self._sender is None:
             self._start_sender()
 
@@ -249,18 +276,23 @@ class RemoteStore:
 
     def _send_forever(self) -> None:
         while True:
-            if not self._pending.wait_for_items(timeout=EXECUTE_TIMEOUT_S):
+            if not self._pending.wait_until_due(timeout=EXECUTE_TIMEOUT_S):
                 continue
             # Lists are taken only while talking: a list sent from a caller's thread never
             # passes one queued before it.
             with self._talking:
-                batch = self._pending.get_many(MAX_LISTS_PER_MESSAGE, timeout=0)
-                try:
-                    finish = self._start(batch) if batch else None
-                    if finish is not None:
-                        finish()
-                except Exception as error:  # e.g. an answer of the wrong shape: no caller hangs
-                    _fail(batch, DataLossError(f"Execute at {self.address}: {error}"))
+                batch = self._pending.take_first(MAX_LISTS_PER_MESSAGE)
+                if batch:
+                    self._send_batch(batch)
+
+    def _send_batch(self, batch: list[_Pending]) -> None:
+        """Send ``batch`` and read its answer into the futures (holding :attr:`_talking`)."""
+        try:
+            finish = self._start(batch)
+            if finish is not None:
+                finish()
+        except Exception as error:  # e.g. an answer of the wrong shape: no caller hangs
+            _fail(batch, DataLossError(f"Execute at {self.address}: {error}"))
 
     def _start(self, batch: list[_Pending]) -> Callable[[], None] | None:
         """Send ``batch``'s message; the function that reads its answer into the futures

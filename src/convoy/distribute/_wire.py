@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 
@@ -124,30 +124,38 @@ class WorkerReplacedError(UnavailableError):
     the calls may use."""
 
 
+class RunRequest(NamedTuple):
+    """A worker ``Run`` request: ``calls`` the worker runs at once; ``one_at_a_time``: only
+    once no other such Run runs there (it may wait, and be withdrawn meanwhile);
+    ``incarnation``: the worker process they are meant for (None: any); ``followed``: the
+    coordinator had more closures queued, so another Run is likely to come soon."""
+
+    calls: list[Any]
+    one_at_a_time: bool = False
+    incarnation: str | None = None
+    followed: bool = False
+
+
 def run_request(calls: list[Call], one_at_a_time: bool = False,
-                incarnation: str | None = None) -> bytes:
-    """A worker ``Run`` request: calls the worker runs at once; ``one_at_a_time``: only once
-    no other such Run runs there (it may wait, and be withdrawn meanwhile); ``incarnation``:
-    the worker process they are meant for (None: any)."""
-    if incarnation is not None:
-        return encode((calls, one_at_a_time, incarnation))
-    return encode((calls, True) if one_at_a_time else calls)
+                incarnation: str | None = None, followed: bool = False) -> bytes:
+    """A worker ``Run`` request (see :class:`RunRequest`)."""
+    if one_at_a_time or incarnation is not None or followed:
+        return encode((calls, one_at_a_time, incarnation, followed))
+    return encode(calls)
 
 
-def load_run_request(request: bytes | memoryview) -> tuple[list[Any], bool, str | None]:
-    """The calls of a ``Run`` request (each call is checked as it runs), whether it runs
-    one at a time, and the worker process it is meant for (None: any)."""
-    calls = decode_one(request)
-    one_at_a_time, incarnation = False, None
-    if type(calls) is tuple and len(calls) == 3 and type(calls[1]) is bool \
-            and type(calls[2]) is str:
-        calls, one_at_a_time, incarnation = calls
-    elif type(calls) is tuple and len(calls) == 2 and calls[1] is True:
-        calls, one_at_a_time = calls[0], True
-    if type(calls) is not list or not calls:
+def load_run_request(request: bytes | memoryview) -> RunRequest:
+    """A ``Run`` request's fields (each call is checked as it runs)."""
+    fields = decode_one(request)
+    if type(fields) is tuple and len(fields) == 4 and type(fields[1]) is bool \
+            and (fields[2] is None or type(fields[2]) is str) and type(fields[3]) is bool:
+        loaded = RunRequest(*fields)
+    else:
+        loaded = RunRequest(fields)
+    if type(loaded.calls) is not list or not loaded.calls:
         raise InvalidArgumentError(f"Run takes a non-empty list of calls, got "
-                                   f"{type(calls).__name__}")
-    return calls, one_at_a_time, incarnation
+                                   f"{type(loaded.calls).__name__}")
+    return loaded
 
 
 def run_answer(outcomes: list[bytes]) -> bytes:

@@ -10,9 +10,12 @@ once per worker, by digest.
 
 A one-at-a-time Run (a coordinator's at ``pipelining=1``) starts once no other such Run holds
 the worker's turn: the coordinator sends the next while one runs, and the worker starts it as
-soon as that one's updates have landed, so a step reads parameters as fresh as TensorFlow's. A
-Run whose calls are cancelled gives the turn up (it stops at its next variable operation, or
-is abandoned); one still waiting for the turn can be withdrawn, and answers WithdrawnError.
+soon as that one's function has returned. Its updates are queued by then, and every operation
+the next sends to a ps leaves after them (one store's messages leave in order; its first read
+carries them in the same message), so a step reads parameters as fresh as TensorFlow's. The
+finished call answers once they have landed. A Run whose calls are cancelled gives the turn up
+(it stops at its next variable operation, or is abandoned); one still waiting for the turn can
+be withdrawn, and answers WithdrawnError.
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ class RunningCall:
     (it counts as done once they have landed), its read-ahead, whether the coordinator
     cancelled it, and what to run when it ends (:meth:`on_finish`)."""
 
-    __slots__ = ("updates", "reads", "cancelled", "_on_finish")
+    __slots__ = ("updates", "held", "reads", "cancelled", "body_ended", "_on_finish")
 
     def __init__(self, reads: ReadAhead | None = None) -> None:
         self.updates: list[Future[list[Any]]] = []
+        #: the stores that hold some of the updates until their next message (or a flush())
+        self.held: list[Any] = []
+        self.body_ended = False
         self.reads = ReadAhead() if reads is None else reads
         self.cancelled = False
         self._on_finish: list[Callable[[], object]] = []
@@ -124,7 +130,7 @@ class CallRunner:
         """A worker's ``Run``: the request's calls, all at once; answers each one's pickled
         :class:`Outcome`. A call that fails cancels the others (as the coordinator would once
         it hears, which is when they end)."""
-        calls, one_at_a_time, meant_for = _wire.load_run_request(request)
+        calls, one_at_a_time, meant_for, followed = _wire.load_run_request(request)
         if meant_for is not None and meant_for != self._incarnation:
             replaced = _wire.WorkerReplacedError(
                 f"this worker process ({self._incarnation}) is not the one the coordinator "
@@ -137,9 +143,9 @@ class CallRunner:
             if withdrawn is not None:
                 return withdrawn
         try:
-            others = [self._pool.submit(self._pickled_outcome, call, running, mates)
+            others = [self._pool.submit(self._pickled_outcome, call, running, mates, followed)
                       for call, running in zip(calls[1:], mates[1:], strict=True)]
-            return _wire.run_answer([self._pickled_outcome(calls[0], mates[0], mates),
+            return _wire.run_answer([self._pickled_outcome(calls[0], mates[0], mates, followed),
                                      *(future.result() for future in others)])
         finally:
             if one_at_a_time:
@@ -204,13 +210,16 @@ class CallRunner:
             self._turn.notify_all()
         return _wire.encode(found)
 
-    def _pickled_outcome(self, call: Any, running: RunningCall,
-                         mates: list[RunningCall]) -> bytes:
+    def _pickled_outcome(self, call: Any, running: RunningCall, mates: list[RunningCall],
+                         followed: bool) -> bytes:
         with self._lock:
             self.running += 1
         try:
-            outcome = (oversize_function(call, self._max_function_bytes)
-                       or self._run_call(call, running))
+            outcome = oversize_function(call, self._max_function_bytes)
+            if outcome is None:
+                outcome = self._run_call(call, running)
+                carrier = self._body_ended(running, mates) or followed
+                outcome = self._landed(outcome, running, carrier)
         finally:
             with self._lock:
                 self.running -= 1
@@ -220,8 +229,39 @@ class CallRunner:
                 mate.cancelled = True
         return _wire.pickle_outcome(outcome)
 
+    def _body_ended(self, running: RunningCall, mates: list[RunningCall]) -> bool:
+        """``running``'s function has returned: once all its Run's have, the Run's turn goes
+        to the next one-at-a-time Run (its operations leave after the updates queued here);
+        whether another call may carry the updates (it waits for the turn, or runs)."""
+        with self._turn:
+            running.body_ended = True
+            if self._turn_holder is mates and all(mate.body_ended for mate in mates):
+                self._turn_holder = None
+                self._turn.notify_all()
+            return bool(self._waiting) or self.running > 1
+
+    def _landed(self, outcome: Outcome, running: RunningCall, carrier: bool) -> Outcome:
+        """``outcome`` once the updates the call queued have landed (its error if one
+        failed). Unless another call may carry those still queued (one runs or waits, or the
+        coordinator said more are coming), they leave from this thread now."""
+        updates = running.updates
+        if not updates:
+            return outcome
+        if not carrier and not all(future.done() for future in updates):
+            for store in running.held:
+                store.flush()
+        if len(updates) > 1:  # woken once, by the last answer, not once per answer due
+            wait(updates)
+        for future in updates:  # all of them, even after an error: nothing is left
+            try:
+                future.result()
+            except Exception as error:
+                if outcome.ok:
+                    outcome = Outcome(error=error)
+        return outcome
+
     def _run_call(self, call: Any, running: RunningCall) -> Outcome:
-        """The outcome of one call, once the updates it queued have landed."""
+        """The outcome of one call's function (its updates may not have landed yet)."""
         well_formed = _wire.is_call(call)
         call_id = call[3] if well_formed else None
         digest = call[0] if well_formed else None
@@ -246,14 +286,6 @@ class CallRunner:
                 with self._lock:
                     if self._running.get(call_id) is running:
                         del self._running[call_id]
-        if len(running.updates) > 1:  # woken once, by the last answer, not once per answer due
-            wait(running.updates)
-        for future in running.updates:  # all of them, even after an error: nothing is left
-            try:
-                future.result()
-            except Exception as error:
-                if outcome.ok:
-                    outcome = Outcome(error=error)
         return outcome
 
     def _call(self, call: Any) -> Any:
