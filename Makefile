@@ -9,9 +9,10 @@ TF_VERSION ?= 2.21.0
 
 .PHONY: bytecode test stress fuzz demo bench bench-plot bench-tf docs docs-serve lint typecheck proto clean
 
-# The compiled modules (convoy.io._native, convoy.distribute._row_index) are built by the
-# editable install: their sources rebuild them.
-$(STAMP): pyproject.toml setup.py src/convoy/io/_native.cpp src/convoy/distribute/_row_index.cpp
+# The compiled modules (convoy.io._native, convoy.distribute._row_index and _sparse_rows) are
+# built by the editable install: their sources rebuild them.
+$(STAMP): pyproject.toml setup.py src/convoy/io/_native.cpp src/convoy/distribute/_row_index.cpp \
+		src/convoy/distribute/_sparse_rows.cpp
 	$(PYTHON) -m venv $(VENV)
 	# The CPU build of PyTorch, pinned, first: an unpinned torch (torchdata asks for one)
 	# resolves to a multi-GB CUDA build.

@@ -1,5 +1,5 @@
-"""The compiled parts of convoy (C++17): the wire-format reader of convoy.io's parsers, and the
-row index of dynamic embedding tables.
+"""The compiled parts of convoy (C++17): the wire-format reader of convoy.io's parsers, the row
+index of dynamic embedding tables, and the parameter servers' sparse row reads and updates.
 
 Everything else (metadata, dependencies, package data) is in pyproject.toml.
 """
@@ -30,5 +30,7 @@ setup(
     ext_modules=[
         _extension("convoy.io._native", "src/convoy/io/_native.cpp"),
         _extension("convoy.distribute._row_index", "src/convoy/distribute/_row_index.cpp"),
+        _extension("convoy.distribute._sparse_rows",
+                   "src/convoy/distribute/_sparse_rows.cpp"),
     ]
 )

@@ -60,12 +60,15 @@ def _counters(pid: int) -> dict[str, float]:
 
 
 def _messages(port: int) -> dict[str, float]:
+    """Each method's calls served so far, and (as ``"<method> s"``) the seconds spent."""
     text = urllib.request.urlopen(f"http://localhost:{port}/metrics", timeout=5).read().decode()
     found: dict[str, float] = {}
-    for labels, count in re.findall(r"rpc_duration_seconds_count\{([^}]*)\} ([\d.e+]+)", text):
+    for part, labels, value in re.findall(
+            r"rpc_duration_seconds_(count|sum)\{([^}]*)\} ([\d.e+-]+)", text):
         method = re.search(r'method="(\w+)"', labels)
         if method:  # every status code's calls together
-            found[method[1]] = found.get(method[1], 0.0) + float(count)
+            key = method[1] if part == "count" else f"{method[1]} s"
+            found[key] = found.get(key, 0.0) + float(value)
     return found
 
 
@@ -78,6 +81,8 @@ def main() -> None:
     face.add_argument("--dynamic", action="store_true")
     parser.add_argument("--py-spy", default=None, metavar="DIR")
     parser.add_argument("--perf", default=None, metavar="FILE")
+    parser.add_argument("--perf-only", default=None, metavar="PROCESS",
+                        help="perf samples this process alone (chief, ps0, worker1, ...)")
     parser.add_argument("--rate", type=int, default=100, help="py-spy's samples per second")
     parser.add_argument("--all-threads", action="store_true",
                         help="py-spy samples threads that run without the GIL too")
@@ -125,8 +130,9 @@ def main() -> None:
             sent = {name: _messages(port) for name, port in ports.items()}
         if args.perf:
             spies.append(subprocess.Popen(
-                ["perf", "record", "-F", "499", "-o", args.perf,
-                 "-p", ",".join(str(pid) for pid in processes.values())],
+                ["perf", "record", "-g", "-F", "499", "-o", args.perf,
+                 "-p", ",".join(str(pid) for name, pid in processes.items()
+                                if args.perf_only in (None, name))],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)
             before = {name: _counters(pid) for name, pid in processes.items()}
@@ -154,7 +160,9 @@ def main() -> None:
     for name, counts in per_step.items():
         messages = {m: (received[name].get(m, 0) - sent[name].get(m, 0)) / args.steps
                     for m in received.get(name, {})}
-        shown = ", ".join(f"{m} {n:.2f}" for m, n in messages.items() if n)
+        shown = ", ".join(
+            f"{m} {n:.2f} ({messages.get(f'{m} s', 0) / n * 1e3:.2f} ms each)"
+            for m, n in messages.items() if n and not m.endswith(" s"))
         print(f"{name:<8}{counts['user_s'] * 1e3:>9.2f}{counts['system_s'] * 1e3:>9.2f}"
               f"{counts['voluntary']:>8.1f}{counts['involuntary']:>9.1f}{counts['faults']:>8.1f}"
               f"  {shown}")

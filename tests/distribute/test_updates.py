@@ -8,7 +8,8 @@ import pytest
 
 from convoy._values.slices import IndexedSlices, combine_rows, put_rows, take_rows
 from convoy.distribute._operations import Apply
-from convoy.distribute._updates import _unique_rows, apply_update
+from convoy.distribute._store import gather_rows
+from convoy.distribute._updates import _unique_rows, add_rows, apply_update
 from convoy.errors import InvalidArgumentError
 
 
@@ -104,11 +105,12 @@ def test_rows_out_of_range():
     ([], np.int64), ([3], np.int64), (3, np.int64), ([9, 0, 4], np.int64), ([2, 5, 2], np.int32),
     ([9, 0, 4], np.uint64), ([[1, 2], [3, 1]], np.int64),
 ])
-def test_take_and_put_rows_are_fancy_indexing(shape, dtype, order, rows, index_dtype):
+def test_take_gather_and_put_rows_are_fancy_indexing(shape, dtype, order, rows, index_dtype):
     rng = np.random.default_rng(0)
     array = np.asarray(rng.integers(0, 100, shape), dtype=dtype, order=order)
     rows = np.array(rows, dtype=index_dtype)
     np.testing.assert_array_equal(take_rows(array, rows), array[rows])
+    np.testing.assert_array_equal(gather_rows(array, rows), array[rows])  # the store's
     values = np.asarray(rng.integers(0, 100, (*rows.shape, *shape[1:])), dtype=dtype)
     expected = array.copy()
     expected[rows.astype(np.intp)] = values  # a repeated row keeps its last value
@@ -135,6 +137,39 @@ def test_combine_rows_is_ufunc_at(shape, dtype, order, rows, combine):
     combine.at(expected, rows, values)
     combine_rows(combine, array, rows, values)
     np.testing.assert_array_equal(array, expected)
+
+
+@pytest.mark.parametrize("shape, dtype", [((10,), np.float32), ((10, 4), np.float32),
+                                          ((10, 2, 3), np.float64), ((10, 0), np.float32)])
+@pytest.mark.parametrize("rows", [[], [3], [9, 0, 4], [2, 5, 2, 2, 7, 5], [[1, 2], [3, 1]]])
+@pytest.mark.parametrize("scale", [1.0, -1.0, -0.1])
+def test_add_rows_is_add_at_of_the_scaled_rows(shape, dtype, rows, scale):
+    # the same numbers to the bit: each value is scaled, then added, one by one in order
+    rng = np.random.default_rng(2)
+    array = np.asarray(rng.normal(1, 3, shape), dtype=dtype)
+    rows = np.array(rows, np.int64)
+    values = np.asarray(rng.normal(1, 3, (*rows.shape, *shape[1:])), dtype=dtype)
+    expected = array.copy()
+    np.add.at(expected, rows, values * dtype(scale))
+    assert add_rows(array, rows, values, scale)
+    np.testing.assert_array_equal(array, expected)
+
+
+def test_add_rows_declines_what_it_cannot_add_and_refuses_rows_out_of_range():
+    rows, values = np.array([1]), np.ones((1, 2))
+    for target in (np.zeros((3, 2), np.int64), np.zeros((2, 3)).T):  # numpy adds these
+        before = target.copy()
+        assert not add_rows(target, rows, values, 1.0)
+        np.testing.assert_array_equal(target, before)
+    assert not add_rows(np.zeros((3, 2)), np.array([1.0]), values, 1.0)  # float row numbers
+    target = np.zeros((3, 2))
+    with pytest.raises(IndexError, match=r"row 3 is out of range \[0, 3\)"):
+        add_rows(target, np.array([0, 3]), np.ones((2, 2)), 1.0)
+    np.testing.assert_array_equal(target, 0)  # all rows are checked before any is added
+    with pytest.raises(InvalidArgumentError, match=r"\[0, 3\), got -1 to 1"):
+        apply_update({"name": "SGD", "learning_rate": 1.0}, target,
+                     IndexedSlices(np.ones((2, 2)), np.array([1, -1])), None)
+    np.testing.assert_array_equal(target, 0)
 
 
 def test_put_rows_on_a_single_row_with_unusual_strides():

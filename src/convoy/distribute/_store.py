@@ -25,8 +25,9 @@ from convoy._values.slices import combine_rows, put_rows, take_rows
 from convoy.distribute import _operations as ops
 from convoy.distribute import _wire
 from convoy.distribute._dynamic_rows import DynamicRows
+from convoy.distribute._sparse_rows import gather
 from convoy.distribute._table_operations import HANDLERS as TABLE_HANDLERS
-from convoy.distribute._updates import apply_rule, checked_rule
+from convoy.distribute._updates import add_rows, apply_rule, checked_rule
 from convoy.errors import (
     AlreadyExistsError,
     ConvoyError,
@@ -147,10 +148,13 @@ class VariableStore:
 
     def _gather(self, name: str, indices: Any) -> np.ndarray:
         target, indices = self._rows(name, indices)
-        return take_rows(target, indices)
+        return gather_rows(target, indices)
 
     def _scatter(self, name: str, indices: Any, values: Any,
-                 combine: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> None:
+                 combine: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+                 scale: float | None = None) -> None:
+        """``combine`` the rows into the variable; one that adds ``scale`` times each row
+        may give that instead (a compiled loop where the dtype allows)."""
         target, indices = self._rows(name, indices)
         values = np.asarray(values, dtype=target.dtype)
         expected = indices.shape + target.shape[1:]
@@ -159,13 +163,14 @@ class VariableStore:
                 f"scatter into {name!r}: values of shape {list(values.shape)} do not match "
                 f"indices of shape {list(indices.shape)} (expected {list(expected)})"
             )
-        combine(target, indices, values)
+        if scale is None or not add_rows(target, indices, values, scale):
+            combine(target, indices, values)
 
     def _scatter_add(self, name: str, indices: Any, values: Any) -> None:
-        self._scatter(name, indices, values, _ADD_AT)
+        self._scatter(name, indices, values, _ADD_AT, 1.0)
 
     def _scatter_sub(self, name: str, indices: Any, values: Any) -> None:
-        self._scatter(name, indices, values, _SUBTRACT_AT)
+        self._scatter(name, indices, values, _SUBTRACT_AT, -1.0)
 
     def _scatter_update(self, name: str, indices: Any, values: Any) -> None:
         self._scatter(name, indices, values, put_rows)
@@ -234,6 +239,17 @@ def _divide_at(target: np.ndarray, indices: np.ndarray, values: np.ndarray) -> N
     dividends = take_rows(target, rows)
     quotients = np.abs(dividends) // np.abs(divisors)
     put_rows(target, rows, np.where((dividends < 0) != (divisors < 0), -quotients, quotients))
+
+
+def gather_rows(source: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``source[rows]`` for integer ``rows`` within bounds; compiled for a contiguous array of
+    numbers (a training step's rows, scattered over a table larger than the caches, are
+    fetched ahead)."""
+    if not source.flags.c_contiguous or source.ndim < 1 or source.dtype.hasobject:
+        return take_rows(source, rows)
+    out = np.empty((*rows.shape, *source.shape[1:]), source.dtype)
+    gather(source, np.ascontiguousarray(rows, dtype=np.int64).reshape(-1), out)
+    return out
 
 
 def _numeric(what: str, value: Any) -> np.ndarray:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from convoy._values.slices import IndexedSlices, put_rows, take_rows
+from convoy.distribute._sparse_rows import scatter_add
 from convoy.errors import InvalidArgumentError
 
 Slot = Callable[[str, np.ndarray, float], np.ndarray]
@@ -35,6 +36,42 @@ def _dense_gradient(variable: np.ndarray, gradient: Any) -> np.ndarray:
             f"{list(variable.shape)}"
         )
     return dense
+
+
+def add_rows(target: np.ndarray, rows: Any, values: Any, scale: float) -> bool:
+    """``target[rows[i]] += scale * values[i]`` for each i in turn, compiled, for a contiguous
+    float32 or float64 ``target`` (rows within its first dimension: else IndexError, nothing
+    changed); False, and nothing done, for any other target."""
+    rows = np.asarray(rows)
+    if target.dtype not in _SCATTERED or not target.flags.c_contiguous or \
+            not target.flags.writeable or target.ndim < 1 or rows.dtype.kind not in "iu":
+        return False
+    rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+    values = np.ascontiguousarray(values, dtype=target.dtype)
+    if values.size != rows.size * (target.size // max(len(target), 1)):
+        return False  # shapes the caller's checks refuse
+    scatter_add(target, rows, values, scale)
+    return True
+
+
+_SCATTERED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _sgd_rows(variable: np.ndarray, gradient: IndexedSlices, lr: float) -> None:
+    """Plain SGD on the rows ``gradient`` names: each of its rows, scaled, taken from its
+    variable row in turn (as TensorFlow's scatter_sub of them)."""
+    indices = np.asarray(gradient.indices).reshape(-1)
+    values = np.asarray(gradient.values, dtype=variable.dtype).reshape(
+        (indices.size, *variable.shape[1:]))
+    try:
+        if add_rows(variable, indices, values, -lr):
+            return
+    except IndexError:
+        pass  # _unique_rows names the rows out of range
+    rows, g = _unique_rows(variable, IndexedSlices(values, indices))
+    part = take_rows(variable, rows)
+    part -= g * lr
+    put_rows(variable, rows, part)
 
 
 def _unique_rows(variable: np.ndarray, gradient: IndexedSlices) -> tuple[np.ndarray, np.ndarray]:
@@ -230,16 +267,10 @@ def apply_rule(rule: Rule, config: dict[str, Any], variable: np.ndarray, gradien
             variable -= variable * (decay * lr)
         rule(config, variable, g, slot, lr, step)
         return
-    rows, g = _unique_rows(variable, gradient)
     if rule is _sgd and not config.get("momentum") and not decay:  # in place, no slots
-        part = take_rows(variable, rows)
-        if np.may_share_memory(g, gradient.values) or not g.flags.writeable:  # the caller's
-            g = g * lr
-        else:
-            g *= lr
-        part -= g
-        put_rows(variable, rows, part)
+        _sgd_rows(variable, gradient, lr)
         return
+    rows, g = _unique_rows(variable, gradient)
     # Sparse ("lazy"): weight decay and the dense rule on copies of the touched rows of the
     # variable and of its slots shaped like it, written back after.
     part = take_rows(variable, rows)
