@@ -266,6 +266,22 @@ def test_small_arrays_stay_in_band() -> None:
     assert_same(got[0], small)
 
 
+@pytest.mark.parametrize("array", [
+    np.arange(10), np.arange(1000, dtype=np.float32).reshape(10, 100), np.zeros((), np.float32),
+    np.zeros((3, 0)), np.array([1, 2], dtype=">i4"), np.array([1 + 2j]), np.array([True]),
+    np.arange(6).reshape(2, 3).T, np.array(["ab", "c"]), np.array([b"x", b"yy"], dtype=object),
+    np.array(["2020-01-01"], dtype="M8[D]"), np.zeros(2, dtype=[("a", "i4"), ("b", "f8")]),
+    np.ma.masked_array([1, 2], [0, 1]), np.float32(3),
+], ids=lambda array: f"{type(array).__name__}-{array.dtype}-{array.shape}")
+def test_every_kind_of_array_keeps_its_type_dtype_shape_and_values(array: Any) -> None:
+    # plain numbers travel as buffer, dtype string and shape; the rest as numpy pickles them
+    [got] = decode(Encoder(None).encode([array]))
+    assert type(got) is type(array) and got.dtype == array.dtype and got.shape == array.shape
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(array))
+    if isinstance(array, np.ndarray) and array.nbytes < 1024:
+        assert got.flags.writeable  # an ordinary copy, in band
+
+
 def test_writable_payload_gives_writable_views() -> None:
     payload = bytearray(Encoder(None).encode([np.zeros(4096, np.uint8)]))
     [array] = decode(payload)

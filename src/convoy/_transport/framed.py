@@ -407,15 +407,25 @@ class FramedServer:
             _send(sock, ERROR, _error_body(error))
             raise _Closed(str(error)) from None
         _send(sock, WELCOME, _pairs(reply))
+        sock.settimeout(FRAME_TIMEOUT_S)
         return sock
 
     def _next_request(self, sock: socket.socket) -> memoryview:
         """The next request's body; waits for its first byte as long as the client keeps
-        the connection (TCP keepalive finds a dead peer), for the rest FRAME_TIMEOUT_S."""
-        sock.settimeout(None)
-        first = _read_exactly(sock, 1)
-        sock.settimeout(FRAME_TIMEOUT_S)
-        kind, length = _HEADER.unpack(first + _read_exactly(sock, _HEADER.size - 1))
+        the connection (TCP keepalive finds a dead peer), for the rest FRAME_TIMEOUT_S (the
+        socket's timeout from the handshake on: changing it per request costs system
+        calls)."""
+        header = bytearray(_HEADER.size)
+        while True:
+            try:
+                received = sock.recv_into(header)
+                break
+            except TimeoutError:  # an idle client
+                continue
+        if received == 0:
+            raise _Closed
+        _read_into(sock, memoryview(header)[received:])
+        kind, length = _HEADER.unpack(header)
         if kind != REQUEST:
             raise _Refused(f"a frame of kind {kind} where a request was due")
         limit = self._security.max_request_bytes

@@ -5,12 +5,15 @@ The docs are in :mod:`convoy.codec`, the public face.
 
 from __future__ import annotations
 
+import copyreg
+import io
 import pickle
 import struct
 import zlib
 from typing import Any
 
 import lz4.frame
+import numpy as np
 
 from convoy.errors import DataLossError, InvalidArgumentError
 
@@ -129,7 +132,11 @@ class Encoder:
             return False
 
         try:
-            inband = pickle.dumps(elements, protocol=5, buffer_callback=out_of_band)
+            stream = io.BytesIO()
+            pickler = pickle.Pickler(stream, protocol=5, buffer_callback=out_of_band)
+            pickler.dispatch_table = _DISPATCH
+            pickler.dump(elements)
+            inband = stream.getvalue()
         except Exception as error:
             raise InvalidArgumentError(
                 f"elements must be picklable with the standard pickle module: "
@@ -217,6 +224,23 @@ class Encoder:
         if not paid:
             self._skip = _AUTO_BACKOFF
         return results
+
+
+def _array(buffer: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """An array of :func:`_reduce_array` again: a view on ``buffer`` (writable if it is)."""
+    return np.frombuffer(buffer, dtype).reshape(shape)
+
+
+def _reduce_array(array: np.ndarray) -> Any:
+    """A contiguous array of numbers as its buffer, dtype string and shape: the same result
+    as numpy's own reduction, at a fraction of its cost (numpy pickles the dtype as an
+    object of its own, which costs more than a small array's data)."""
+    if not array.flags.c_contiguous or array.dtype.kind not in "biufc":
+        return array.__reduce_ex__(5)
+    return _array, (pickle.PickleBuffer(array), array.dtype.str, array.shape)
+
+
+_DISPATCH = {**copyreg.dispatch_table, np.ndarray: _reduce_array}
 
 
 def _nbytes(part: Any) -> int:
