@@ -237,7 +237,8 @@ def _reduce_array(array: np.ndarray) -> Any:
     object of its own, which costs more than a small array's data)."""
     if not array.flags.c_contiguous or array.dtype.kind not in "biufc":
         return array.__reduce_ex__(5)
-    return _array, (pickle.PickleBuffer(array)  # type: ignore[arg-type], array.dtype.str, array.shape)
+    buffer = pickle.PickleBuffer(array)  # type: ignore[arg-type]  # numpy's stubs: no Buffer
+    return _array, (buffer, array.dtype.str, array.shape)
 
 
 _DISPATCH = {**copyreg.dispatch_table, np.ndarray: _reduce_array}
