@@ -34,7 +34,7 @@ bytecode: $(STAMP)
 	$(PY) -m compileall -q src
 
 test: bytecode
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=30
 
 # The heavy test matrices in full (make test runs one case of each behaviour) and the stress
 # tests longer: CONVOY_STRESS=n runs n times their epochs. See docs/architecture.md, "The tests".
