@@ -79,8 +79,9 @@ class LocalStore:
 
 def execute_all(calls: Sequence[tuple[Store, Sequence[Operation]]]) -> list[list[Any]]:
     """Run each ``(store, operations)`` call, all at once; returns their results in order.
-    A parameter server that has nothing else queued gets its call from this thread, with no
-    hand-over to its sender thread: all are sent, then their answers read."""
+    A parameter server with no message on its way gets its call from this thread (with the
+    lists queued before it), with no hand-over to its sender thread: all are sent, then their
+    answers read."""
     started: list[tuple[Future[list[Any]], Callable[[], None] | None]] = []
     try:
         for store, operations in calls:
@@ -116,8 +117,9 @@ class RemoteStore:
     Operation lists from all threads of the process travel on one ``Execute`` stream, one
     message in flight at a time, carrying every list queued meanwhile. Under load, concurrent
     training steps so share messages, and the per-message cost is paid once for all of them.
-    A caller waiting for its answers (:func:`execute_all`) sends its message itself when
-    nothing is queued or on its way, sparing two hand-overs between threads.
+    A caller waiting for its answers (:func:`execute_all`) sends its message itself when no
+    message is on its way, carrying the lists queued before its own (a finished step's
+    updates, queued :meth:`execute_later`), sparing two hand-overs between threads.
     :attr:`lists_sent` counts the lists.
     """
 
@@ -191,10 +193,10 @@ class RemoteStore:
 
     def begin(self, operations: Sequence[Operation]
               ) -> tuple[Future[list[Any]], Callable[[], None] | None]:
-        """As :meth:`execute_async`, but when nothing is queued for this store and no message
-        is on its way, the message leaves from this thread, now; then the function returned
-        with the future must be called (soon: the store's other callers wait for it), and
-        reads the answer into the future."""
+        """As :meth:`execute_async`, but when no message to this store is on its way, the
+        message leaves from this thread, now, with the lists queued before it; then the
+        function returned with the future must be called (soon: the store's other callers
+        wait for it), and reads the answer into the futures."""
         return self._lists(operations, inline=True)
 
     def read_ahead(self, key: str) -> Future[list[Any]]:

@@ -41,16 +41,14 @@ def _dense_gradient(variable: np.ndarray, gradient: Any) -> np.ndarray:
 def add_rows(target: np.ndarray, rows: Any, values: Any, scale: float) -> bool:
     """``target[rows[i]] += scale * values[i]`` for each i in turn, compiled, for a contiguous
     float32 or float64 ``target`` (rows within its first dimension: else IndexError, nothing
-    changed); False, and nothing done, for any other target."""
+    changed; ``values`` as many rows: else ValueError); False, and nothing done, for any
+    other target or non-integer rows."""
     rows = np.asarray(rows)
     if target.dtype not in _SCATTERED or not target.flags.c_contiguous or \
             not target.flags.writeable or target.ndim < 1 or rows.dtype.kind not in "iu":
         return False
-    rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
-    values = np.ascontiguousarray(values, dtype=target.dtype)
-    if values.size != rows.size * (target.size // max(len(target), 1)):
-        return False  # shapes the caller's checks refuse
-    scatter_add(target, rows, values, scale)
+    scatter_add(target, np.ascontiguousarray(rows, dtype=np.int64).reshape(-1),
+                np.ascontiguousarray(values, dtype=target.dtype), scale)
     return True
 
 
